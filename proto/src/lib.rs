@@ -1,0 +1,20 @@
+//! The embedwire wire contract, shared by the server, the HTTP gateway, the clients
+//! and the benchmarks.
+//!
+//! # Layout
+//! - [`v1`]: the generated `embedwire.v1` messages, tonic clients and servers.
+//! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors that server reflection serves,
+//!   so grpcurl needs no `.proto` file.
+//! - [`vectors`]: the byte encodings of embedding rows (f32, f16, int8, packed bits)
+//!   and their decoding, one implementation for every peer.
+
+pub mod vectors;
+
+/// The `embedwire.v1` package: messages, `*_client` and `*_server` modules.
+pub mod v1 {
+    tonic::include_proto!("embedwire.v1");
+}
+
+/// The file descriptor set of every `embedwire.v1` proto file, for tonic-reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/embedwire_descriptor.bin"));

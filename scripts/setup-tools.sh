@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs the developer tools the tests and benchmarks call: buf (lint), grpcurl
+# (manual and scripted gRPC calls) and ghz (gRPC load tests). Idempotent and cached
+# under $EMBEDWIRE_CACHE/bin, so a second run costs about nothing.
+set -euo pipefail
+
+CACHE="${EMBEDWIRE_CACHE:-$HOME/.cache/embedwire}"
+BIN="$CACHE/bin"
+BUF_VERSION=1.75.0
+GRPCURL_VERSION=v1.9.3
+GHZ_VERSION=v0.120.0
+
+mkdir -p "$BIN"
+log() { echo "setup-tools: $*" >&2; }
+
+# Each tool is installed into a versioned path and linked into $BIN, so a version bump
+# in this file reinstalls it and an unchanged file skips it.
+install_go_tool() {
+  local name=$1 module=$2 version=$3
+  local target="$CACHE/go-tools/$name-$version"
+  if [ ! -x "$target/$name" ]; then
+    log "installing $name $version (go install)"
+    GOBIN="$target" GOFLAGS=-mod=mod go install "$module@$version"
+  fi
+  ln -sfn "$target/$name" "$BIN/$name"
+}
+
+install_buf() {
+  local target="$CACHE/npm/buf-$BUF_VERSION"
+  if [ ! -x "$target/node_modules/.bin/buf" ]; then
+    log "installing buf $BUF_VERSION (npm @bufbuild/buf)"
+    mkdir -p "$target"
+    npm install --silent --no-audit --no-fund --prefix "$target" "@bufbuild/buf@$BUF_VERSION" >&2
+  fi
+  ln -sfn "$target/node_modules/.bin/buf" "$BIN/buf"
+}
+
+install_buf
+install_go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl "$GRPCURL_VERSION"
+install_go_tool ghz github.com/bojand/ghz/cmd/ghz "$GHZ_VERSION"
+log "tools in $BIN: $(ls "$BIN" | tr '\n' ' ')"

@@ -1,0 +1,115 @@
+//! The ONNX model served in-process: requests tokenize on the async runtime, then
+//! their sequences join the dynamic batcher that feeds the model thread.
+
+use std::sync::Arc;
+
+use super::{RawEmbeddings, check_truncation, token_counts};
+use crate::batcher::{BatchLimits, BatchModel, TokenBudgetBatcher};
+use crate::error::{Error, Result};
+use crate::model::files::ModelFiles;
+use crate::model::onnx::{OnnxModel, OnnxSettings, init_runtime};
+use crate::model::tokenizer::TextTokenizer;
+use crate::model::{ModelInfo, TokenizedText};
+use crate::stats::Stats;
+
+/// Where the model comes from and how to run it.
+#[derive(Debug, Clone)]
+pub struct LocalModelConfig {
+    /// The model directory.
+    pub model_dir: std::path::PathBuf,
+    /// The id reported to clients.
+    pub model_id: String,
+    /// The ONNX Runtime shared library.
+    pub ort_library: std::path::PathBuf,
+    /// ONNX Runtime threading.
+    pub onnx: OnnxSettings,
+    /// Batch formation.
+    pub batch: BatchLimits,
+}
+
+/// Tokenizer + batcher + model thread.
+pub struct LocalBackend {
+    tokenizer: Arc<TextTokenizer>,
+    batcher: TokenBudgetBatcher,
+    info: ModelInfo,
+}
+
+impl BatchModel for OnnxModel {
+    fn dim(&self) -> usize {
+        OnnxModel::dim(self)
+    }
+
+    fn embed_batch(&mut self, batch: &[&[u32]]) -> Result<Vec<f32>> {
+        OnnxModel::embed_batch(self, batch)
+    }
+}
+
+/// Inputs tokenized inline on the async runtime at most; larger requests move to the
+/// blocking pool so one big request does not stall other connections' I/O.
+const INLINE_TOKENIZE_LIMIT: usize = 8;
+
+impl LocalBackend {
+    /// Checks that the model's files exist and parse; cheap, so the server can fail
+    /// at start with a clear message before it begins to listen.
+    pub fn check_files(config: &LocalModelConfig) -> Result<ModelFiles> {
+        ModelFiles::read(&config.model_dir)
+    }
+
+    /// Loads ONNX Runtime, the tokenizer and the model, and starts the model thread.
+    /// Blocking: takes about a second.
+    pub fn load(config: &LocalModelConfig, stats: Arc<Stats>) -> Result<Self> {
+        let files = ModelFiles::read(&config.model_dir)?;
+        let environment = init_runtime(&config.ort_library)?;
+        let tokenizer = TextTokenizer::from_file(&files.tokenizer_path, files.max_input_tokens)?;
+        let model = OnnxModel::load(environment, &files, config.onnx)?;
+        let info = ModelInfo {
+            model_id: config.model_id.clone(),
+            dim: model.dim(),
+            max_input_tokens: files.max_input_tokens,
+            pooling: files.pooling,
+        };
+        let batch = BatchLimits {
+            // A single sequence always fits, whatever the budget says.
+            max_batch_tokens: config.batch.max_batch_tokens.max(files.max_input_tokens),
+            ..config.batch
+        };
+        let batcher = TokenBudgetBatcher::start(model, batch, stats)?;
+        Ok(LocalBackend { tokenizer: Arc::new(tokenizer), batcher, info })
+    }
+
+    /// The served model.
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// Sequences waiting for the model.
+    pub fn queue_depth(&self) -> usize {
+        self.batcher.queue_depth()
+    }
+
+    /// Tokenizes, batches with concurrent requests, and waits for the vectors.
+    pub async fn embed(&self, texts: Vec<String>, truncate: bool) -> Result<RawEmbeddings> {
+        let tokenized = if texts.len() <= INLINE_TOKENIZE_LIMIT {
+            self.tokenize(&texts)?
+        } else {
+            let tokenizer = self.tokenizer.clone();
+            tokio::task::spawn_blocking(move || tokenize_all(&tokenizer, &texts))
+                .await
+                .map_err(|e| Error::Model(format!("tokenizer task: {e}")))??
+        };
+        check_truncation(&tokenized, truncate, self.info.max_input_tokens)?;
+        let token_counts = token_counts(&tokenized);
+        let reply = self.batcher.submit(tokenized.into_iter().map(|t| t.ids).collect());
+        let values = reply.await.map_err(|_| Error::Unavailable("the model stopped (server shutting down)".into()))??;
+        Ok(RawEmbeddings { values, token_counts })
+    }
+
+    /// The model's tokenization of each text.
+    pub fn tokenize(&self, texts: &[String]) -> Result<Vec<TokenizedText>> {
+        tokenize_all(&self.tokenizer, texts)
+    }
+}
+
+fn tokenize_all(tokenizer: &TextTokenizer, texts: &[String]) -> Result<Vec<TokenizedText>> {
+    texts.iter().map(|text| tokenizer.tokenize(text)).collect()
+}

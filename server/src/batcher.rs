@@ -1,0 +1,280 @@
+//! Dynamic batching: sequences from concurrent requests share model batches.
+//!
+//! Requests put tokenized sequences on a queue; one model thread takes a window of
+//! waiting sequences, sorts it by length (so sequences of similar length share a
+//! batch and little is spent on padding), cuts it into batches under a token budget
+//! and a size cap, and runs them. Between batches the CPU does nothing else useful,
+//! so the thread never waits for a full batch, with one exception: when the previous
+//! batch was larger than what is queued now, it waits up to `max_wait` for the queue
+//! to reach that size again. Under steady concurrency that keeps batches full; a lone
+//! client (batches of one) never waits.
+//!
+//! A sequence whose caller has gone (cancelled, deadline passed) is dropped when its
+//! batch is formed, before it costs model time.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::error::{Error, Result};
+use crate::stats::Stats;
+
+/// A model the batcher can drive: token id sequences in, one pooled vector each out.
+pub trait BatchModel: Send + 'static {
+    /// Dimensions of one output vector.
+    fn dim(&self) -> usize;
+    /// Embeds `batch`, returning `batch.len() * dim` values, row-major.
+    fn embed_batch(&mut self, batch: &[&[u32]]) -> Result<Vec<f32>>;
+}
+
+/// How batches are formed.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLimits {
+    /// Most sequences in a batch.
+    pub max_batch_size: usize,
+    /// Most tokens in a batch, padding included: size x longest sequence.
+    pub max_batch_tokens: usize,
+    /// Longest wait for the queue to refill to the previous batch's size.
+    pub max_wait: Duration,
+}
+
+/// The answer to one submitted request: `count * dim` values in submission order.
+pub type BatchReply = oneshot::Receiver<Result<Vec<f32>>>;
+
+/// Owns the model thread; dropping it finishes queued work and stops the thread.
+pub struct TokenBudgetBatcher {
+    queue: Arc<SequenceQueue>,
+    dim: usize,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl TokenBudgetBatcher {
+    /// Starts the model thread for `model`.
+    pub fn start<M: BatchModel>(model: M, limits: BatchLimits, stats: Arc<Stats>) -> Result<Self> {
+        let queue = Arc::new(SequenceQueue::default());
+        let dim = model.dim();
+        let worker_queue = queue.clone();
+        let worker = std::thread::Builder::new()
+            .name("embedwire-model".into())
+            .spawn(move || run_model_thread(model, &worker_queue, limits, &stats))
+            .map_err(|e| Error::Config(format!("starting the model thread: {e}")))?;
+        Ok(TokenBudgetBatcher { queue, dim, worker: Some(worker) })
+    }
+
+    /// Queues the sequences of one request. The reply comes when all are embedded,
+    /// or an error when one failed; dropping the reply cancels what has not run yet.
+    pub fn submit(&self, sequences: Vec<Vec<u32>>) -> BatchReply {
+        let (reply, receiver) = oneshot::channel();
+        if sequences.is_empty() {
+            let _ = reply.send(Ok(Vec::new()));
+            return receiver;
+        }
+        let job = Arc::new(Job {
+            state: Mutex::new(JobState {
+                values: vec![0.0; sequences.len() * self.dim],
+                remaining: sequences.len(),
+                reply: Some(reply),
+            }),
+        });
+        self.queue.push(sequences.into_iter().enumerate().map(|(row, ids)| QueuedSequence {
+            job: job.clone(),
+            row,
+            ids,
+        }));
+        receiver
+    }
+
+    /// Sequences waiting for the model now.
+    pub fn queue_depth(&self) -> usize {
+        self.queue.lock().sequences.len()
+    }
+}
+
+impl Drop for TokenBudgetBatcher {
+    fn drop(&mut self) {
+        self.queue.close();
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+/// One request's output being filled in by the model thread.
+struct Job {
+    state: Mutex<JobState>,
+}
+
+struct JobState {
+    /// Rows filled so far, `count * dim`.
+    values: Vec<f32>,
+    /// Sequences not embedded yet.
+    remaining: usize,
+    /// Taken when the job is answered; None afterwards.
+    reply: Option<oneshot::Sender<Result<Vec<f32>>>>,
+}
+
+impl Job {
+    fn lock(&self) -> MutexGuard<'_, JobState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// True when nobody waits for the answer any more: the caller dropped the reply,
+    /// or another sequence of the job already failed it.
+    fn is_abandoned(&self) -> bool {
+        self.lock().reply.as_ref().is_none_or(|reply| reply.is_closed())
+    }
+
+    fn fill_row(&self, row: usize, vector: &[f32]) {
+        let mut state = self.lock();
+        let dim = vector.len();
+        state.values[row * dim..(row + 1) * dim].copy_from_slice(vector);
+        state.remaining -= 1;
+        if state.remaining == 0
+            && let Some(reply) = state.reply.take()
+        {
+            let values = std::mem::take(&mut state.values);
+            let _ = reply.send(Ok(values));
+        }
+    }
+
+    fn fail(&self, error: &Error) {
+        if let Some(reply) = self.lock().reply.take() {
+            let _ = reply.send(Err(Error::Model(error.to_string())));
+        }
+    }
+}
+
+struct QueuedSequence {
+    job: Arc<Job>,
+    /// The sequence's row in its job's output.
+    row: usize,
+    ids: Vec<u32>,
+}
+
+#[derive(Default)]
+struct SequenceQueue {
+    state: Mutex<QueueState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    sequences: VecDeque<QueuedSequence>,
+    closed: bool,
+}
+
+impl SequenceQueue {
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn push(&self, sequences: impl Iterator<Item = QueuedSequence>) {
+        self.lock().sequences.extend(sequences);
+        self.changed.notify_one();
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.changed.notify_all();
+    }
+
+    /// Blocks until sequences are waiting, then takes up to `max_sequences` of them,
+    /// oldest first. Waits up to `max_wait` more while fewer than `fill_target` wait.
+    /// None when the queue is closed and empty.
+    fn take_window(&self, max_sequences: usize, fill_target: usize, max_wait: Duration) -> Option<Vec<QueuedSequence>> {
+        let mut state = self.lock();
+        while state.sequences.is_empty() {
+            if state.closed {
+                return None;
+            }
+            state = self.changed.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        let deadline = Instant::now() + max_wait;
+        while state.sequences.len() < fill_target && !state.closed {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            state = self.changed.wait_timeout(state, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        let take = state.sequences.len().min(max_sequences);
+        Some(state.sequences.drain(..take).collect())
+    }
+}
+
+/// Windows hold a few batches' worth of sequences, enough to group by length without
+/// keeping new arrivals waiting behind a long backlog.
+const BATCHES_PER_WINDOW: usize = 4;
+
+fn run_model_thread<M: BatchModel>(mut model: M, queue: &SequenceQueue, limits: BatchLimits, stats: &Stats) {
+    let mut previous_batch_size = 1;
+    let window_size = limits.max_batch_size * BATCHES_PER_WINDOW;
+    while let Some(window) = queue.take_window(window_size, previous_batch_size, limits.max_wait) {
+        let mut live = drop_abandoned(window, stats);
+        live.sort_by_key(|s| s.ids.len());
+        for batch in split_under_budget(live, limits) {
+            // Callers may have left while earlier batches of this window ran.
+            let batch = drop_abandoned(batch, stats);
+            if batch.is_empty() {
+                continue;
+            }
+            run_batch(&mut model, &batch, stats);
+            previous_batch_size = batch.len();
+        }
+    }
+}
+
+/// Keeps the sequences someone still waits for, counting the others as dropped.
+fn drop_abandoned(sequences: Vec<QueuedSequence>, stats: &Stats) -> Vec<QueuedSequence> {
+    let before = sequences.len();
+    let live: Vec<QueuedSequence> = sequences.into_iter().filter(|s| !s.job.is_abandoned()).collect();
+    Stats::add(&stats.dropped_sequences, (before - live.len()) as u64);
+    live
+}
+
+/// Cuts length-sorted sequences into consecutive batches: each at most
+/// max_batch_size long and at most max_batch_tokens once padded to its longest.
+fn split_under_budget(sorted: Vec<QueuedSequence>, limits: BatchLimits) -> Vec<Vec<QueuedSequence>> {
+    let mut batches: Vec<Vec<QueuedSequence>> = Vec::new();
+    let mut current: Vec<QueuedSequence> = Vec::new();
+    for sequence in sorted {
+        // Sorted ascending, so the newcomer is the longest: it sets the padding.
+        let padded_tokens = (current.len() + 1) * sequence.ids.len();
+        if !current.is_empty() && (current.len() == limits.max_batch_size || padded_tokens > limits.max_batch_tokens) {
+            batches.push(std::mem::take(&mut current));
+        }
+        current.push(sequence);
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
+
+fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence], stats: &Stats) {
+    let ids: Vec<&[u32]> = batch.iter().map(|s| s.ids.as_slice()).collect();
+    let longest = ids.iter().map(|s| s.len()).max().unwrap_or(0);
+    Stats::add(&stats.batches, 1);
+    Stats::add(&stats.sequences, batch.len() as u64);
+    Stats::add(&stats.padded_tokens, (longest * batch.len()) as u64);
+    Stats::add(&stats.real_tokens, ids.iter().map(|s| s.len() as u64).sum());
+    let dim = model.dim();
+    match model.embed_batch(&ids) {
+        Ok(values) if values.len() == batch.len() * dim => {
+            for (sequence, vector) in batch.iter().zip(values.chunks_exact(dim)) {
+                sequence.job.fill_row(sequence.row, vector);
+            }
+        }
+        Ok(values) => {
+            let error = Error::Model(format!("model returned {} values for {} rows", values.len(), batch.len()));
+            batch.iter().for_each(|s| s.job.fail(&error));
+        }
+        Err(error) => {
+            tracing::error!(%error, batch = batch.len(), "model batch failed");
+            batch.iter().for_each(|s| s.job.fail(&error));
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Every setting of the server: one clap struct, each flag with an env var twin.
+//! `--help` is generated from the doc comments below.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Which implementation turns texts into vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// The ONNX model in --model-dir, run in-process by ONNX Runtime.
+    Onnx,
+    /// Deterministic hash vectors, no model: for development and for measuring the
+    /// transport alone.
+    Pseudo,
+    /// Forward to other embedwire-server processes (--upstream): a thin front that
+    /// scales apart from the model servers.
+    Remote,
+}
+
+impl BackendKind {
+    /// The name reported by the Info rpc.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Onnx => "onnx",
+            BackendKind::Pseudo => "pseudo",
+            BackendKind::Remote => "remote",
+        }
+    }
+}
+
+/// embedwire-server: a gRPC embedding server with dynamic batching.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "embedwire-server", version, about)]
+pub struct ServerConfig {
+    /// Address to listen on (gRPC, gRPC-web).
+    #[arg(long, env = "EMBEDWIRE_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+
+    /// Embedding backend.
+    #[arg(long, env = "EMBEDWIRE_BACKEND", value_enum, default_value = "onnx")]
+    pub backend: BackendKind,
+
+    /// Directory for durable data (the document index).
+    #[arg(long, env = "EMBEDWIRE_DATA_DIR", default_value = "embedwire-data")]
+    pub data_dir: PathBuf,
+
+    /// Where `make setup` put the model and ONNX Runtime [default: ~/.cache/embedwire].
+    #[arg(long, env = "EMBEDWIRE_CACHE")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// Model directory: model.onnx, tokenizer.json and the usual config files
+    /// (config.json, sentence_bert_config.json, 1_Pooling/config.json)
+    /// [default: CACHE/models/all-MiniLM-L6-v2].
+    #[arg(long, env = "EMBEDWIRE_MODEL_DIR")]
+    pub model_dir: Option<PathBuf>,
+
+    /// Model id reported to clients [default: read from the model directory].
+    #[arg(long, env = "EMBEDWIRE_MODEL_ID")]
+    pub model_id: Option<String>,
+
+    /// ONNX Runtime shared library [default: CACHE/onnxruntime/lib/libonnxruntime.so].
+    #[arg(long, env = "EMBEDWIRE_ORT_LIBRARY")]
+    pub ort_library: Option<PathBuf>,
+
+    /// Threads ONNX Runtime uses for one batch [default: the number of CPUs].
+    #[arg(long, env = "EMBEDWIRE_INTRA_OP_THREADS")]
+    pub intra_op_threads: Option<usize>,
+
+    /// Let ONNX Runtime's threads spin between batches. Lowers latency a little when
+    /// cores are to spare; on a small machine it steals CPU from request handling.
+    #[arg(long, env = "EMBEDWIRE_ORT_SPIN", default_value_t = false)]
+    pub ort_spin: bool,
+
+    /// Most inputs in one model batch.
+    #[arg(long, env = "EMBEDWIRE_MAX_BATCH_SIZE", default_value_t = 64)]
+    pub max_batch_size: usize,
+
+    /// Most tokens in one model batch, padding included (batch size x longest input).
+    #[arg(long, env = "EMBEDWIRE_MAX_BATCH_TOKENS", default_value_t = 16384)]
+    pub max_batch_tokens: usize,
+
+    /// Longest the batcher waits for a batch to fill up as much as the previous one,
+    /// in microseconds. It never waits when the previous batch had a single input, so
+    /// a lone client pays nothing.
+    #[arg(long, env = "EMBEDWIRE_MAX_BATCH_WAIT_US", default_value_t = 2000)]
+    pub max_batch_wait_us: u64,
+
+    /// Inputs admitted (queued or running) at once; past it, RESOURCE_EXHAUSTED.
+    #[arg(long, env = "EMBEDWIRE_MAX_IN_FLIGHT_INPUTS", default_value_t = 4096)]
+    pub max_in_flight_inputs: usize,
+
+    /// Most inputs in one Embed call.
+    #[arg(long, env = "EMBEDWIRE_MAX_INPUTS_PER_REQUEST", default_value_t = 1024)]
+    pub max_inputs_per_request: usize,
+
+    /// Longest input, in Unicode characters (bounds tokenization work).
+    #[arg(long, env = "EMBEDWIRE_MAX_INPUT_CHARS", default_value_t = 100_000)]
+    pub max_input_chars: usize,
+
+    /// Largest request message, in bytes; larger ones get RESOURCE_EXHAUSTED.
+    #[arg(long, env = "EMBEDWIRE_MAX_REQUEST_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub max_request_bytes: usize,
+
+    /// Largest response message, in bytes.
+    #[arg(long, env = "EMBEDWIRE_MAX_RESPONSE_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_response_bytes: usize,
+
+    /// Requests of one EmbedStream worked on at once; the server reads no further
+    /// ahead, so a slow reader slows the stream instead of filling memory.
+    #[arg(long, env = "EMBEDWIRE_STREAM_READ_AHEAD", default_value_t = 8)]
+    pub stream_read_ahead: usize,
+
+    /// Upstream embedwire-server addresses for --backend remote, comma separated
+    /// (http://host:port).
+    #[arg(long, env = "EMBEDWIRE_UPSTREAM", value_delimiter = ',')]
+    pub upstream: Vec<String>,
+
+    /// Dimensions of the pseudo backend's vectors.
+    #[arg(long, env = "EMBEDWIRE_PSEUDO_DIM", default_value_t = 384)]
+    pub pseudo_dim: usize,
+
+    /// Seconds in-flight requests get to finish after SIGINT/SIGTERM.
+    #[arg(long, env = "EMBEDWIRE_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    pub shutdown_grace_secs: u64,
+}
+
+/// The model's name in the cache, used by the default --model-dir.
+const DEFAULT_MODEL_NAME: &str = "all-MiniLM-L6-v2";
+/// The default model's id; its config.json names the base model it was trained from.
+const DEFAULT_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2";
+
+impl ServerConfig {
+    /// The cache directory `make setup` fills.
+    pub fn cache_dir(&self) -> PathBuf {
+        self.cache_dir.clone().unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+            home.join(".cache/embedwire")
+        })
+    }
+
+    /// The model directory, explicit or the default model in the cache.
+    pub fn model_dir(&self) -> PathBuf {
+        self.model_dir.clone().unwrap_or_else(|| self.cache_dir().join("models").join(DEFAULT_MODEL_NAME))
+    }
+
+    /// The model id: explicit, the default model's, or the model directory's name.
+    pub fn model_id(&self) -> String {
+        if let Some(id) = &self.model_id {
+            return id.clone();
+        }
+        match &self.model_dir {
+            None => DEFAULT_MODEL_ID.to_string(),
+            Some(dir) => dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string()),
+        }
+    }
+
+    /// The ONNX Runtime shared library, explicit or the one in the cache.
+    pub fn ort_library(&self) -> PathBuf {
+        self.ort_library.clone().unwrap_or_else(|| self.cache_dir().join("onnxruntime/lib/libonnxruntime.so"))
+    }
+
+    /// Threads for one model batch.
+    pub fn intra_op_threads(&self) -> usize {
+        self.intra_op_threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+    }
+
+    /// The batcher's longest wait for a batch to fill.
+    pub fn max_batch_wait(&self) -> Duration {
+        Duration::from_micros(self.max_batch_wait_us)
+    }
+
+    /// The grace period for in-flight work at shutdown.
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_secs)
+    }
+
+    /// Rejects settings that cannot work, with a message naming the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("--max-batch-size", self.max_batch_size),
+            ("--max-batch-tokens", self.max_batch_tokens),
+            ("--max-in-flight-inputs", self.max_in_flight_inputs),
+            ("--max-inputs-per-request", self.max_inputs_per_request),
+            ("--max-input-chars", self.max_input_chars),
+            ("--max-request-bytes", self.max_request_bytes),
+            ("--max-response-bytes", self.max_response_bytes),
+            ("--stream-read-ahead", self.stream_read_ahead),
+            ("--pseudo-dim", self.pseudo_dim),
+        ];
+        if let Some((flag, _)) = positive.iter().find(|(_, value)| *value == 0) {
+            return Err(format!("{flag} must be at least 1"));
+        }
+        if self.intra_op_threads == Some(0) {
+            return Err("--intra-op-threads must be at least 1".into());
+        }
+        if self.max_inputs_per_request > self.max_in_flight_inputs {
+            return Err("--max-inputs-per-request cannot exceed --max-in-flight-inputs".into());
+        }
+        if self.backend == BackendKind::Remote && self.upstream.is_empty() {
+            return Err("--backend remote needs at least one --upstream address".into());
+        }
+        Ok(())
+    }
+}

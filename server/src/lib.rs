@@ -1,0 +1,33 @@
+//! embedwire-server: a gRPC embedding server. Texts come in over gRPC (or gRPC-web),
+//! concurrent requests share model batches, and vectors go back as raw little-endian
+//! bytes.
+//!
+//! # Layout
+//! - [`config`]: every setting, as clap flags with env twins.
+//! - [`server`]: assembles and runs the server on a bound listener.
+//! - [`service`]: the gRPC handlers, thin over the engine.
+//! - [`wire`]: conversions between `embedwire.v1` messages and domain types, and the
+//!   one mapping from [`Error`] to a gRPC status.
+//! - [`engine`]: the request pipeline: validation, admission, backend, options.
+//! - [`admission`]: the bound on in-flight inputs (RESOURCE_EXHAUSTED past it).
+//! - [`backend`]: onnx (local model), pseudo (hash vectors) and remote (upstreams).
+//! - [`batcher`]: dynamic batching under a token budget on the model thread.
+//! - [`model`]: model files, tokenizer, ONNX Runtime, pooling, pseudo vectors.
+//! - [`stats`]: counters of what the server did.
+//! - [`error`]: the error type.
+
+pub mod admission;
+pub mod backend;
+pub mod batcher;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod model;
+pub mod server;
+pub mod service;
+pub mod stats;
+pub mod wire;
+
+pub use config::ServerConfig;
+pub use error::{Error, Result};
+pub use server::EmbedServer;

@@ -1,0 +1,40 @@
+//! The embedding model: its files, its tokenizer, and the ways to run it.
+//!
+//! # Layout
+//! - [`files`]: reads a model directory (config files, pooling, max length).
+//! - [`tokenizer`]: texts to token ids with sentence-transformers' truncation.
+//! - [`onnx`]: runs a batch through ONNX Runtime and pools token vectors.
+//! - [`pooling`]: mean / CLS pooling and L2 normalization.
+//! - [`pseudo`]: deterministic hash vectors for the pseudo backend.
+
+pub mod files;
+pub mod onnx;
+pub mod pooling;
+pub mod pseudo;
+pub mod tokenizer;
+
+pub use pooling::Pooling;
+
+/// What clients are told about the served model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    /// The model id, e.g. `sentence-transformers/all-MiniLM-L6-v2`.
+    pub model_id: String,
+    /// Dimensions of a vector.
+    pub dim: usize,
+    /// Longest input in tokens, special tokens included.
+    pub max_input_tokens: usize,
+    /// How token vectors are pooled.
+    pub pooling: Pooling,
+}
+
+/// One text as the model sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenizedText {
+    /// Token ids after truncation, special tokens included.
+    pub ids: Vec<u32>,
+    /// Whether the text was longer than the model's limit and got cut.
+    pub truncated: bool,
+    /// Token count before truncation.
+    pub untruncated_count: usize,
+}

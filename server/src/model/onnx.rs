@@ -1,0 +1,178 @@
+//! Runs batches through an ONNX graph with ONNX Runtime and pools the result.
+//!
+//! ONNX Runtime is loaded at run time from a shared library (`--ort-library`), so the
+//! binary builds without it and one build serves any compatible library.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use ort::environment::Environment;
+use ort::session::builder::GraphOptimizationLevel;
+use ort::session::{Session, SessionInputValue};
+use ort::value::Tensor;
+
+use super::files::ModelFiles;
+use super::Pooling;
+use crate::error::{Error, Result};
+
+/// ONNX Runtime allows one environment per process; every model shares it.
+static RUNTIME: OnceLock<Environment> = OnceLock::new();
+
+/// Loads ONNX Runtime from `library` once per process. Later calls reuse the first
+/// library, whatever path they name.
+pub fn init_runtime(library: &Path) -> Result<&'static Environment> {
+    if let Some(environment) = RUNTIME.get() {
+        return Ok(environment);
+    }
+    if !library.is_file() {
+        return Err(Error::Config(format!(
+            "ONNX Runtime library {} does not exist (run `make setup`, or pass --ort-library)",
+            library.display()
+        )));
+    }
+    let environment = ort::init_from(library)
+        .map_err(|e| Error::Config(format!("loading {}: {e}", library.display())))?
+        .with_name("embedwire")
+        .with_telemetry(false)
+        .build()
+        .map_err(|e| Error::Config(format!("creating the ONNX Runtime environment: {e}")))?;
+    Ok(RUNTIME.get_or_init(|| environment))
+}
+
+/// How ONNX Runtime should run the model.
+#[derive(Debug, Clone, Copy)]
+pub struct OnnxSettings {
+    /// Threads one batch may use.
+    pub intra_op_threads: usize,
+    /// Whether idle threads spin waiting for the next batch.
+    pub spin: bool,
+}
+
+/// What the graph outputs.
+#[derive(Debug, Clone)]
+enum GraphOutput {
+    /// Token vectors [batch, seq_len, hidden] that the server pools.
+    TokenVectors(String),
+    /// Already pooled vectors [batch, hidden] (graphs exported with pooling inside).
+    Pooled(String),
+}
+
+/// One loaded ONNX model. Not shared: the batcher's model thread owns it, because
+/// `Session::run` needs `&mut self` and one batch at a time is what the CPU can do.
+pub struct OnnxModel {
+    session: Session,
+    /// The graph's output to read and whether it still needs pooling.
+    output: GraphOutput,
+    /// Whether the graph takes `token_type_ids` (BERT does; some exports drop it).
+    takes_token_type_ids: bool,
+    /// Vector dimension.
+    dim: usize,
+    /// Pooling for token-vector outputs.
+    pooling: Pooling,
+}
+
+impl OnnxModel {
+    /// Loads the graph of `files` into a session.
+    pub fn load(environment: &Environment, files: &ModelFiles, settings: OnnxSettings) -> Result<Self> {
+        let session = Session::builder(environment)
+            .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
+            .and_then(|b| Ok(b.with_intra_threads(settings.intra_op_threads)?))
+            .and_then(|b| Ok(b.with_inter_threads(1)?))
+            .and_then(|b| Ok(b.with_intra_op_spinning(settings.spin)?))
+            .and_then(|mut b| b.commit_from_file(&files.onnx_path))
+            .map_err(|e| Error::Config(format!("loading {}: {e}", files.onnx_path.display())))?;
+
+        let input_names: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
+        for required in ["input_ids", "attention_mask"] {
+            if !input_names.contains(&required) {
+                return Err(Error::Config(format!(
+                    "{}: the graph has no `{required}` input (inputs: {input_names:?})",
+                    files.onnx_path.display()
+                )));
+            }
+        }
+        let takes_token_type_ids = input_names.contains(&"token_type_ids");
+        let output = pick_output(&session)
+            .ok_or_else(|| {
+            Error::Config(format!(
+                "{}: no last_hidden_state, token_embeddings or sentence_embedding output",
+                files.onnx_path.display()
+            ))
+        })?;
+        Ok(OnnxModel { session, output, takes_token_type_ids, dim: files.hidden_size, pooling: files.pooling })
+    }
+
+    /// Vector dimension.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Embeds a batch of token id sequences: [batch.len(), dim] pooled, unnormalized.
+    /// Sequences are padded to the longest one; padding never reaches the result.
+    pub fn embed_batch(&mut self, batch: &[&[u32]]) -> Result<Vec<f32>> {
+        let rows = batch.len();
+        let seq_len = batch.iter().map(|ids| ids.len()).max().unwrap_or(0);
+        if rows == 0 || seq_len == 0 {
+            return Ok(Vec::new());
+        }
+        let mut input_ids = vec![0i64; rows * seq_len];
+        let mut attention_mask = vec![0i64; rows * seq_len];
+        for (row, ids) in batch.iter().enumerate() {
+            let start = row * seq_len;
+            for (slot, id) in input_ids[start..start + ids.len()].iter_mut().zip(ids.iter()) {
+                *slot = *id as i64;
+            }
+            attention_mask[start..start + ids.len()].fill(1);
+        }
+        let shape = [rows as i64, seq_len as i64];
+        let mut inputs: Vec<(&str, SessionInputValue)> = vec![
+            ("input_ids", tensor(shape, input_ids)?.into()),
+            ("attention_mask", tensor(shape, attention_mask)?.into()),
+        ];
+        if self.takes_token_type_ids {
+            inputs.push(("token_type_ids", tensor(shape, vec![0i64; rows * seq_len])?.into()));
+        }
+        let (output, pooling, dim) = (self.output.clone(), self.pooling, self.dim);
+        let outputs = self.session.run(inputs).map_err(|e| Error::Model(e.to_string()))?;
+        let lengths: Vec<usize> = batch.iter().map(|ids| ids.len()).collect();
+        match output {
+            GraphOutput::TokenVectors(name) => {
+                let (_, hidden) = outputs[name.as_str()]
+                    .try_extract_tensor::<f32>()
+                    .map_err(|e| Error::Model(format!("output {name}: {e}")))?;
+                expect_len(hidden.len(), rows * seq_len * dim, &name)?;
+                Ok(pooling.pool(hidden, &lengths, seq_len, dim))
+            }
+            GraphOutput::Pooled(name) => {
+                let (_, pooled) = outputs[name.as_str()]
+                    .try_extract_tensor::<f32>()
+                    .map_err(|e| Error::Model(format!("output {name}: {e}")))?;
+                expect_len(pooled.len(), rows * dim, &name)?;
+                Ok(pooled.to_vec())
+            }
+        }
+    }
+}
+
+fn tensor(shape: [i64; 2], values: Vec<i64>) -> Result<Tensor<i64>> {
+    Tensor::from_array((shape, values)).map_err(|e| Error::Model(format!("input tensor: {e}")))
+}
+
+fn expect_len(actual: usize, expected: usize, name: &str) -> Result<()> {
+    if actual == expected {
+        Ok(())
+    } else {
+        Err(Error::Model(format!("output {name} has {actual} values, expected {expected}")))
+    }
+}
+
+/// Prefers token vectors (`last_hidden_state`, `token_embeddings`), pooled here the
+/// way sentence-transformers pools; otherwise a pooled `sentence_embedding` output.
+/// (BERT's `pooler_output` is a tanh projection, not an embedding: never used.)
+fn pick_output(session: &Session) -> Option<GraphOutput> {
+    let names: Vec<&str> = session.outputs().iter().map(|o| o.name()).collect();
+    let present = |candidates: &[&str]| candidates.iter().find(|name| names.contains(name)).map(|n| n.to_string());
+    present(&["last_hidden_state", "token_embeddings"])
+        .map(GraphOutput::TokenVectors)
+        .or_else(|| present(&["sentence_embedding"]).map(GraphOutput::Pooled))
+}

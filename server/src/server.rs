@@ -1,0 +1,214 @@
+//! Puts the server together: loads the backend in the background while health says
+//! NOT_SERVING, serves gRPC (with gRPC-web, health and reflection) on an already
+//! bound listener, and shuts down gracefully.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use embedwire_proto::v1::embed_service_server::EmbedServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use crate::backend::local::{LocalBackend, LocalModelConfig};
+use crate::backend::{Backend, RemoteBackend};
+use crate::batcher::BatchLimits;
+use crate::config::{BackendKind, ServerConfig};
+use crate::engine::{EmbeddingEngine, RequestLimits};
+use crate::error::{Error, Result};
+use crate::model::onnx::OnnxSettings;
+use crate::model::pseudo::PseudoModel;
+use crate::model::{ModelInfo, Pooling};
+use crate::service::embed::{EmbedApi, EmbedApiSettings};
+use crate::stats::Stats;
+use crate::wire;
+
+/// The gRPC service name health reports on (besides the overall "" entry).
+const EMBED_SERVICE_NAME: &str = "embedwire.v1.EmbedService";
+
+/// A configured server, ready to serve on a listener.
+pub struct EmbedServer {
+    config: ServerConfig,
+    engine: Arc<EmbeddingEngine>,
+}
+
+impl EmbedServer {
+    /// Checks the configuration (and, for the onnx backend, that the model files are
+    /// there) so that a broken setup fails before the server listens.
+    pub fn new(config: ServerConfig) -> Result<Self> {
+        config.validate().map_err(Error::Config)?;
+        if config.backend == BackendKind::Onnx {
+            LocalBackend::check_files(&local_model_config(&config))?;
+        }
+        let limits = RequestLimits {
+            max_inputs_per_request: config.max_inputs_per_request,
+            max_input_chars: config.max_input_chars,
+            max_in_flight_inputs: config.max_in_flight_inputs,
+        };
+        let engine = Arc::new(EmbeddingEngine::new(limits, Arc::new(Stats::default())));
+        Ok(EmbedServer { config, engine })
+    }
+
+    /// The engine, for in-process callers (the HTTP layer, tests reading counters).
+    pub fn engine(&self) -> Arc<EmbeddingEngine> {
+        self.engine.clone()
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting work and gives in-flight
+    /// requests up to the grace period to finish. Fails if the backend cannot load.
+    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+        let config = self.config;
+        let engine = self.engine;
+        let (health, health_service) = tonic_health::server::health_reporter();
+        set_health(&health, ServingStatus::NotServing).await;
+
+        let reflection_v1 = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(embedwire_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .map_err(|e| Error::Config(format!("reflection: {e}")))?;
+        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(embedwire_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()
+            .map_err(|e| Error::Config(format!("reflection: {e}")))?;
+
+        let api = EmbedApi::new(
+            engine.clone(),
+            EmbedApiSettings {
+                backend_name: config.backend.name(),
+                batch: (config.max_batch_size, config.max_batch_tokens),
+                max_request_bytes: config.max_request_bytes,
+                stream_read_ahead: config.stream_read_ahead,
+            },
+        );
+        let embed_service = EmbedServiceServer::new(api)
+            .max_decoding_message_size(config.max_request_bytes)
+            .max_encoding_message_size(config.max_response_bytes);
+
+        let (draining_tx, mut draining_rx) = watch::channel(false);
+        let drain_health = health.clone();
+        let signal = async move {
+            shutdown.await;
+            tracing::info!("shutting down: refusing new connections, finishing in-flight requests");
+            set_health(&drain_health, ServingStatus::NotServing).await;
+            let _ = draining_tx.send(true);
+        };
+
+        let serving = Server::builder()
+            .tcp_nodelay(true)
+            .accept_http1(true)
+            .layer(tonic_web::GrpcWebLayer::new())
+            .layer(tower::util::MapResponseLayer::new(rewrite_oversized_status))
+            .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(embed_service)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
+
+        let grace = config.shutdown_grace();
+        let grace_expired = async move {
+            let _ = draining_rx.wait_for(|draining| *draining).await;
+            tokio::time::sleep(grace).await;
+        };
+        let loading = load_and_install(config, engine.clone(), health.clone());
+
+        tokio::pin!(serving, grace_expired, loading);
+        let mut loaded = false;
+        loop {
+            tokio::select! {
+                result = &mut serving => {
+                    return result.map_err(|e| Error::Config(format!("server: {e}")));
+                }
+                () = &mut grace_expired => {
+                    tracing::warn!(grace_secs = grace.as_secs(), "grace period over; dropping unfinished requests");
+                    return Ok(());
+                }
+                result = &mut loading, if !loaded => {
+                    result?;
+                    loaded = true;
+                }
+            }
+        }
+    }
+}
+
+/// Loads the configured backend, installs it, and reports SERVING.
+async fn load_and_install(config: ServerConfig, engine: Arc<EmbeddingEngine>, health: HealthReporter) -> Result<()> {
+    let started = std::time::Instant::now();
+    let backend = load_backend(&config, engine.stats().clone()).await?;
+    tracing::info!(
+        backend = config.backend.name(),
+        model = %backend.info().model_id,
+        dim = backend.info().dim,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "model ready"
+    );
+    engine.install(backend);
+    set_health(&health, ServingStatus::Serving).await;
+    Ok(())
+}
+
+async fn load_backend(config: &ServerConfig, stats: Arc<Stats>) -> Result<Backend> {
+    match config.backend {
+        BackendKind::Onnx => {
+            let local = local_model_config(config);
+            let loaded = tokio::task::spawn_blocking(move || LocalBackend::load(&local, stats))
+                .await
+                .map_err(|e| Error::Config(format!("model loader: {e}")))??;
+            Ok(Backend::Local(loaded))
+        }
+        BackendKind::Pseudo => {
+            let model = PseudoModel { dim: config.pseudo_dim, max_tokens: PSEUDO_MAX_TOKENS };
+            let info = ModelInfo {
+                model_id: config.model_id.clone().unwrap_or_else(|| format!("pseudo-{}", config.pseudo_dim)),
+                dim: config.pseudo_dim,
+                max_input_tokens: PSEUDO_MAX_TOKENS,
+                pooling: Pooling::Mean,
+            };
+            Ok(Backend::Pseudo { model, info })
+        }
+        BackendKind::Remote => {
+            let max_message = config.max_request_bytes.max(config.max_response_bytes);
+            Ok(Backend::Remote(RemoteBackend::connect(&config.upstream, max_message).await?))
+        }
+    }
+}
+
+/// The pseudo backend truncates where the default model does.
+const PSEUDO_MAX_TOKENS: usize = 256;
+
+fn local_model_config(config: &ServerConfig) -> LocalModelConfig {
+    LocalModelConfig {
+        model_dir: config.model_dir(),
+        model_id: config.model_id(),
+        ort_library: config.ort_library(),
+        onnx: OnnxSettings { intra_op_threads: config.intra_op_threads(), spin: config.ort_spin },
+        batch: BatchLimits {
+            max_batch_size: config.max_batch_size,
+            max_batch_tokens: config.max_batch_tokens,
+            max_wait: config.max_batch_wait(),
+        },
+    }
+}
+
+async fn set_health(health: &HealthReporter, status: ServingStatus) {
+    health.set_service_status("", status).await;
+    health.set_service_status(EMBED_SERVICE_NAME, status).await;
+}
+
+/// Unary requests over the size limit fail inside tonic before any handler runs, as
+/// a trailers-only response with OUT_OF_RANGE; rewrite it to RESOURCE_EXHAUSTED.
+fn rewrite_oversized_status<B>(mut response: http::Response<B>) -> http::Response<B> {
+    if let Some(status) = tonic::Status::from_header_map(response.headers())
+        && wire::is_oversized_message(status.code(), status.message())
+    {
+        let headers = response.headers_mut();
+        headers.remove("grpc-message");
+        let _ = wire::oversized_message_status(status).add_header(headers);
+    }
+    response
+}

@@ -1,0 +1,121 @@
+//! `embedwire.v1.EmbedService`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use embedwire_proto::v1::embed_service_server::EmbedService;
+use embedwire_proto::v1::{
+    EmbedRequest, EmbedResponse, EmbedStreamRequest, EmbedStreamResponse, InfoRequest, InfoResponse,
+    StreamError, TokenizeRequest, TokenizeResponse, embed_stream_response,
+};
+use futures::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::engine::EmbeddingEngine;
+use crate::error::{Error, Result};
+use crate::wire;
+
+/// Settings the handlers report or apply beyond the engine's own.
+#[derive(Debug, Clone, Copy)]
+pub struct EmbedApiSettings {
+    /// Backend name for Info.
+    pub backend_name: &'static str,
+    /// Batch size and token caps, for Info.
+    pub batch: (usize, usize),
+    /// Request size limit, for Info.
+    pub max_request_bytes: usize,
+    /// Requests of one stream worked on at once.
+    pub stream_read_ahead: usize,
+}
+
+/// The EmbedService handlers.
+pub struct EmbedApi {
+    engine: Arc<EmbeddingEngine>,
+    settings: EmbedApiSettings,
+}
+
+impl EmbedApi {
+    /// Handlers over `engine`.
+    pub fn new(engine: Arc<EmbeddingEngine>, settings: EmbedApiSettings) -> Self {
+        EmbedApi { engine, settings }
+    }
+}
+
+/// Validates, embeds and encodes one request.
+async fn embed_one(engine: &EmbeddingEngine, request: EmbedRequest) -> Result<EmbedResponse> {
+    let dtype = wire::dtype_of(&request)?;
+    let options = wire::embed_options(&request);
+    let embeddings = engine.embed(request.inputs, options).await?;
+    Ok(wire::embed_response(embeddings, dtype))
+}
+
+/// Answers one stream message; its failure is reported in-band, tagged with its id.
+async fn answer_stream_message(engine: &EmbeddingEngine, message: EmbedStreamRequest) -> EmbedStreamResponse {
+    let result = match message.request {
+        Some(request) => embed_one(engine, request).await,
+        None => Err(Error::invalid("request", "is missing")),
+    };
+    let result = match result {
+        Ok(response) => embed_stream_response::Result::Response(response),
+        Err(error) => {
+            let status = Status::from(error);
+            embed_stream_response::Result::Error(StreamError {
+                code: status.code() as i32,
+                message: status.message().to_string(),
+            })
+        }
+    };
+    EmbedStreamResponse { request_id: message.request_id, result: Some(result) }
+}
+
+type ResponseStream = Pin<Box<dyn Stream<Item = Result<EmbedStreamResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl EmbedService for EmbedApi {
+    async fn embed(&self, request: Request<EmbedRequest>) -> Result<Response<EmbedResponse>, Status> {
+        Ok(Response::new(embed_one(&self.engine, request.into_inner()).await?))
+    }
+
+    type EmbedStreamStream = ResponseStream;
+
+    /// Works on up to `stream_read_ahead` requests at once (so they batch together)
+    /// and yields answers in request order. Nothing else buffers: when the client
+    /// stops reading, HTTP/2 flow control stops the response stream, `buffered` stops
+    /// pulling requests, and the client's sends block.
+    async fn embed_stream(
+        &self,
+        request: Request<Streaming<EmbedStreamRequest>>,
+    ) -> Result<Response<Self::EmbedStreamStream>, Status> {
+        let engine = self.engine.clone();
+        let responses = request
+            .into_inner()
+            .map(move |message| {
+                let engine = engine.clone();
+                async move {
+                    match message {
+                        Ok(message) => Ok(answer_stream_message(&engine, message).await),
+                        Err(status) => Err(wire::oversized_message_status(status)),
+                    }
+                }
+            })
+            .buffered(self.settings.stream_read_ahead);
+        Ok(Response::new(Box::pin(responses)))
+    }
+
+    async fn tokenize(&self, request: Request<TokenizeRequest>) -> Result<Response<TokenizeResponse>, Status> {
+        let request = request.into_inner();
+        let tokenized = self.engine.tokenize(request.inputs, request.truncate.unwrap_or(true)).await?;
+        Ok(Response::new(TokenizeResponse { tokenized: tokenized.into_iter().map(wire::tokenized_to_wire).collect() }))
+    }
+
+    async fn info(&self, _request: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {
+        let info = self.engine.info()?;
+        Ok(Response::new(wire::info_response(
+            info,
+            self.settings.backend_name,
+            self.engine.limits(),
+            self.settings.batch,
+            self.settings.max_request_bytes,
+        )))
+    }
+}

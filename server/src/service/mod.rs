@@ -1,0 +1,7 @@
+//! gRPC service implementations: thin handlers that convert with `wire` and call the
+//! engine.
+//!
+//! # Layout
+//! - [`embed`]: `embedwire.v1.EmbedService` (Embed, EmbedStream, Tokenize, Info).
+
+pub mod embed;

@@ -1,0 +1,164 @@
+//! Conversions between `embedwire.v1` messages and the server's domain types, and the
+//! one mapping from [`Error`] to a gRPC status. Handlers stay thin: they call these
+//! and the engine, nothing else.
+
+use embedwire_proto::v1::{
+    EmbedRequest, EmbedResponse, EmbeddingDtype, InfoResponse, Limits, TokenizedInput, Usage,
+};
+use embedwire_proto::vectors;
+
+use crate::backend::RawEmbeddings;
+use crate::engine::{EmbedOptions, Embeddings, RequestLimits};
+use crate::error::{Error, Result};
+use crate::model::{ModelInfo, Pooling, TokenizedText};
+
+/// Every dtype Embed can return, for Info.
+const SUPPORTED_DTYPES: [EmbeddingDtype; 5] = [
+    EmbeddingDtype::Float32,
+    EmbeddingDtype::Float16,
+    EmbeddingDtype::Int8,
+    EmbeddingDtype::Ubinary,
+    EmbeddingDtype::Float32List,
+];
+
+impl From<Error> for tonic::Status {
+    fn from(error: Error) -> Self {
+        let message = error.to_string();
+        match error {
+            Error::InvalidArgument(_) => tonic::Status::invalid_argument(message),
+            Error::ResourceExhausted(_) => tonic::Status::resource_exhausted(message),
+            Error::Unavailable(_) => tonic::Status::unavailable(message),
+            Error::Cancelled => tonic::Status::cancelled(message),
+            Error::Model(_) | Error::Config(_) | Error::Upstream(_) => tonic::Status::internal(message),
+        }
+    }
+}
+
+/// An upstream's error status as our error, keeping its meaning for the caller.
+pub fn error_from_upstream(status: tonic::Status) -> Error {
+    let message = status.message().to_string();
+    match status.code() {
+        tonic::Code::InvalidArgument => Error::InvalidArgument(message),
+        tonic::Code::ResourceExhausted => Error::ResourceExhausted(message),
+        tonic::Code::Unavailable => Error::Unavailable(message),
+        tonic::Code::Cancelled | tonic::Code::DeadlineExceeded => Error::Cancelled,
+        _ => Error::Upstream(format!("{:?}: {message}", status.code())),
+    }
+}
+
+/// tonic reports a request over the decoding limit as OUT_OF_RANGE; gRPC's own
+/// implementations, and this server's contract, say RESOURCE_EXHAUSTED.
+pub fn oversized_message_status(status: tonic::Status) -> tonic::Status {
+    if is_oversized_message(status.code(), status.message()) {
+        tonic::Status::resource_exhausted(format!("request too large: {}", status.message()))
+    } else {
+        status
+    }
+}
+
+/// Whether a status is tonic's "decoded message length too large".
+pub fn is_oversized_message(code: tonic::Code, message: &str) -> bool {
+    code == tonic::Code::OutOfRange && message.contains("message length too large")
+}
+
+/// The request's dtype, or INVALID_ARGUMENT for a value the proto does not define.
+pub fn dtype_of(request: &EmbedRequest) -> Result<EmbeddingDtype> {
+    EmbeddingDtype::try_from(request.dtype)
+        .map(vectors::effective_dtype)
+        .map_err(|_| Error::invalid("dtype", format!("unknown value {}", request.dtype)))
+}
+
+/// The request's options with the documented defaults filled in.
+pub fn embed_options(request: &EmbedRequest) -> EmbedOptions {
+    EmbedOptions {
+        normalize: request.normalize.unwrap_or(true),
+        truncate: request.truncate.unwrap_or(true),
+        dimensions: request.dimensions.map(|d| d as usize),
+    }
+}
+
+/// Encodes finished vectors as `dtype`.
+pub fn embed_response(embeddings: Embeddings, dtype: EmbeddingDtype) -> EmbedResponse {
+    let count = embeddings.token_counts.len();
+    let encoded = vectors::encode_rows(&embeddings.values, embeddings.dim, dtype);
+    let prompt_tokens: u32 = embeddings.token_counts.iter().sum();
+    EmbedResponse {
+        dim: embeddings.dim as u32,
+        count: count as u32,
+        dtype: dtype as i32,
+        embeddings: encoded.bytes.into(),
+        row_scales: encoded.row_scales,
+        values: encoded.values,
+        usage: Some(Usage { prompt_tokens, total_tokens: prompt_tokens }),
+        token_counts: embeddings.token_counts,
+        model: embeddings.model_id,
+    }
+}
+
+/// An upstream's FLOAT32 response as raw vectors, checked against what was asked.
+pub fn raw_embeddings_from_wire(response: EmbedResponse, count: usize, dim: usize) -> Result<RawEmbeddings> {
+    let values = vectors::decode_rows(&response.embeddings, &[], &[], count, dim, EmbeddingDtype::Float32)
+        .map_err(|e| Error::Upstream(e.to_string()))?;
+    Ok(RawEmbeddings { values, token_counts: response.token_counts })
+}
+
+/// One tokenization on the wire.
+pub fn tokenized_to_wire(tokenized: TokenizedText) -> TokenizedInput {
+    TokenizedInput {
+        count: tokenized.ids.len() as u32,
+        ids: tokenized.ids,
+        truncated: tokenized.truncated,
+        untruncated_count: tokenized.untruncated_count as u32,
+    }
+}
+
+/// One tokenization from an upstream.
+pub fn tokenized_from_wire(input: TokenizedInput) -> TokenizedText {
+    TokenizedText { ids: input.ids, truncated: input.truncated, untruncated_count: input.untruncated_count as usize }
+}
+
+/// The Info answer.
+pub fn info_response(
+    info: &ModelInfo,
+    backend: &str,
+    limits: RequestLimits,
+    batch: (usize, usize),
+    max_request_bytes: usize,
+) -> InfoResponse {
+    InfoResponse {
+        model: info.model_id.clone(),
+        dim: info.dim as u32,
+        max_input_tokens: info.max_input_tokens as u32,
+        pooling: info.pooling.name().to_string(),
+        backend: backend.to_string(),
+        dtypes: SUPPORTED_DTYPES.iter().map(|d| *d as i32).collect(),
+        limits: Some(Limits {
+            max_inputs_per_request: saturate(limits.max_inputs_per_request),
+            max_request_bytes: saturate(max_request_bytes),
+            max_in_flight_inputs: saturate(limits.max_in_flight_inputs),
+            max_batch_size: saturate(batch.0),
+            max_batch_tokens: saturate(batch.1),
+            max_input_chars: saturate(limits.max_input_chars),
+        }),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+/// An upstream's Info as the model it serves.
+pub fn model_info_from_wire(info: InfoResponse) -> Result<ModelInfo> {
+    let pooling = match info.pooling.as_str() {
+        "cls" => Pooling::Cls,
+        "mean" => Pooling::Mean,
+        other => return Err(Error::Upstream(format!("unknown pooling {other:?}"))),
+    };
+    Ok(ModelInfo {
+        model_id: info.model,
+        dim: info.dim as usize,
+        max_input_tokens: info.max_input_tokens as usize,
+        pooling,
+    })
+}
+
+fn saturate(value: usize) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
