@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use embedwire_server::ServerConfig;
 
 /// embed-bench: measures in one run the in-process ONNX ceiling and the real server's
 /// throughput, latency, memory and cold start, and compares them with their targets.
@@ -132,16 +133,26 @@ impl BenchConfig {
         }
     }
 
-    /// The server's own flags for what both sides must share (model, library), as
-    /// `embedwire-server` would parse them.
-    pub fn shared_server_flags(&self) -> Vec<OsString> {
-        let mut flags: Vec<OsString> = vec!["--backend".into(), "onnx".into()];
+    /// The model directory and ONNX Runtime library, resolved the way the server
+    /// resolves them, so both sides load the same files.
+    pub fn model_paths(&self) -> Result<ModelPaths, String> {
+        let mut flags: Vec<OsString> = vec!["embedwire-server".into()];
         if let Some(dir) = &self.model_dir {
             flags.extend(["--model-dir".into(), dir.into()]);
         }
         if let Some(library) = &self.ort_library {
             flags.extend(["--ort-library".into(), library.into()]);
         }
-        flags
+        let server = ServerConfig::try_parse_from(flags).map_err(|e| e.to_string())?;
+        Ok(ModelPaths { model_dir: server.model_dir(), ort_library: server.ort_library() })
     }
+}
+
+/// The files both the in-process model and the server load.
+#[derive(Debug, Clone)]
+pub struct ModelPaths {
+    /// The model directory (model.onnx, tokenizer.json, configs).
+    pub model_dir: PathBuf,
+    /// The ONNX Runtime shared library.
+    pub ort_library: PathBuf,
 }

@@ -1,0 +1,28 @@
+# embedwire entry points. `run` and `test` do the setup themselves; every setup step
+# is cached, so repeating it costs seconds.
+CACHE ?= $(or $(EMBEDWIRE_CACHE),$(HOME)/.cache/embedwire)
+BIN := $(CACHE)/bin
+ARGS ?=
+
+.PHONY: setup run test lint bench
+
+## setup: install the model, ONNX Runtime and dev tools; build the workspace (release)
+setup:
+	bash scripts/setup.sh
+
+## run: serve the default model on 127.0.0.1:50051 (pass flags with ARGS="...")
+run: setup
+	./target/release/embedwire-server $(ARGS)
+
+## lint: buf lint on the protos
+lint:
+	$(BIN)/buf lint
+
+## test: lint, then every test of the workspace against the real model and binaries
+test: setup lint
+	cargo test --release --workspace
+	./target/release/embed-bench --quick
+
+## bench: the benchmarks of bench/ (figures printed, CSV under bench/results)
+bench: setup
+	./target/release/embed-bench

@@ -1,0 +1,74 @@
+//! Latency summaries from raw samples: mean and nearest-rank percentiles.
+
+use std::time::Duration;
+
+/// Mean and percentiles of a set of durations.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LatencySummary {
+    /// Samples summarized.
+    pub count: usize,
+    pub mean: Duration,
+    pub p50: Duration,
+    pub p95: Duration,
+    pub p99: Duration,
+    pub max: Duration,
+}
+
+impl LatencySummary {
+    /// Summarizes `samples`; all zero when there are none.
+    pub fn from_samples(mut samples: Vec<Duration>) -> Self {
+        if samples.is_empty() {
+            return LatencySummary::default();
+        }
+        samples.sort_unstable();
+        let total: Duration = samples.iter().sum();
+        LatencySummary {
+            count: samples.len(),
+            mean: total / samples.len() as u32,
+            p50: percentile(&samples, 50.0),
+            p95: percentile(&samples, 95.0),
+            p99: percentile(&samples, 99.0),
+            max: samples[samples.len() - 1],
+        }
+    }
+}
+
+/// Nearest-rank percentile of sorted, non-empty `samples`: the smallest sample with
+/// at least `p` percent of the samples at or below it. Always a measured value, never
+/// an interpolation between two.
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Milliseconds, for printing and CSV.
+pub fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn millis(values: impl IntoIterator<Item = u64>) -> Vec<Duration> {
+        values.into_iter().map(Duration::from_millis).collect()
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let summary = LatencySummary::from_samples(millis((1..=100).rev()));
+        assert_eq!(summary.count, 100);
+        assert_eq!(summary.p50, Duration::from_millis(50));
+        assert_eq!(summary.p95, Duration::from_millis(95));
+        assert_eq!(summary.p99, Duration::from_millis(99));
+        assert_eq!(summary.max, Duration::from_millis(100));
+        assert_eq!(summary.mean, Duration::from_micros(50_500));
+    }
+
+    #[test]
+    fn small_and_empty_sets() {
+        let one = LatencySummary::from_samples(millis([7]));
+        assert_eq!((one.p50, one.p99), (Duration::from_millis(7), Duration::from_millis(7)));
+        assert_eq!(LatencySummary::from_samples(Vec::new()).count, 0);
+    }
+}

@@ -1,0 +1,34 @@
+//! Finds the embedwire-server binary to measure. Without an explicit path it builds
+//! this workspace's server first, so the bench never measures a stale binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context;
+
+/// The binary's file name, as cargo names it.
+const SERVER_BIN: &str = "embedwire-server";
+
+/// `explicit` if given; otherwise builds the server with cargo in the profile of this
+/// binary and returns the build next to it (cargo puts every binary of a profile in
+/// one directory: target/release or target/debug).
+pub fn resolve(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(path) = explicit {
+        anyhow::ensure!(path.is_file(), "server binary {} does not exist", path.display());
+        return Ok(path.to_path_buf());
+    }
+    let own = std::env::current_exe().context("locating embed-bench itself")?;
+    let dir = own.parent().context("embed-bench has no parent directory")?;
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("the bench crate has no parent")?;
+    let mut build = Command::new("cargo");
+    build.current_dir(workspace).args(["build", "--quiet", "-p", "embedwire-server", "--bin", SERVER_BIN]);
+    if !cfg!(debug_assertions) {
+        build.arg("--release");
+    }
+    eprintln!("building {SERVER_BIN} ({})", if cfg!(debug_assertions) { "debug" } else { "release" });
+    let status = build.status().context("running cargo (or pass --server-bin)")?;
+    anyhow::ensure!(status.success(), "cargo build of {SERVER_BIN} failed ({status})");
+    let path = dir.join(SERVER_BIN);
+    anyhow::ensure!(path.is_file(), "cargo built {SERVER_BIN} but {} does not exist (pass --server-bin)", path.display());
+    Ok(path)
+}

@@ -1,0 +1,192 @@
+//! Health transitions, the remote backend (split deployment), overload, cancellation
+//! and graceful shutdown.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::{InProcessServer, ONNX, PSEUDO, READY_TIMEOUT, ServerProcess, embed_request, health_status, rows, wait_serving};
+use embedwire_proto::v1::{EmbedRequest, InfoRequest};
+use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
+
+/// Polls `condition` until it holds, failing after READY_TIMEOUT.
+async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Texts of about 250 tokens each: slow enough to keep the model busy for a while.
+fn long_texts(count: usize) -> Vec<String> {
+    common::sentences(count, 240)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_is_not_serving_until_the_upstream_answers() {
+    // A port with nothing behind it yet.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let upstream_address = format!("http://127.0.0.1:{port}");
+    let front = InProcessServer::start_unready(&["--backend", "remote", "--upstream", &upstream_address]).await;
+
+    assert_eq!(health_status(&front.address).await, Some(ServingStatus::NotServing));
+    let status = front.client().await.embed(embed_request(&["too early"])).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    assert!(status.message().contains("loading"), "{}", status.message());
+
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    let upstream = InProcessServer::start_on(listener, PSEUDO);
+    wait_serving(&front.address).await;
+    let via_front = front.client().await.embed(embed_request(&["hello"])).await.unwrap().into_inner();
+    let direct = upstream.client().await.embed(embed_request(&["hello"])).await.unwrap().into_inner();
+    assert_eq!(rows(&via_front), rows(&direct));
+    front.stop().await.unwrap();
+    upstream.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn remote_backend_balances_and_routes_around_a_dead_upstream() {
+    let first = InProcessServer::start(PSEUDO).await;
+    let second = InProcessServer::start(PSEUDO).await;
+    let upstreams = format!("{},{}", first.address, second.address);
+    let front = InProcessServer::start(&["--backend", "remote", "--upstream", &upstreams]).await;
+    let mut client = front.client().await;
+    let info = client.info(InfoRequest {}).await.unwrap().into_inner();
+    assert_eq!((info.backend.as_str(), info.dim), ("remote", 384));
+
+    let texts = common::sentences(3, 6);
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let direct = rows(&first.client().await.embed(embed_request(&texts)).await.unwrap().into_inner());
+    for _ in 0..10 {
+        let via_front = client.embed(embed_request(&texts)).await.unwrap().into_inner();
+        assert_eq!(rows(&via_front), direct);
+    }
+    let served = |server: &InProcessServer| server.engine.stats().requests.load(Ordering::SeqCst);
+    assert!(served(&first) >= 5 && served(&second) >= 5, "round robin: {} and {}", served(&first), served(&second));
+
+    first.stop().await.unwrap();
+    for _ in 0..10 {
+        let via_front = client.embed(embed_request(&texts)).await.expect("the live upstream answers");
+        assert_eq!(rows(&via_front.into_inner()), direct);
+    }
+    front.stop().await.unwrap();
+    second.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn remote_backend_returns_the_upstream_models_vectors_and_errors() {
+    let upstream = InProcessServer::start(ONNX).await;
+    let front = InProcessServer::start(&["--backend", "remote", "--upstream", &upstream.address]).await;
+    let request = EmbedRequest { dimensions: Some(128), ..embed_request(&["The cat sits outside", "A man plays"]) };
+    let via_front = front.client().await.embed(request.clone()).await.unwrap().into_inner();
+    let direct = upstream.client().await.embed(request).await.unwrap().into_inner();
+    assert_eq!(via_front.token_counts, direct.token_counts);
+    let (a, b) = (rows(&via_front), rows(&direct));
+    for (x, y) in a.iter().zip(&b) {
+        assert!(common::max_abs_diff(x, y) < 1e-6);
+    }
+    let too_long = "w ".repeat(300);
+    let status = front
+        .client()
+        .await
+        .embed(EmbedRequest { truncate: Some(false), ..embed_request(&[&too_long]) })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("inputs[0]"), "{}", status.message());
+    front.stop().await.unwrap();
+    upstream.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn overload_is_refused_at_once_with_resource_exhausted() {
+    let flags = [ONNX, &["--max-in-flight-inputs", "64", "--max-inputs-per-request", "64", "--max-batch-size", "8"]].concat();
+    let server = InProcessServer::start(&flags).await;
+    let texts = long_texts(64);
+    let mut busy_client = server.client().await;
+    let busy = tokio::spawn(async move { busy_client.embed(EmbedRequest { inputs: texts, ..Default::default() }).await });
+    eventually("the big request to be admitted", || server.engine.in_flight_inputs() == 64).await;
+
+    let status = server.client().await.embed(embed_request(&["one more"])).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert!(status.message().contains("overloaded"), "{}", status.message());
+    assert!(server.engine.in_flight_inputs() == 64, "the refusal came while the big request still ran");
+    assert_eq!(server.engine.stats().rejected_overload.load(Ordering::SeqCst), 1);
+
+    assert_eq!(busy.await.unwrap().expect("admitted work completes").into_inner().count, 64);
+    server.client().await.embed(embed_request(&["room again"])).await.expect("capacity is back");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn work_of_a_cancelled_request_never_reaches_the_model() {
+    let server = InProcessServer::start(&[ONNX, &["--max-batch-size", "4"]].concat()).await;
+    let mut request = tonic::Request::new(EmbedRequest { inputs: long_texts(64), ..Default::default() });
+    request.set_timeout(Duration::from_millis(300));
+    let status = server.client().await.embed(request).await.unwrap_err();
+    assert!(matches!(status.code(), Code::DeadlineExceeded | Code::Cancelled), "{status:?}");
+
+    let stats = server.engine.stats().clone();
+    eventually("every sequence to be run or dropped", || {
+        stats.sequences.load(Ordering::SeqCst) + stats.dropped_sequences.load(Ordering::SeqCst) == 64
+    })
+    .await;
+    let dropped = stats.dropped_sequences.load(Ordering::SeqCst);
+    assert!(dropped > 0, "no sequence of the cancelled request was dropped");
+    eprintln!("ran {} sequences, dropped {dropped}", 64 - dropped);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_lets_in_flight_requests_finish() {
+    let mut server = InProcessServer::start(ONNX).await;
+    let mut client = server.client().await;
+    let texts = long_texts(32);
+    let in_flight = tokio::spawn(async move { client.embed(EmbedRequest { inputs: texts, ..Default::default() }).await });
+    eventually("the request to be admitted", || server.engine.in_flight_inputs() == 32).await;
+
+    server.begin_shutdown();
+    let response = in_flight.await.unwrap().expect("in-flight request completes during shutdown");
+    assert_eq!(response.into_inner().count, 32);
+    tokio::time::timeout(READY_TIMEOUT, &mut server.task).await.expect("server stops").unwrap().unwrap();
+    assert_eq!(health_status(&server.address).await, None, "no longer accepting connections");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_the_binary_cleanly() {
+    let mut server = ServerProcess::spawn(PSEUDO).await;
+    wait_serving(&server.address).await;
+    common::client(&server.address).await.embed(embed_request(&["before"])).await.unwrap();
+    server.terminate();
+    let status = tokio::time::timeout(READY_TIMEOUT, server.child.wait()).await.expect("exits").unwrap();
+    assert!(status.success(), "exit status {status}");
+    let mut stopped = false;
+    while let Some(line) = server.stderr_lines.recv().await {
+        stopped |= line.contains("stopped");
+    }
+    assert!(stopped, "the server logs a clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broken_setup_fails_at_start_with_a_clear_message() {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_embedwire-server"))
+        .args(["--listen", "127.0.0.1:0", "--model-dir", "/nonexistent/model"])
+        .env("NO_COLOR", "1")
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("/nonexistent/model does not exist"), "{stderr}");
+
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_embedwire-server"))
+        .args(["--backend", "remote"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--upstream"));
+}
