@@ -278,3 +278,111 @@ fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence], stats: &Sta
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in model for the batching logic alone (the real model is covered by
+    /// the integration tests): each vector is [sequence length, first id], and it
+    /// records the batches it saw.
+    struct RecordingModel {
+        batches: Arc<Mutex<Vec<Vec<usize>>>>,
+    }
+
+    impl BatchModel for RecordingModel {
+        fn dim(&self) -> usize {
+            2
+        }
+
+        fn embed_batch(&mut self, batch: &[&[u32]]) -> Result<Vec<f32>> {
+            self.batches.lock().unwrap().push(batch.iter().map(|s| s.len()).collect());
+            Ok(batch.iter().flat_map(|s| [s.len() as f32, s[0] as f32]).collect())
+        }
+    }
+
+    fn limits(max_batch_size: usize, max_batch_tokens: usize) -> BatchLimits {
+        BatchLimits { max_batch_size, max_batch_tokens, max_wait: Duration::ZERO }
+    }
+
+    fn sequence(length: usize, first: u32) -> Vec<u32> {
+        let mut ids = vec![7; length];
+        ids[0] = first;
+        ids
+    }
+
+    #[test]
+    fn split_respects_size_and_padded_token_budget() {
+        let job = Arc::new(Job { state: Mutex::new(JobState { values: vec![], remaining: 0, reply: None }) });
+        let sorted: Vec<QueuedSequence> = [2, 2, 3, 3, 3, 10]
+            .iter()
+            .map(|&len| QueuedSequence { job: job.clone(), row: 0, ids: vec![1; len] })
+            .collect();
+        let sizes: Vec<Vec<usize>> = split_under_budget(sorted, limits(3, 9))
+            .iter()
+            .map(|batch| batch.iter().map(|s| s.ids.len()).collect())
+            .collect();
+        // [2,2,3] pads to 9 tokens; [3,3] next; 10 alone even though it is over budget.
+        assert_eq!(sizes, vec![vec![2, 2, 3], vec![3, 3], vec![10]]);
+    }
+
+    #[tokio::test]
+    async fn rows_come_back_in_submission_order_across_sorted_batches() {
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let model = RecordingModel { batches: batches.clone() };
+        let batcher = TokenBudgetBatcher::start(model, limits(2, 100), Arc::new(Stats::default())).unwrap();
+        let lengths = [5, 1, 4, 2, 3];
+        let reply = batcher.submit(lengths.iter().enumerate().map(|(i, &len)| sequence(len, i as u32 + 10)).collect());
+        let values = reply.await.unwrap().unwrap();
+        let expected: Vec<f32> = lengths.iter().enumerate().flat_map(|(i, &len)| [len as f32, i as f32 + 10.0]).collect();
+        assert_eq!(values, expected);
+        for batch in batches.lock().unwrap().iter() {
+            assert!(batch.len() <= 2);
+            assert!(batch.windows(2).all(|w| w[0] <= w[1]), "length-sorted batch {batch:?}");
+        }
+    }
+
+    /// Blocks in its first batch until released, so a test can queue work behind it.
+    struct GatedModel {
+        entered: std::sync::mpsc::Sender<()>,
+        release: std::sync::mpsc::Receiver<()>,
+        inner: RecordingModel,
+    }
+
+    impl BatchModel for GatedModel {
+        fn dim(&self) -> usize {
+            2
+        }
+
+        fn embed_batch(&mut self, batch: &[&[u32]]) -> Result<Vec<f32>> {
+            if self.entered.send(()).is_ok() {
+                let _ = self.release.recv();
+            }
+            self.inner.embed_batch(batch)
+        }
+    }
+
+    #[tokio::test]
+    async fn abandoned_requests_are_dropped_before_the_model() {
+        let (entered_tx, entered) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        let stats = Arc::new(Stats::default());
+        let model = GatedModel {
+            entered: entered_tx,
+            release: release_rx,
+            inner: RecordingModel { batches: Arc::new(Mutex::new(Vec::new())) },
+        };
+        let batcher = TokenBudgetBatcher::start(model, limits(4, 100), stats.clone()).unwrap();
+        let blocker = batcher.submit(vec![sequence(1, 0)]);
+        entered.recv().unwrap(); // the model thread is busy with the blocker
+        drop(entered);
+        let abandoned = batcher.submit(vec![sequence(3, 1), sequence(3, 2)]);
+        drop(abandoned); // the caller goes away while its work waits
+        let kept = batcher.submit(vec![sequence(2, 3)]);
+        release.send(()).unwrap();
+        assert_eq!(blocker.await.unwrap().unwrap(), vec![1.0, 0.0]);
+        assert_eq!(kept.await.unwrap().unwrap(), vec![2.0, 3.0]);
+        assert_eq!(Stats::get(&stats.dropped_sequences), 2);
+        assert_eq!(Stats::get(&stats.sequences), 2);
+    }
+}

@@ -194,10 +194,10 @@ fn rows(results: &Results) -> Vec<Row> {
 pub fn table(results: &Results) -> String {
     let rows = rows(results);
     let mut out = String::new();
-    let _ = writeln!(out, "{:<28} {:<20} {:<36} result", "figure", "measured", "target");
+    let _ = writeln!(out, "{:<30} {:<20} {:<36} result", "figure", "measured", "target");
     for row in &rows {
         let target = row.target.as_ref().map_or("-", |(_, text)| text.as_str());
-        let _ = writeln!(out, "{:<28} {:<20} {:<36} {}", row.figure, row.measured, target, row.result());
+        let _ = writeln!(out, "{:<30} {:<20} {:<36} {}", row.figure, row.measured, target, row.result());
     }
     let judged: Vec<bool> = rows.iter().filter_map(Row::passes).collect();
     let _ = writeln!(out, "{} of {} targets met", judged.iter().filter(|&&pass| pass).count(), judged.len());

@@ -34,9 +34,6 @@ const PLACES: [&str; 9] = ["river", "station", "market", "bridge", "library", "h
 /// Times of day.
 const TIMES: [&str; 7] = ["morning", "evening", "afternoon", "night", "weekend", "summer", "winter"];
 
-/// Words in every sentence.
-pub const WORDS_PER_SENTENCE: usize = 12;
-
 /// The `i`-th sentence: "The <adj> <subject> <verb> the <adj> <object> near the
 /// <place> every <time>." — twelve words, one to two tokens each for BERT.
 pub fn sentence(i: usize) -> String {
@@ -69,6 +66,6 @@ mod tests {
         let all = sentences(16 * 17 * 19);
         let distinct: HashSet<&String> = all.iter().collect();
         assert_eq!(distinct.len(), all.len());
-        assert!(all.iter().all(|s| s.split_whitespace().count() == WORDS_PER_SENTENCE));
+        assert!(all.iter().all(|s| s.split_whitespace().count() == 12));
     }
 }

@@ -1,0 +1,211 @@
+//! embed-bench: measures in one run how close the embedwire server comes to ONNX
+//! Runtime called directly, and prints each figure against its target:
+//!
+//! 1. the in-process ceiling: sentences/s of the bare model at batch sizes 1..64;
+//! 2. server throughput with 32 concurrent one-sentence clients, as a ratio to it;
+//! 3. latency of one sequential client, against the in-process batch-1 time;
+//! 4. the server's memory, idle and after the throughput run;
+//! 5. cold start, from spawning the server to health SERVING.
+//!
+//! Both sides load the same model file with the same intra-op thread count. The
+//! ceiling is measured first and its model dropped before the server starts, so the
+//! two never compete for the cores. Figures are noisy on a shared machine; the ratios
+//! are what to compare between runs. A MISS is a result, not a failure: the exit
+//! status is non-zero only when the bench could not run.
+//!
+//! # Layout
+//! - [`config`]: the flags, and the amounts of work of a full or `--quick` run.
+//! - [`sentences`]: the deterministic 12-word input sentences.
+//! - [`in_process`]: the in-process ceiling.
+//! - [`server_binary`]: finds (or builds) the server binary.
+//! - [`server_process`]: one server process: spawn, address, health, stop.
+//! - [`load`]: concurrent closed-loop clients and their latencies.
+//! - [`memory`]: the server's RSS, once or its peak over a run.
+//! - [`latency`]: mean and percentiles.
+//! - [`report`]: targets, the final table and the CSV files.
+
+mod config;
+mod in_process;
+mod latency;
+mod load;
+mod memory;
+mod report;
+mod sentences;
+mod server_binary;
+mod server_process;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+
+use crate::config::{BenchConfig, ModelPaths, Plan};
+use crate::in_process::CeilingPlan;
+use crate::load::Stop;
+use crate::memory::{PeakRssSampler, mib, rss_bytes};
+use crate::report::{Results, RunSetup, ServerMemory};
+use crate::server_process::{ServerCommand, ServerProcess};
+
+/// Distinct sentences in rotation: enough that no batch or concurrent call repeats
+/// a text, few enough to tokenize in a blink.
+const SENTENCES: usize = 512;
+/// RSS sampling interval during the throughput run.
+const RSS_SAMPLE_INTERVAL: Duration = Duration::from_millis(50);
+
+fn main() -> anyhow::Result<()> {
+    let config = BenchConfig::parse();
+    config.validate().map_err(anyhow::Error::msg)?;
+    let plan = config.plan();
+    let paths = config.model_paths().map_err(anyhow::Error::msg)?;
+    let started = Instant::now();
+    let texts: Arc<[String]> = sentences::sentences(SENTENCES).into();
+    // Before measuring anything: a build would disturb the ceiling, and a failed one
+    // should not come after a minute of measuring.
+    let server_bin = server_binary::resolve(config.server_bin.as_deref())?;
+
+    println!(
+        "embed-bench{}: model {}, {} intra-op threads",
+        if config.quick { " --quick" } else { "" },
+        paths.model_dir.display(),
+        config.intra_op_threads
+    );
+    println!("1. in-process ceiling");
+    let ceiling_plan = CeilingPlan {
+        batch_sizes: &plan.batch_sizes,
+        time_per_size: plan.ceiling_time,
+        warmup: plan.ceiling_warmup,
+        intra_op_threads: config.intra_op_threads,
+    };
+    let ceiling = in_process::measure(&paths, &texts, &ceiling_plan)?;
+
+    // The client runtime starts only now, so its threads did not share the cores
+    // with the ceiling measurement.
+    let runtime = tokio::runtime::Runtime::new()?;
+    let server = runtime.block_on(measure_server(&config, &plan, &paths, server_bin, texts))?;
+
+    let results = Results {
+        setup: RunSetup {
+            quick: config.quick,
+            intra_op_threads: config.intra_op_threads,
+            clients: config.clients,
+            clients_per_connection: config.clients_per_connection,
+            server_args: config.server_args.clone(),
+        },
+        ceiling,
+        throughput: server.throughput,
+        latency: server.latency,
+        memory: server.memory,
+        cold_starts: server.cold_starts,
+    };
+    println!();
+    print!("{}", report::table(&results));
+    let [measurements, summary] = report::write_csv(&config.results_dir, &results)?;
+    println!("wrote {} and {}", measurements.display(), summary.display());
+    println!("run time {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// What the server measurements produce.
+struct ServerFigures {
+    cold_starts: Vec<Duration>,
+    latency: load::LoadResult,
+    throughput: load::LoadResult,
+    memory: ServerMemory,
+}
+
+async fn measure_server(
+    config: &BenchConfig,
+    plan: &Plan,
+    paths: &ModelPaths,
+    binary: PathBuf,
+    texts: Arc<[String]>,
+) -> anyhow::Result<ServerFigures> {
+    // The server's data directory, unused by embedding but kept out of the
+    // working directory.
+    let data_dir = std::env::temp_dir().join(format!("embed-bench-{}", std::process::id()));
+    let mut args: Vec<OsString> = vec![
+        "--backend".into(),
+        "onnx".into(),
+        "--intra-op-threads".into(),
+        config.intra_op_threads.to_string().into(),
+        "--model-dir".into(),
+        paths.model_dir.clone().into(),
+        "--ort-library".into(),
+        paths.ort_library.clone().into(),
+        "--data-dir".into(),
+        data_dir.clone().into(),
+    ];
+    args.extend(config.server_args.iter().map(OsString::from));
+    let command = ServerCommand { binary, args };
+
+    println!("5. cold start (spawn to health SERVING), {} start(s)", plan.cold_starts);
+    let mut cold_starts = Vec::new();
+    let mut kept = None;
+    for start in 1..=plan.cold_starts {
+        let (server, took) = ServerProcess::start(&command).await?;
+        println!("  start {start}: {:.0} ms", latency::ms(took));
+        cold_starts.push(took);
+        // Stopped before the next start so two servers never overlap; the last one
+        // serves the other measurements.
+        if start < plan.cold_starts {
+            server.stop().await?;
+        } else {
+            kept = Some(server);
+        }
+    }
+    let server = kept.expect("at least one start");
+
+    let control = [server.connect().await?];
+    load::run(&control, 1, texts.clone(), Stop::Calls(1)).await?;
+    let idle = rss_bytes(server.pid)?;
+    println!("4. RSS idle after one call: {:.1} MiB", mib(idle));
+
+    println!("3. latency, one sequential client, {:.0} s", plan.latency_time.as_secs_f64());
+    load::run(&control, 1, texts.clone(), Stop::Calls(plan.latency_warmup_calls)).await?;
+    let latency = load::run(&control, 1, texts.clone(), Stop::After(plan.latency_time)).await?;
+    let l = latency.latency;
+    println!(
+        "  {} calls: p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  mean {:.2} ms",
+        latency.calls,
+        latency::ms(l.p50),
+        latency::ms(l.p95),
+        latency::ms(l.p99),
+        latency::ms(l.mean)
+    );
+
+    let connections = config.clients.div_ceil(config.clients_per_connection);
+    println!(
+        "2. throughput, {} clients over {connections} connections, {:.0} s",
+        config.clients,
+        plan.throughput_time.as_secs_f64()
+    );
+    let mut channels = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        channels.push(server.connect().await?);
+    }
+    load::run(&channels, config.clients, texts.clone(), Stop::After(plan.throughput_warmup)).await?;
+    let sampler = PeakRssSampler::start(server.pid, RSS_SAMPLE_INTERVAL);
+    let throughput = load::run(&channels, config.clients, texts, Stop::After(plan.throughput_time)).await?;
+    let after_throughput = rss_bytes(server.pid)?;
+    let peak = sampler.finish(server.pid).await?;
+    let t = throughput.latency;
+    println!(
+        "  {} calls: {:.0} sentences/s  latency p50 {:.1} ms  p95 {:.1} ms  p99 {:.1} ms",
+        throughput.calls,
+        throughput.rate(),
+        latency::ms(t.p50),
+        latency::ms(t.p95),
+        latency::ms(t.p99)
+    );
+    println!("4. RSS after throughput: {:.1} MiB (peak {:.1} MiB)", mib(after_throughput), mib(peak));
+
+    server.stop().await?;
+    if let Err(error) = std::fs::remove_dir_all(&data_dir)
+        && error.kind() != std::io::ErrorKind::NotFound
+    {
+        eprintln!("could not remove {}: {error}", data_dir.display());
+    }
+    Ok(ServerFigures { cold_starts, latency, throughput, memory: ServerMemory { idle, peak, after_throughput } })
+}
