@@ -33,7 +33,7 @@ impl BackendKind {
 
 /// embedwire-server: a gRPC embedding server with dynamic batching.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "embedwire-server", version, about)]
+#[command(name = "embedwire-server", version)]
 pub struct ServerConfig {
     /// Address to listen on (gRPC, gRPC-web).
     #[arg(long, env = "EMBEDWIRE_LISTEN", default_value = "127.0.0.1:50051")]
@@ -43,7 +43,7 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_BACKEND", value_enum, default_value = "onnx")]
     pub backend: BackendKind,
 
-    /// Directory for durable data (the document index).
+    /// Directory for durable data: reserved for the document index (not used yet).
     #[arg(long, env = "EMBEDWIRE_DATA_DIR", default_value = "embedwire-data")]
     pub data_dir: PathBuf,
 

@@ -125,18 +125,22 @@ async fn measure_server(
     // The server's data directory, unused by embedding but kept out of the
     // working directory.
     let data_dir = std::env::temp_dir().join(format!("embed-bench-{}", std::process::id()));
-    let mut args: Vec<OsString> = vec![
-        "--backend".into(),
-        "onnx".into(),
-        "--intra-op-threads".into(),
-        config.intra_op_threads.to_string().into(),
-        "--model-dir".into(),
-        paths.model_dir.clone().into(),
-        "--ort-library".into(),
-        paths.ort_library.clone().into(),
-        "--data-dir".into(),
-        data_dir.clone().into(),
+    let threads = config.intra_op_threads.to_string();
+    let defaults: [(&str, OsString); 5] = [
+        ("--backend", "onnx".into()),
+        ("--intra-op-threads", threads.into()),
+        ("--model-dir", paths.model_dir.clone().into()),
+        ("--ort-library", paths.ort_library.clone().into()),
+        ("--data-dir", data_dir.clone().into()),
     ];
+    // The server refuses a flag given twice, so a --server-arg replaces the default.
+    let overridden = |flag: &str| {
+        config.server_args.iter().any(|arg| arg == flag || arg.starts_with(&format!("{flag}=")))
+    };
+    let mut args: Vec<OsString> = Vec::new();
+    for (flag, value) in defaults.into_iter().filter(|(flag, _)| !overridden(flag)) {
+        args.extend([flag.into(), value]);
+    }
     args.extend(config.server_args.iter().map(OsString::from));
     let command = ServerCommand { binary, args };
 
