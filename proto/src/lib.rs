@@ -16,5 +16,4 @@ pub mod v1 {
 }
 
 /// The file descriptor set of every `embedwire.v1` proto file, for tonic-reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/embedwire_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/embedwire_descriptor.bin"));

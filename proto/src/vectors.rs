@@ -99,19 +99,12 @@ pub fn decode_rows(
     }
     let expected = count * bytes_per_row(dtype, dim);
     if bytes.len() != expected {
-        return Err(DecodeError::WrongLength {
-            actual: bytes.len(),
-            expected,
-            count,
-            dim,
-            dtype: dtype.as_str_name(),
-        });
+        return Err(DecodeError::WrongLength { actual: bytes.len(), expected, count, dim, dtype: dtype.as_str_name() });
     }
     match dtype {
-        EmbeddingDtype::Float16 => Ok(bytes
-            .chunks_exact(2)
-            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect()),
+        EmbeddingDtype::Float16 => {
+            Ok(bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect())
+        }
         EmbeddingDtype::Int8 => {
             if row_scales.len() != count {
                 return Err(DecodeError::WrongScaleCount { actual: row_scales.len(), expected: count });
@@ -151,10 +144,8 @@ fn pack_sign_bits(values: &[f32], dim: usize) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(values.len().div_ceil(8));
     for row in values.chunks_exact(dim.max(1)) {
         for chunk in row.chunks(8) {
-            let byte = chunk
-                .iter()
-                .enumerate()
-                .fold(0u8, |acc, (bit, v)| if *v > 0.0 { acc | (0x80 >> bit) } else { acc });
+            let byte =
+                chunk.iter().enumerate().fold(0u8, |acc, (bit, v)| if *v > 0.0 { acc | (0x80 >> bit) } else { acc });
             bytes.push(byte);
         }
     }

@@ -36,7 +36,11 @@ impl InFlightLimiter {
             ))
         };
         let count = u32::try_from(inputs).map_err(|_| overloaded())?;
-        self.permits.clone().try_acquire_many_owned(count).map(|permit| Admission { _permit: permit }).map_err(|_| overloaded())
+        self.permits
+            .clone()
+            .try_acquire_many_owned(count)
+            .map(|permit| Admission { _permit: permit })
+            .map_err(|_| overloaded())
     }
 
     /// Inputs in flight now.

@@ -334,7 +334,8 @@ mod tests {
         let lengths = [5, 1, 4, 2, 3];
         let reply = batcher.submit(lengths.iter().enumerate().map(|(i, &len)| sequence(len, i as u32 + 10)).collect());
         let values = reply.await.unwrap().unwrap();
-        let expected: Vec<f32> = lengths.iter().enumerate().flat_map(|(i, &len)| [len as f32, i as f32 + 10.0]).collect();
+        let expected: Vec<f32> =
+            lengths.iter().enumerate().flat_map(|(i, &len)| [len as f32, i as f32 + 10.0]).collect();
         assert_eq!(values, expected);
         for batch in batches.lock().unwrap().iter() {
             assert!(batch.len() <= 2);

@@ -153,7 +153,9 @@ impl ServerConfig {
         }
         match &self.model_dir {
             None => DEFAULT_MODEL_ID.to_string(),
-            Some(dir) => dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string()),
+            Some(dir) => {
+                dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string())
+            }
         }
     }
 
@@ -164,8 +166,7 @@ impl ServerConfig {
 
     /// Threads for one model batch.
     pub fn intra_op_threads(&self) -> usize {
-        self.intra_op_threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+        self.intra_op_threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
     }
 
     /// The batcher's longest wait for a batch to fill.

@@ -151,7 +151,11 @@ impl EmbeddingEngine {
         if texts.len() > self.limits.max_inputs_per_request {
             return Err(Error::invalid(
                 "inputs",
-                format!("has {} texts, more than the limit of {} per request", texts.len(), self.limits.max_inputs_per_request),
+                format!(
+                    "has {} texts, more than the limit of {} per request",
+                    texts.len(),
+                    self.limits.max_inputs_per_request
+                ),
             ));
         }
         for (index, text) in texts.iter().enumerate() {

@@ -2,9 +2,7 @@
 //! one mapping from [`Error`] to a gRPC status. Handlers stay thin: they call these
 //! and the engine, nothing else.
 
-use embedwire_proto::v1::{
-    EmbedRequest, EmbedResponse, EmbeddingDtype, InfoResponse, Limits, TokenizedInput, Usage,
-};
+use embedwire_proto::v1::{EmbedRequest, EmbedResponse, EmbeddingDtype, InfoResponse, Limits, TokenizedInput, Usage};
 use embedwire_proto::vectors;
 
 use crate::backend::RawEmbeddings;

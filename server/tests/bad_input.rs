@@ -25,13 +25,23 @@ async fn bad_inputs_are_invalid_argument_naming_the_field() {
     expect_rejected(&server, embed_request(&[]), Code::InvalidArgument, "inputs: must contain at least one").await;
     expect_rejected(&server, embed_request(&["fine", ""]), Code::InvalidArgument, "inputs[1]: is empty").await;
     expect_rejected(&server, embed_request(&["fine", "  \n"]), Code::InvalidArgument, "inputs[1]: is empty").await;
-    expect_rejected(&server, EmbedRequest { dtype: 17, ..embed_request(&["x"]) }, Code::InvalidArgument, "dtype: unknown value 17")
-        .await;
+    expect_rejected(
+        &server,
+        EmbedRequest { dtype: 17, ..embed_request(&["x"]) },
+        Code::InvalidArgument,
+        "dtype: unknown value 17",
+    )
+    .await;
     let nine = ["t"; 9];
     expect_rejected(&server, embed_request(&nine), Code::InvalidArgument, "limit of 8 per request").await;
     let huge = "x".repeat(1001);
-    expect_rejected(&server, embed_request(&["ok", &huge]), Code::InvalidArgument, "inputs[1]: is longer than the limit of 1000")
-        .await;
+    expect_rejected(
+        &server,
+        embed_request(&["ok", &huge]),
+        Code::InvalidArgument,
+        "inputs[1]: is longer than the limit of 1000",
+    )
+    .await;
     let long_text = "w ".repeat(300); // 300 tokens + [CLS] + [SEP], under the character limit
     expect_rejected(
         &server,
@@ -40,8 +50,13 @@ async fn bad_inputs_are_invalid_argument_naming_the_field() {
         "inputs[1]: has 302 tokens, more than the model's limit of 256",
     )
     .await;
-    expect_rejected(&server, EmbedRequest { dimensions: Some(400), ..embed_request(&["x"]) }, Code::InvalidArgument, "dimensions")
-        .await;
+    expect_rejected(
+        &server,
+        EmbedRequest { dimensions: Some(400), ..embed_request(&["x"]) },
+        Code::InvalidArgument,
+        "dimensions",
+    )
+    .await;
     server.stop().await.unwrap();
 }
 

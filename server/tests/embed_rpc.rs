@@ -31,11 +31,8 @@ async fn options_dtypes_and_usage_on_the_real_model() {
     }
 
     // normalize=false: same direction, not unit length.
-    let raw = client
-        .embed(EmbedRequest { normalize: Some(false), ..embed_request(&texts) })
-        .await
-        .unwrap()
-        .into_inner();
+    let raw =
+        client.embed(EmbedRequest { normalize: Some(false), ..embed_request(&texts) }).await.unwrap().into_inner();
     for (raw_row, unit_row) in rows(&raw).iter().zip(&unit_rows) {
         let n = norm(raw_row);
         assert!((n - 1.0).abs() > 1e-3, "unnormalized norm {n}");
@@ -44,16 +41,11 @@ async fn options_dtypes_and_usage_on_the_real_model() {
     }
 
     // Compact dtypes decode close to float32; their sizes are as documented.
-    for (dtype, tolerance) in [
-        (EmbeddingDtype::Float16, 1e-3),
-        (EmbeddingDtype::Int8, 0.01),
-        (EmbeddingDtype::Float32List, 0.0),
-    ] {
-        let response = client
-            .embed(EmbedRequest { dtype: dtype as i32, ..embed_request(&texts) })
-            .await
-            .unwrap()
-            .into_inner();
+    for (dtype, tolerance) in
+        [(EmbeddingDtype::Float16, 1e-3), (EmbeddingDtype::Int8, 0.01), (EmbeddingDtype::Float32List, 0.0)]
+    {
+        let response =
+            client.embed(EmbedRequest { dtype: dtype as i32, ..embed_request(&texts) }).await.unwrap().into_inner();
         assert_eq!(response.dtype, dtype as i32);
         assert_eq!(response.embeddings.len(), 3 * vectors::bytes_per_row(dtype, 384));
         for (row, unit_row) in rows(&response).iter().zip(&unit_rows) {
@@ -66,15 +58,13 @@ async fn options_dtypes_and_usage_on_the_real_model() {
         .unwrap()
         .into_inner();
     assert_eq!(bits.embeddings.len(), 3 * 48);
-    let first_byte = unit_rows[0][..8].iter().enumerate().fold(0u8, |b, (i, v)| if *v > 0.0 { b | (0x80 >> i) } else { b });
+    let first_byte =
+        unit_rows[0][..8].iter().enumerate().fold(0u8, |b, (i, v)| if *v > 0.0 { b | (0x80 >> i) } else { b });
     assert_eq!(bits.embeddings[0], first_byte);
 
     // dimensions: a renormalized prefix.
-    let short = client
-        .embed(EmbedRequest { dimensions: Some(64), ..embed_request(&texts) })
-        .await
-        .unwrap()
-        .into_inner();
+    let short =
+        client.embed(EmbedRequest { dimensions: Some(64), ..embed_request(&texts) }).await.unwrap().into_inner();
     assert_eq!(short.dim, 64);
     for (row, unit_row) in rows(&short).iter().zip(&unit_rows) {
         assert!((norm(row) - 1.0).abs() < 1e-5);
@@ -102,7 +92,10 @@ async fn tokenize_reports_truncation_and_info_describes_the_model() {
 
     let info = client.info(InfoRequest {}).await.unwrap().into_inner();
     assert_eq!(info.model, "sentence-transformers/all-MiniLM-L6-v2");
-    assert_eq!((info.dim, info.max_input_tokens, info.pooling.as_str(), info.backend.as_str()), (384, 256, "mean", "onnx"));
+    assert_eq!(
+        (info.dim, info.max_input_tokens, info.pooling.as_str(), info.backend.as_str()),
+        (384, 256, "mean", "onnx")
+    );
     assert_eq!(info.dtypes.len(), 5);
     let limits = info.limits.unwrap();
     assert_eq!(limits.max_inputs_per_request, 1024);

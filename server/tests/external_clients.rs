@@ -24,10 +24,8 @@ fn grpcurl() -> PathBuf {
 }
 
 fn run_grpcurl(args: &[&str]) -> String {
-    let output = std::process::Command::new(grpcurl())
-        .args(args)
-        .output()
-        .expect("grpcurl is installed by `make setup`");
+    let output =
+        std::process::Command::new(grpcurl()).args(args).output().expect("grpcurl is installed by `make setup`");
     assert!(output.status.success(), "grpcurl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8(output.stdout).unwrap()
 }
@@ -46,7 +44,11 @@ async fn grpcurl_lists_describes_and_calls_every_rpc() {
     assert!(described.contains("optional bool normalize"), "{described}");
 
     let embedded = run_grpcurl(&[
-        "-plaintext", "-d", r#"{"inputs": ["This is an example sentence"]}"#, &host, "embedwire.v1.EmbedService/Embed",
+        "-plaintext",
+        "-d",
+        r#"{"inputs": ["This is an example sentence"]}"#,
+        &host,
+        "embedwire.v1.EmbedService/Embed",
     ]);
     let json: serde_json::Value = serde_json::from_str(&embedded).unwrap();
     assert_eq!(json["dim"], 384);
@@ -55,13 +57,22 @@ async fn grpcurl_lists_describes_and_calls_every_rpc() {
     let reference = common::reference_items();
     assert!((first - reference[0].embedding[0]).abs() < 1e-5, "first value {first}");
 
-    let tokenized = run_grpcurl(&["-plaintext", "-d", r#"{"inputs": ["hello world"]}"#, &host, "embedwire.v1.EmbedService/Tokenize"]);
+    let tokenized = run_grpcurl(&[
+        "-plaintext",
+        "-d",
+        r#"{"inputs": ["hello world"]}"#,
+        &host,
+        "embedwire.v1.EmbedService/Tokenize",
+    ]);
     assert!(tokenized.contains("7592"), "{tokenized}");
     let info = run_grpcurl(&["-plaintext", &host, "embedwire.v1.EmbedService/Info"]);
     assert!(info.contains("sentence-transformers/all-MiniLM-L6-v2"), "{info}");
     let streamed = run_grpcurl(&[
-        "-plaintext", "-d", r#"{"request_id": "a", "request": {"inputs": ["one"]}} {"request_id": "b", "request": {"inputs": ["two"]}}"#,
-        &host, "embedwire.v1.EmbedService/EmbedStream",
+        "-plaintext",
+        "-d",
+        r#"{"request_id": "a", "request": {"inputs": ["one"]}} {"request_id": "b", "request": {"inputs": ["two"]}}"#,
+        &host,
+        "embedwire.v1.EmbedService/EmbedStream",
     ]);
     let a = streamed.find("\"requestId\": \"a\"").expect("a answered");
     let b = streamed.find("\"requestId\": \"b\"").expect("b answered");
@@ -85,7 +96,8 @@ async fn grpc_web_over_http1_returns_the_same_bytes_as_grpc() {
 
     let host = server.address.trim_start_matches("http://").to_string();
     let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
     tokio::spawn(connection);
     let http_request = http::Request::post(format!("http://{host}/embedwire.v1.EmbedService/Embed"))
         .header("content-type", "application/grpc-web+proto")

@@ -6,7 +6,9 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{InProcessServer, ONNX, PSEUDO, READY_TIMEOUT, ServerProcess, embed_request, health_status, rows, wait_serving};
+use common::{
+    InProcessServer, ONNX, PSEUDO, READY_TIMEOUT, ServerProcess, embed_request, health_status, rows, wait_serving,
+};
 use embedwire_proto::v1::{EmbedRequest, InfoRequest};
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -103,11 +105,13 @@ async fn remote_backend_returns_the_upstream_models_vectors_and_errors() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn overload_is_refused_at_once_with_resource_exhausted() {
-    let flags = [ONNX, &["--max-in-flight-inputs", "64", "--max-inputs-per-request", "64", "--max-batch-size", "8"]].concat();
+    let flags =
+        [ONNX, &["--max-in-flight-inputs", "64", "--max-inputs-per-request", "64", "--max-batch-size", "8"]].concat();
     let server = InProcessServer::start(&flags).await;
     let texts = long_texts(64);
     let mut busy_client = server.client().await;
-    let busy = tokio::spawn(async move { busy_client.embed(EmbedRequest { inputs: texts, ..Default::default() }).await });
+    let busy =
+        tokio::spawn(async move { busy_client.embed(EmbedRequest { inputs: texts, ..Default::default() }).await });
     eventually("the big request to be admitted", || server.engine.in_flight_inputs() == 64).await;
 
     let status = server.client().await.embed(embed_request(&["one more"])).await.unwrap_err();
@@ -145,7 +149,8 @@ async fn shutdown_lets_in_flight_requests_finish() {
     let mut server = InProcessServer::start(ONNX).await;
     let mut client = server.client().await;
     let texts = long_texts(32);
-    let in_flight = tokio::spawn(async move { client.embed(EmbedRequest { inputs: texts, ..Default::default() }).await });
+    let in_flight =
+        tokio::spawn(async move { client.embed(EmbedRequest { inputs: texts, ..Default::default() }).await });
     eventually("the request to be admitted", || server.engine.in_flight_inputs() == 32).await;
 
     server.begin_shutdown();

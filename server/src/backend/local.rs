@@ -100,7 +100,8 @@ impl LocalBackend {
         check_truncation(&tokenized, truncate, self.info.max_input_tokens)?;
         let token_counts = token_counts(&tokenized);
         let reply = self.batcher.submit(tokenized.into_iter().map(|t| t.ids).collect());
-        let values = reply.await.map_err(|_| Error::Unavailable("the model stopped (server shutting down)".into()))??;
+        let values =
+            reply.await.map_err(|_| Error::Unavailable("the model stopped (server shutting down)".into()))??;
         Ok(RawEmbeddings { values, token_counts })
     }
 

@@ -80,22 +80,24 @@ impl RemoteBackend {
             dtype: EmbeddingDtype::Float32 as i32,
             dimensions: None,
         };
-        let response = self.call(|mut client| {
-            let request = request.clone();
-            async move { client.embed(request).await }
-        })
-        .await?;
+        let response = self
+            .call(|mut client| {
+                let request = request.clone();
+                async move { client.embed(request).await }
+            })
+            .await?;
         wire::raw_embeddings_from_wire(response, count, self.info.dim)
     }
 
     /// Tokenizes on an upstream.
     pub async fn tokenize(&self, texts: Vec<String>, truncate: bool) -> Result<Vec<TokenizedText>> {
         let request = TokenizeRequest { inputs: texts, truncate: Some(truncate) };
-        let response = self.call(|mut client| {
-            let request = request.clone();
-            async move { client.tokenize(request).await }
-        })
-        .await?;
+        let response = self
+            .call(|mut client| {
+                let request = request.clone();
+                async move { client.tokenize(request).await }
+            })
+            .await?;
         Ok(response.tokenized.into_iter().map(wire::tokenized_from_wire).collect())
     }
 

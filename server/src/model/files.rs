@@ -72,10 +72,8 @@ impl ModelFiles {
         let pooling_config: Option<PoolingConfig> = read_json(&dir.join("1_Pooling/config.json"))?;
 
         let position_limit = transformer.max_position_embeddings.unwrap_or(FALLBACK_MAX_TOKENS);
-        let max_input_tokens = sentence_bert
-            .and_then(|c| c.max_seq_length)
-            .unwrap_or(position_limit)
-            .min(position_limit);
+        let max_input_tokens =
+            sentence_bert.and_then(|c| c.max_seq_length).unwrap_or(position_limit).min(position_limit);
         let pooling = match pooling_config {
             Some(c) if c.pooling_mode_cls_token && !c.pooling_mode_mean_tokens => Pooling::Cls,
             _ => Pooling::Mean,
@@ -87,9 +85,9 @@ impl ModelFiles {
 /// Parses an optional JSON file: `Ok(None)` when it does not exist.
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>> {
     match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| Error::Config(format!("{}: {e}", path.display()))),
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes).map(Some).map_err(|e| Error::Config(format!("{}: {e}", path.display())))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::Config(format!("{}: {e}", path.display()))),
     }

@@ -11,8 +11,8 @@ use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue};
 use ort::value::Tensor;
 
-use super::files::ModelFiles;
 use super::Pooling;
+use super::files::ModelFiles;
 use crate::error::{Error, Result};
 
 /// ONNX Runtime allows one environment per process; every model shares it.
@@ -92,8 +92,7 @@ impl OnnxModel {
             }
         }
         let takes_token_type_ids = input_names.contains(&"token_type_ids");
-        let output = pick_output(&session)
-            .ok_or_else(|| {
+        let output = pick_output(&session).ok_or_else(|| {
             Error::Config(format!(
                 "{}: no last_hidden_state, token_embeddings or sentence_embedding output",
                 files.onnx_path.display()

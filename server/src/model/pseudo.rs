@@ -33,8 +33,7 @@ impl PseudoModel {
     /// One token per whitespace-separated word, framed by [CLS] and [SEP], truncated
     /// like a real tokenizer so that `truncate` behaves the same on every backend.
     pub fn tokenize(&self, text: &str) -> TokenizedText {
-        let words: Vec<u32> =
-            text.split_whitespace().map(|w| (fnv1a(w.as_bytes()) % VOCAB_SIZE) as u32).collect();
+        let words: Vec<u32> = text.split_whitespace().map(|w| (fnv1a(w.as_bytes()) % VOCAB_SIZE) as u32).collect();
         let room = self.max_tokens.saturating_sub(2);
         let mut ids = Vec::with_capacity(words.len().min(room) + 2);
         ids.push(CLS_ID);

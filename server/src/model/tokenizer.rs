@@ -21,8 +21,7 @@ pub struct TextTokenizer {
 impl TextTokenizer {
     /// Loads `tokenizer.json` and truncates at `max_tokens`.
     pub fn from_file(path: &Path, max_tokens: usize) -> Result<Self> {
-        let mut inner = Tokenizer::from_file(path)
-            .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let mut inner = Tokenizer::from_file(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
         inner.with_padding(None);
         inner
             .with_truncation(Some(TruncationParams { max_length: max_tokens, ..Default::default() }))
@@ -38,17 +37,11 @@ impl TextTokenizer {
     /// Tokenizes one text, special tokens included.
     pub fn tokenize(&self, text: &str) -> Result<TokenizedText> {
         // encode_fast skips character offsets, which embedding never needs.
-        let encoding = self
-            .inner
-            .encode_fast(text, true)
-            .map_err(|e| Error::Model(format!("tokenizer failed: {e}")))?;
+        let encoding =
+            self.inner.encode_fast(text, true).map_err(|e| Error::Model(format!("tokenizer failed: {e}")))?;
         let overflow = encoding.get_overflowing();
         let untruncated_count = encoding.len() + overflow.iter().map(content_tokens).sum::<usize>();
-        Ok(TokenizedText {
-            ids: encoding.get_ids().to_vec(),
-            truncated: !overflow.is_empty(),
-            untruncated_count,
-        })
+        Ok(TokenizedText { ids: encoding.get_ids().to_vec(), truncated: !overflow.is_empty(), untruncated_count })
     }
 }
 

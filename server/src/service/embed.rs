@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use embedwire_proto::v1::embed_service_server::EmbedService;
 use embedwire_proto::v1::{
-    EmbedRequest, EmbedResponse, EmbedStreamRequest, EmbedStreamResponse, InfoRequest, InfoResponse,
-    StreamError, TokenizeRequest, TokenizeResponse, embed_stream_response,
+    EmbedRequest, EmbedResponse, EmbedStreamRequest, EmbedStreamResponse, InfoRequest, InfoResponse, StreamError,
+    TokenizeRequest, TokenizeResponse, embed_stream_response,
 };
 use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};

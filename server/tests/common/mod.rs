@@ -18,9 +18,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 /// How long a test waits for a server to become ready before failing.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -216,13 +216,37 @@ impl ServerProcess {
 /// `count` distinct sentences of about `words` words.
 pub fn sentences(count: usize, words: usize) -> Vec<String> {
     const VOCABULARY: [&str; 24] = [
-        "vector", "search", "gateway", "model", "embedding", "server", "query", "document", "batch", "token",
-        "latency", "index", "stream", "client", "memory", "engine", "network", "result", "score", "cluster",
-        "filter", "chunk", "storage", "request",
+        "vector",
+        "search",
+        "gateway",
+        "model",
+        "embedding",
+        "server",
+        "query",
+        "document",
+        "batch",
+        "token",
+        "latency",
+        "index",
+        "stream",
+        "client",
+        "memory",
+        "engine",
+        "network",
+        "result",
+        "score",
+        "cluster",
+        "filter",
+        "chunk",
+        "storage",
+        "request",
     ];
     (0..count)
         .map(|i| {
-            (0..words).map(|w| VOCABULARY[(i * 7 + w * 5 + i / 24 + w * w) % VOCABULARY.len()]).collect::<Vec<_>>().join(" ")
+            (0..words)
+                .map(|w| VOCABULARY[(i * 7 + w * 5 + i / 24 + w * w) % VOCABULARY.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
                 + &format!(" {i}")
         })
         .collect()
