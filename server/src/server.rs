@@ -8,8 +8,8 @@ use std::sync::Arc;
 use embedwire_proto::v1::embed_service_server::EmbedServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
@@ -99,7 +99,6 @@ impl EmbedServer {
         };
 
         let serving = Server::builder()
-            .tcp_nodelay(true)
             .accept_http1(true)
             .layer(tonic_web::GrpcWebLayer::new())
             .layer(tower::util::MapResponseLayer::new(rewrite_oversized_status))
@@ -107,7 +106,9 @@ impl EmbedServer {
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(embed_service)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
+            // Nagle's algorithm would hold small responses back for the peer's delayed
+            // ACK (~40 ms); Server::tcp_nodelay only covers listeners tonic binds itself.
+            .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), signal);
 
         let grace = config.shutdown_grace();
         let grace_expired = async move {

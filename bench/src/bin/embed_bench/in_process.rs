@@ -95,10 +95,7 @@ fn load(paths: &ModelPaths, texts: &[String], threads: usize) -> anyhow::Result<
     // Spinning off, as in the server's default, so both sides use the same options.
     let settings = OnnxSettings { intra_op_threads: threads, spin: false };
     let model = OnnxModel::load(environment, &files, settings)?;
-    let sequences = texts
-        .iter()
-        .map(|text| tokenizer.tokenize(text).map(|t| t.ids))
-        .collect::<Result<Vec<_>, _>>()?;
+    let sequences = texts.iter().map(|text| tokenizer.tokenize(text).map(|t| t.ids)).collect::<Result<Vec<_>, _>>()?;
     Ok((model, sequences))
 }
 

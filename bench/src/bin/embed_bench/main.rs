@@ -21,10 +21,12 @@
 //! - [`server_process`]: one server process: spawn, address, health, stop.
 //! - [`load`]: concurrent closed-loop clients and their latencies.
 //! - [`memory`]: the server's RSS, once or its peak over a run.
+//! - [`cpu`]: CPU time of the server and of the bench itself.
 //! - [`latency`]: mean and percentiles.
 //! - [`report`]: targets, the final table and the CSV files.
 
 mod config;
+mod cpu;
 mod in_process;
 mod latency;
 mod load;
@@ -35,7 +37,7 @@ mod server_binary;
 mod server_process;
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,9 +45,10 @@ use clap::Parser;
 
 use crate::config::{BenchConfig, ModelPaths, Plan};
 use crate::in_process::CeilingPlan;
+use crate::latency::ms;
 use crate::load::Stop;
 use crate::memory::{PeakRssSampler, mib, rss_bytes};
-use crate::report::{Results, RunSetup, ServerMemory};
+use crate::report::{CpuShare, Results, RunSetup, ServerMemory};
 use crate::server_process::{ServerCommand, ServerProcess};
 
 /// Distinct sentences in rotation: enough that no batch or concurrent call repeats
@@ -71,7 +74,7 @@ fn main() -> anyhow::Result<()> {
         paths.model_dir.display(),
         config.intra_op_threads
     );
-    println!("1. in-process ceiling");
+    println!("in-process ceiling");
     let ceiling_plan = CeilingPlan {
         batch_sizes: &plan.batch_sizes,
         time_per_size: plan.ceiling_time,
@@ -95,6 +98,7 @@ fn main() -> anyhow::Result<()> {
         },
         ceiling,
         throughput: server.throughput,
+        throughput_cpu: server.throughput_cpu,
         latency: server.latency,
         memory: server.memory,
         cold_starts: server.cold_starts,
@@ -112,9 +116,12 @@ struct ServerFigures {
     cold_starts: Vec<Duration>,
     latency: load::LoadResult,
     throughput: load::LoadResult,
+    throughput_cpu: CpuShare,
     memory: ServerMemory,
 }
 
+/// Cold starts first (each a fresh process), then, on the last server started: idle
+/// memory, sequential latency, and throughput with memory and CPU sampled.
 async fn measure_server(
     config: &BenchConfig,
     plan: &Plan,
@@ -125,63 +132,101 @@ async fn measure_server(
     // The server's data directory, unused by embedding but kept out of the
     // working directory.
     let data_dir = std::env::temp_dir().join(format!("embed-bench-{}", std::process::id()));
-    let threads = config.intra_op_threads.to_string();
-    let defaults: [(&str, OsString); 5] = [
-        ("--backend", "onnx".into()),
-        ("--intra-op-threads", threads.into()),
-        ("--model-dir", paths.model_dir.clone().into()),
-        ("--ort-library", paths.ort_library.clone().into()),
-        ("--data-dir", data_dir.clone().into()),
-    ];
-    // The server refuses a flag given twice, so a --server-arg replaces the default.
-    let overridden = |flag: &str| {
-        config.server_args.iter().any(|arg| arg == flag || arg.starts_with(&format!("{flag}=")))
-    };
-    let mut args: Vec<OsString> = Vec::new();
-    for (flag, value) in defaults.into_iter().filter(|(flag, _)| !overridden(flag)) {
-        args.extend([flag.into(), value]);
-    }
-    args.extend(config.server_args.iter().map(OsString::from));
-    let command = ServerCommand { binary, args };
-
-    println!("5. cold start (spawn to health SERVING), {} start(s)", plan.cold_starts);
-    let mut cold_starts = Vec::new();
-    let mut kept = None;
-    for start in 1..=plan.cold_starts {
-        let (server, took) = ServerProcess::start(&command).await?;
-        println!("  start {start}: {:.0} ms", latency::ms(took));
-        cold_starts.push(took);
-        // Stopped before the next start so two servers never overlap; the last one
-        // serves the other measurements.
-        if start < plan.cold_starts {
-            server.stop().await?;
-        } else {
-            kept = Some(server);
-        }
-    }
-    let server = kept.expect("at least one start");
+    let command = server_command(config, paths, binary, &data_dir);
+    let (cold_starts, server) = cold_starts(&command, plan.cold_starts).await?;
 
     let control = [server.connect().await?];
     load::run(&control, 1, texts.clone(), Stop::Calls(1)).await?;
     let idle = rss_bytes(server.pid)?;
-    println!("4. RSS idle after one call: {:.1} MiB", mib(idle));
+    println!("memory: RSS idle after one call {:.1} MiB", mib(idle));
 
-    println!("3. latency, one sequential client, {:.0} s", plan.latency_time.as_secs_f64());
+    println!("latency: one sequential client, {:.0} s", plan.latency_time.as_secs_f64());
     load::run(&control, 1, texts.clone(), Stop::Calls(plan.latency_warmup_calls)).await?;
     let latency = load::run(&control, 1, texts.clone(), Stop::After(plan.latency_time)).await?;
     let l = latency.latency;
     println!(
         "  {} calls: p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  mean {:.2} ms",
         latency.calls,
-        latency::ms(l.p50),
-        latency::ms(l.p95),
-        latency::ms(l.p99),
-        latency::ms(l.mean)
+        ms(l.p50),
+        ms(l.p95),
+        ms(l.p99),
+        ms(l.mean)
     );
 
+    let throughput = measure_throughput(config, plan, &server, texts).await?;
+    server.stop().await?;
+    if let Err(error) = std::fs::remove_dir_all(&data_dir)
+        && error.kind() != std::io::ErrorKind::NotFound
+    {
+        eprintln!("could not remove {}: {error}", data_dir.display());
+    }
+    Ok(ServerFigures {
+        cold_starts,
+        latency,
+        throughput: throughput.load,
+        throughput_cpu: throughput.cpu,
+        memory: ServerMemory { idle, peak: throughput.rss_peak, after_throughput: throughput.rss_after },
+    })
+}
+
+/// The server's flags: the bench's defaults (same model, library and thread count
+/// as in-process), then the --server-arg flags, which replace a default of the same
+/// name (the server refuses a flag given twice).
+fn server_command(config: &BenchConfig, paths: &ModelPaths, binary: PathBuf, data_dir: &Path) -> ServerCommand {
+    let defaults: [(&str, OsString); 5] = [
+        ("--backend", "onnx".into()),
+        ("--intra-op-threads", config.intra_op_threads.to_string().into()),
+        ("--model-dir", paths.model_dir.clone().into()),
+        ("--ort-library", paths.ort_library.clone().into()),
+        ("--data-dir", data_dir.into()),
+    ];
+    let overridden =
+        |flag: &str| config.server_args.iter().any(|arg| arg == flag || arg.starts_with(&format!("{flag}=")));
+    let mut args: Vec<OsString> = Vec::new();
+    for (flag, value) in defaults.into_iter().filter(|(flag, _)| !overridden(flag)) {
+        args.extend([flag.into(), value]);
+    }
+    args.extend(config.server_args.iter().map(OsString::from));
+    ServerCommand { binary, args }
+}
+
+/// Starts the server `count` times, timing spawn to SERVING. Each server is stopped
+/// before the next start so two never overlap; the last one is returned running.
+async fn cold_starts(command: &ServerCommand, count: usize) -> anyhow::Result<(Vec<Duration>, ServerProcess)> {
+    println!("cold start: spawn to health SERVING, {count} start(s)");
+    let mut times = Vec::with_capacity(count);
+    for start in 1..=count {
+        let (server, took) = ServerProcess::start(command).await?;
+        println!("  start {start}: {:.0} ms", ms(took));
+        times.push(took);
+        if start == count {
+            return Ok((times, server));
+        }
+        server.stop().await?;
+    }
+    anyhow::bail!("no server start requested")
+}
+
+/// The throughput run and what was sampled over the same window.
+struct ThroughputRun {
+    load: load::LoadResult,
+    cpu: CpuShare,
+    /// Server RSS: highest sample, and right at the end.
+    rss_peak: u64,
+    rss_after: u64,
+}
+
+/// The throughput run after its warm-up, with the server's RSS and the CPU of both
+/// processes sampled.
+async fn measure_throughput(
+    config: &BenchConfig,
+    plan: &Plan,
+    server: &ServerProcess,
+    texts: Arc<[String]>,
+) -> anyhow::Result<ThroughputRun> {
     let connections = config.clients.div_ceil(config.clients_per_connection);
     println!(
-        "2. throughput, {} clients over {connections} connections, {:.0} s",
+        "throughput: {} clients over {connections} connections, {:.0} s",
         config.clients,
         plan.throughput_time.as_secs_f64()
     );
@@ -190,26 +235,28 @@ async fn measure_server(
         channels.push(server.connect().await?);
     }
     load::run(&channels, config.clients, texts.clone(), Stop::After(plan.throughput_warmup)).await?;
+
     let sampler = PeakRssSampler::start(server.pid, RSS_SAMPLE_INTERVAL);
+    let bench_pid = std::process::id();
+    let cpu_before = (cpu::cpu_time(server.pid)?, cpu::cpu_time(bench_pid)?);
     let throughput = load::run(&channels, config.clients, texts, Stop::After(plan.throughput_time)).await?;
-    let after_throughput = rss_bytes(server.pid)?;
+    let cpu_after = (cpu::cpu_time(server.pid)?, cpu::cpu_time(bench_pid)?);
+    let after = rss_bytes(server.pid)?;
     let peak = sampler.finish(server.pid).await?;
+    let cpu = CpuShare {
+        server_cores: cpu::cores(cpu_before.0, cpu_after.0, throughput.elapsed),
+        bench_cores: cpu::cores(cpu_before.1, cpu_after.1, throughput.elapsed),
+    };
     let t = throughput.latency;
     println!(
         "  {} calls: {:.0} sentences/s  latency p50 {:.1} ms  p95 {:.1} ms  p99 {:.1} ms",
         throughput.calls,
         throughput.rate(),
-        latency::ms(t.p50),
-        latency::ms(t.p95),
-        latency::ms(t.p99)
+        ms(t.p50),
+        ms(t.p95),
+        ms(t.p99)
     );
-    println!("4. RSS after throughput: {:.1} MiB (peak {:.1} MiB)", mib(after_throughput), mib(peak));
-
-    server.stop().await?;
-    if let Err(error) = std::fs::remove_dir_all(&data_dir)
-        && error.kind() != std::io::ErrorKind::NotFound
-    {
-        eprintln!("could not remove {}: {error}", data_dir.display());
-    }
-    Ok(ServerFigures { cold_starts, latency, throughput, memory: ServerMemory { idle, peak, after_throughput } })
+    println!("  CPU: server {:.2} cores, bench clients {:.2} cores", cpu.server_cores, cpu.bench_cores);
+    println!("memory: RSS after throughput {:.1} MiB (peak {:.1} MiB)", mib(after), mib(peak));
+    Ok(ThroughputRun { load: throughput, cpu, rss_peak: peak, rss_after: after })
 }

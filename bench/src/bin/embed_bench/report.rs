@@ -49,12 +49,21 @@ pub struct ServerMemory {
     pub after_throughput: u64,
 }
 
+/// Cores kept busy during the throughput run. On a small machine the clients share
+/// the cores with the server, and what they take the server cannot use.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuShare {
+    pub server_cores: f64,
+    pub bench_cores: f64,
+}
+
 /// Every figure of one run.
 #[derive(Debug, Clone)]
 pub struct Results {
     pub setup: RunSetup,
     pub ceiling: Ceiling,
     pub throughput: LoadResult,
+    pub throughput_cpu: CpuShare,
     pub latency: LoadResult,
     pub memory: ServerMemory,
     /// Spawn to SERVING of each start.
@@ -151,6 +160,12 @@ fn rows(results: &Results) -> Vec<Row> {
             "ms",
             format!("{:.1} / {:.1} ms", ms(tl.p50), ms(tl.p99)),
         ),
+        Row::info(
+            "throughput CPU server / bench",
+            results.throughput_cpu.server_cores,
+            "cores",
+            format!("{:.2} / {:.2} cores", results.throughput_cpu.server_cores, results.throughput_cpu.bench_cores),
+        ),
         Row {
             figure: "latency c=1 p50".into(),
             value: ms(cl.p50),
@@ -246,6 +261,8 @@ fn measurements_csv(results: &Results) -> String {
             row(figure, name, format!("{:.3}", ms(value)), "ms");
         }
     }
+    row("throughput_cpu", "server", format!("{:.3}", results.throughput_cpu.server_cores), "cores");
+    row("throughput_cpu", "bench", format!("{:.3}", results.throughput_cpu.bench_cores), "cores");
     let memory = results.memory;
     for (name, bytes) in [("idle", memory.idle), ("peak", memory.peak), ("after_throughput", memory.after_throughput)] {
         row("rss", name, format!("{:.1}", mib(bytes)), "MiB");

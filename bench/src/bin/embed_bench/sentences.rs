@@ -8,23 +8,23 @@
 
 /// Adjectives for the subject (16, coprime with the next two lengths).
 const SUBJECT_ADJECTIVES: [&str; 16] = [
-    "quiet", "young", "careful", "tired", "clever", "patient", "busy", "curious", "honest", "brave", "gentle",
-    "eager", "calm", "proud", "polite", "nervous",
+    "quiet", "young", "careful", "tired", "clever", "patient", "busy", "curious", "honest", "brave", "gentle", "eager",
+    "calm", "proud", "polite", "nervous",
 ];
 /// Subjects (17).
 const SUBJECTS: [&str; 17] = [
-    "teacher", "farmer", "engineer", "doctor", "student", "painter", "driver", "baker", "writer", "nurse",
-    "pilot", "gardener", "lawyer", "musician", "chef", "sailor", "tailor",
+    "teacher", "farmer", "engineer", "doctor", "student", "painter", "driver", "baker", "writer", "nurse", "pilot",
+    "gardener", "lawyer", "musician", "chef", "sailor", "tailor",
 ];
 /// Verbs (19).
 const VERBS: [&str; 19] = [
-    "reads", "writes", "carries", "paints", "checks", "finds", "cleans", "opens", "fixes", "sells", "buys",
-    "moves", "packs", "signs", "counts", "sorts", "builds", "draws", "wraps",
+    "reads", "writes", "carries", "paints", "checks", "finds", "cleans", "opens", "fixes", "sells", "buys", "moves",
+    "packs", "signs", "counts", "sorts", "builds", "draws", "wraps",
 ];
 /// Adjectives for the object.
 const OBJECT_ADJECTIVES: [&str; 13] = [
-    "old", "small", "heavy", "bright", "broken", "wooden", "green", "empty", "long", "simple", "strange",
-    "famous", "cheap",
+    "old", "small", "heavy", "bright", "broken", "wooden", "green", "empty", "long", "simple", "strange", "famous",
+    "cheap",
 ];
 /// Objects.
 const OBJECTS: [&str; 11] =

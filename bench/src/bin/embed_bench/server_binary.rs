@@ -21,7 +21,7 @@ pub fn resolve(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     let dir = own.parent().context("embed-bench has no parent directory")?;
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("the bench crate has no parent")?;
     let mut build = Command::new("cargo");
-    build.current_dir(workspace).args(["build", "--quiet", "-p", "embedwire-server", "--bin", SERVER_BIN]);
+    build.current_dir(workspace).args(["build", "-p", "embedwire-server", "--bin", SERVER_BIN]);
     if !cfg!(debug_assertions) {
         build.arg("--release");
     }
@@ -29,6 +29,10 @@ pub fn resolve(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     let status = build.status().context("running cargo (or pass --server-bin)")?;
     anyhow::ensure!(status.success(), "cargo build of {SERVER_BIN} failed ({status})");
     let path = dir.join(SERVER_BIN);
-    anyhow::ensure!(path.is_file(), "cargo built {SERVER_BIN} but {} does not exist (pass --server-bin)", path.display());
+    anyhow::ensure!(
+        path.is_file(),
+        "cargo built {SERVER_BIN} but {} does not exist (pass --server-bin)",
+        path.display()
+    );
     Ok(path)
 }

@@ -63,7 +63,11 @@ impl ServerProcess {
         let pid = child.id().context("the server exited at once")?;
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         let (address_tx, address_rx) = oneshot::channel();
-        tokio::spawn(read_log(BufReader::new(child.stderr.take().context("no stderr pipe")?), address_tx, stderr_tail.clone()));
+        tokio::spawn(read_log(
+            BufReader::new(child.stderr.take().context("no stderr pipe")?),
+            address_tx,
+            stderr_tail.clone(),
+        ));
 
         // The sender goes away when the log ends, so a server that exits early ends
         // this wait too, with its whole log already in the tail.
@@ -78,7 +82,8 @@ impl ServerProcess {
 
     /// A new HTTP/2 connection to the server.
     pub async fn connect(&self) -> anyhow::Result<Channel> {
-        let channel = endpoint(self.address)?.connect().await.with_context(|| format!("connecting to {}", self.address))?;
+        let channel =
+            endpoint(self.address)?.connect().await.with_context(|| format!("connecting to {}", self.address))?;
         Ok(channel)
     }
 
