@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Builds an fp32 ONNX graph of a Hugging Face BertModel from its model.safetensors.
+"""Builds an fp32 ONNX graph of a Hugging Face BERT checkpoint from its model.safetensors.
 
 Usage: build_onnx.py MODEL_DIR OUTPUT.onnx
 
 MODEL_DIR holds config.json and model.safetensors. The graph has the interface of the
 usual HF/optimum exports: int64 input_ids, attention_mask and token_type_ids of shape
 [batch_size, sequence_length], and float32 last_hidden_state [batch_size,
-sequence_length, hidden_size]; pooling is left to the caller.
+sequence_length, hidden_size]; pooling is left to the caller. A checkpoint whose
+config.json names BertForSequenceClassification (a cross-encoder such as
+cross-encoder/ms-marco-MiniLM-L-6-v2) gets its classification head instead, and the
+graph outputs float32 logits [batch_size, num_labels], as optimum exports it.
 
 The nodes are laid out the way torch.onnx.export lays out HF's BertModel at opset 17
 (LayerNormalization, erf GELU, MatMul/Add/Reshape/Transpose/Softmax attention with an
@@ -33,6 +36,9 @@ MASK_NEGATIVE = float(np.finfo(np.float32).min)
 
 # safetensors dtype names -> little-endian numpy dtypes (the format is little-endian).
 SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4"}
+
+# Dynamic dimensions of the three int64 inputs (and the leading ones of the output).
+INPUT_DIMS = ["batch_size", "sequence_length"]
 
 
 def read_safetensors(path):
@@ -190,21 +196,34 @@ def encoder_layer(g, x, mask, index, config):
     return residual_norm(g, hidden, x, f"{prefix}.output", eps)
 
 
-def build_model(config, weights):
-    g = GraphBuilder(weights)
+def encoder(g, config):
+    """Embeddings and the encoder layers: returns the [B, S, hidden] hidden states."""
     x = embeddings(g, config["layer_norm_eps"])
     mask = additive_mask(g)
     for index in range(config["num_hidden_layers"]):
         x = encoder_layer(g, x, mask, index, config)
-    # The last LayerNorm writes the graph output directly (no Identity node to elide).
-    assert g.nodes[-1].output[0] == x
-    g.nodes[-1].output[0] = "last_hidden_state"
+    return x
 
-    dims = ["batch_size", "sequence_length"]
-    inputs = [helper.make_tensor_value_info(name, TensorProto.INT64, dims)
+
+def classification_head(g, x):
+    """BertForSequenceClassification's head on hidden states x: the pooler (dense + tanh
+    on [CLS]'s vector), then the classifier. Dropout is the identity at inference."""
+    first = g.op("Gather", [x, g.const("pooler.first_token", np.array(0, np.int64))], "/pooler/Gather", axis=1)
+    pooled = g.op("Tanh", [linear(g, first, "pooler.dense")], "/pooler/activation/Tanh")
+    return linear(g, pooled, "classifier")
+
+
+def name_output(g, x, name):
+    """Makes the last node write the graph output `name` directly (no Identity node to elide)."""
+    assert g.nodes[-1].output[0] == x
+    g.nodes[-1].output[0] = name
+
+
+def finish_model(g, output_name, output_dims):
+    """Wraps g's nodes in a checked model with the three inputs and one float output."""
+    inputs = [helper.make_tensor_value_info(name, TensorProto.INT64, INPUT_DIMS)
               for name in ("input_ids", "attention_mask", "token_type_ids")]
-    output = helper.make_tensor_value_info(
-        "last_hidden_state", TensorProto.FLOAT, [*dims, config["hidden_size"]])
+    output = helper.make_tensor_value_info(output_name, TensorProto.FLOAT, output_dims)
     graph = helper.make_graph(g.nodes, "bert", inputs, [output], g.initializers)
     opsets = [helper.make_opsetid("", OPSET)]
     # The oldest IR version the opset allows, as torch writes: the installed onnx package
@@ -213,6 +232,21 @@ def build_model(config, weights):
                               ir_version=helper.find_min_ir_version_for(opsets))
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def build_model(config, weights):
+    """The BertModel graph: last_hidden_state [batch_size, sequence_length, hidden_size]."""
+    g = GraphBuilder(weights)
+    name_output(g, encoder(g, config), "last_hidden_state")
+    return finish_model(g, "last_hidden_state", [*INPUT_DIMS, config["hidden_size"]])
+
+
+def build_cross_encoder(config, weights):
+    """The BertForSequenceClassification graph: logits [batch_size, num_labels]."""
+    g = GraphBuilder(weights)
+    name_output(g, classification_head(g, encoder(g, config)), "logits")
+    num_labels = weights["classifier.weight"].shape[0]
+    return finish_model(g, "logits", [INPUT_DIMS[0], num_labels])
 
 
 def main():
@@ -224,7 +258,10 @@ def main():
     config = json.loads((args.model_dir / "config.json").read_text())
     check_config(config)
     weights = bert_weights(read_safetensors(args.model_dir / "model.safetensors"))
-    model = build_model(config, weights)
+    if "BertForSequenceClassification" in config.get("architectures", []):
+        model = build_cross_encoder(config, weights)
+    else:
+        model = build_model(config, weights)
     onnx.save(model, args.output)
     print(f"build_onnx: wrote {args.output} (opset {OPSET}, {len(model.graph.node)} nodes)")
 

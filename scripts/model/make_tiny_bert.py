@@ -129,12 +129,23 @@ def write_json(path, value):
     path.write_text(json.dumps(value, indent=2) + "\n")
 
 
+def check_tokenizer_dir(tokenizer_dir, script):
+    """Fails before anything is written when the tokenizer files to copy are missing."""
+    missing = [name for name in TOKENIZER_FILES if not (tokenizer_dir / name).is_file()]
+    if missing:
+        raise SystemExit(f"{script}: {', '.join(missing)} missing in {tokenizer_dir} (run `make setup`)")
+
+
+def copy_tokenizer(tokenizer_dir, out):
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(tokenizer_dir / name, out / name)
+
+
 def write_model_dir(out, tokenizer_dir):
     (out / "1_Pooling").mkdir(parents=True, exist_ok=True)
     write_safetensors(out / "model.safetensors", random_weights(CONFIG, np.random.default_rng(SEED)))
     write_json(out / "config.json", CONFIG)
-    for name in TOKENIZER_FILES:
-        shutil.copyfile(tokenizer_dir / name, out / name)
+    copy_tokenizer(tokenizer_dir, out)
     write_json(out / "sentence_bert_config.json", {"max_seq_length": MAX_SEQ_LENGTH, "do_lower_case": False})
     write_json(out / "1_Pooling/config.json", {
         "word_embedding_dimension": CONFIG["hidden_size"],
@@ -188,16 +199,26 @@ def expected_entry(session, text, full_ids):
     }
 
 
+def joined(items):
+    """The reference items' texts joined by spaces, and that text's ids. BERT's normalizer
+    works per character and its pre-tokenizer splits at whitespace, so the joined text's
+    ids are the texts' ids between one [CLS] and one [SEP]."""
+    ids = [CLS_ID] + [i for item in items for i in item["input_ids"][1:-1]] + [SEP_ID]
+    return " ".join(item["text"] for item in items), ids
+
+
+def reference_session(model_path):
+    """An ONNX Runtime session that computes the same sums in the same order every run."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+
+
 def write_expected(out):
     items = json.loads(REFERENCE.read_text())["items"][:TEXT_COUNT]
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1  # one thread: the same sums in the same order every run
-    session = ort.InferenceSession(str(out / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    session = reference_session(out / "model.onnx")
     texts = [expected_entry(session, item["text"], item["input_ids"]) for item in items]
-    # BERT's normalizer works per character and its pre-tokenizer splits at whitespace,
-    # so the joined text's ids are the texts' ids between one [CLS] and one [SEP].
-    long_ids = [CLS_ID] + [i for item in items for i in item["input_ids"][1:-1]] + [SEP_ID]
-    long_text = " ".join(item["text"] for item in items)
+    long_text, long_ids = joined(items)
     if len(long_ids) <= MAX_SEQ_LENGTH:
         raise SystemExit(f"make_tiny_bert: the long text has only {len(long_ids)} tokens")
     write_json(out / "expected.json", {
@@ -214,9 +235,7 @@ def main():
     parser.add_argument("--tokenizer-from", type=Path, default=DEFAULT_TOKENIZER_DIR,
                         help=f"model directory to copy the tokenizer files from (default: {DEFAULT_TOKENIZER_DIR})")
     args = parser.parse_args()
-    missing = [name for name in TOKENIZER_FILES if not (args.tokenizer_from / name).is_file()]
-    if missing:
-        raise SystemExit(f"make_tiny_bert: {', '.join(missing)} missing in {args.tokenizer_from} (run `make setup`)")
+    check_tokenizer_dir(args.tokenizer_from, "make_tiny_bert")
     write_model_dir(args.out_dir, args.tokenizer_from)
     write_expected(args.out_dir)
     print(f"make_tiny_bert: wrote {args.out_dir}")

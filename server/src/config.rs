@@ -31,6 +31,15 @@ impl BackendKind {
     }
 }
 
+/// Which search index serves queries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IndexChoice {
+    /// Every chunk scored (SIMD); exact results.
+    Exact,
+    /// Hierarchical navigable small world graph: approximate, sub-linear.
+    Hnsw,
+}
+
 /// embedwire-server: a gRPC embedding server with dynamic batching.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "embedwire-server", version)]
@@ -43,7 +52,7 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_BACKEND", value_enum, default_value = "onnx")]
     pub backend: BackendKind,
 
-    /// Directory for durable data: reserved for the document index (not used yet).
+    /// Directory for durable data: the document store (one redb file).
     #[arg(long, env = "EMBEDWIRE_DATA_DIR", default_value = "embedwire-data")]
     pub data_dir: PathBuf,
 
@@ -122,6 +131,64 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_PSEUDO_DIM", default_value_t = 384)]
     pub pseudo_dim: usize,
 
+    /// Search index: exact (exhaustive SIMD scan) or hnsw (approximate, for large
+    /// corpora).
+    #[arg(long, env = "EMBEDWIRE_INDEX", value_enum, default_value = "exact")]
+    pub index: IndexChoice,
+
+    /// HNSW: links per node.
+    #[arg(long, env = "EMBEDWIRE_HNSW_M", default_value_t = 16)]
+    pub hnsw_m: usize,
+
+    /// HNSW: candidate list size while building.
+    #[arg(long, env = "EMBEDWIRE_HNSW_EF_CONSTRUCTION", default_value_t = 100)]
+    pub hnsw_ef_construction: usize,
+
+    /// HNSW: candidate list size while searching (higher: better recall, slower).
+    #[arg(long, env = "EMBEDWIRE_HNSW_EF_SEARCH", default_value_t = 64)]
+    pub hnsw_ef_search: usize,
+
+    /// Most tokens per chunk, special tokens excluded (capped at the model's limit).
+    #[arg(long, env = "EMBEDWIRE_CHUNK_TOKENS", default_value_t = 200)]
+    pub chunk_tokens: usize,
+
+    /// Tokens consecutive chunks share.
+    #[arg(long, env = "EMBEDWIRE_CHUNK_OVERLAP_TOKENS", default_value_t = 32)]
+    pub chunk_overlap_tokens: usize,
+
+    /// Documents indexed per commit.
+    #[arg(long, env = "EMBEDWIRE_INGEST_BATCH_DOCUMENTS", default_value_t = 64)]
+    pub ingest_batch_documents: usize,
+
+    /// Most documents per Ingest call or IngestStream message.
+    #[arg(long, env = "EMBEDWIRE_MAX_DOCUMENTS_PER_REQUEST", default_value_t = 1000)]
+    pub max_documents_per_request: usize,
+
+    /// Most bytes of metadata (keys plus values) per document.
+    #[arg(long, env = "EMBEDWIRE_MAX_METADATA_BYTES", default_value_t = 16384)]
+    pub max_metadata_bytes: usize,
+
+    /// Most hits per query of Search.
+    #[arg(long, env = "EMBEDWIRE_MAX_TOP_K", default_value_t = 1000)]
+    pub max_top_k: usize,
+
+    /// Most hits per query of SearchStream.
+    #[arg(long, env = "EMBEDWIRE_MAX_STREAM_TOP_K", default_value_t = 100_000)]
+    pub max_stream_top_k: usize,
+
+    /// Most queries per Search call.
+    #[arg(long, env = "EMBEDWIRE_MAX_QUERIES_PER_REQUEST", default_value_t = 64)]
+    pub max_queries_per_request: usize,
+
+    /// Cross-encoder model directory (model.onnx with a `logits` output, tokenizer.json,
+    /// config.json) for the optional rerank stage of search.
+    #[arg(long, env = "EMBEDWIRE_RERANK_MODEL_DIR")]
+    pub rerank_model_dir: Option<PathBuf>,
+
+    /// Candidates the cross-encoder re-scores per query.
+    #[arg(long, env = "EMBEDWIRE_RERANK_CANDIDATES", default_value_t = 50)]
+    pub rerank_candidates: usize,
+
     /// Seconds in-flight requests get to finish after SIGINT/SIGTERM.
     #[arg(long, env = "EMBEDWIRE_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,
@@ -191,6 +258,16 @@ impl ServerConfig {
             ("--max-response-bytes", self.max_response_bytes),
             ("--stream-read-ahead", self.stream_read_ahead),
             ("--pseudo-dim", self.pseudo_dim),
+            ("--chunk-tokens", self.chunk_tokens),
+            ("--ingest-batch-documents", self.ingest_batch_documents),
+            ("--max-documents-per-request", self.max_documents_per_request),
+            ("--max-top-k", self.max_top_k),
+            ("--max-stream-top-k", self.max_stream_top_k),
+            ("--max-queries-per-request", self.max_queries_per_request),
+            ("--rerank-candidates", self.rerank_candidates),
+            ("--hnsw-m", self.hnsw_m),
+            ("--hnsw-ef-construction", self.hnsw_ef_construction),
+            ("--hnsw-ef-search", self.hnsw_ef_search),
         ];
         if let Some((flag, _)) = positive.iter().find(|(_, value)| *value == 0) {
             return Err(format!("{flag} must be at least 1"));
@@ -200,6 +277,9 @@ impl ServerConfig {
         }
         if self.max_inputs_per_request > self.max_in_flight_inputs {
             return Err("--max-inputs-per-request cannot exceed --max-in-flight-inputs".into());
+        }
+        if self.chunk_overlap_tokens >= self.chunk_tokens {
+            return Err("--chunk-overlap-tokens must be less than --chunk-tokens".into());
         }
         if self.backend == BackendKind::Remote && self.upstream.is_empty() {
             return Err("--backend remote needs at least one --upstream address".into());

@@ -133,6 +133,11 @@ impl EmbeddingEngine {
         Ok(Embeddings { dim, values, token_counts: raw.token_counts, model_id: backend.info().model_id.clone() })
     }
 
+    /// Units to chunk `text` by and units per token (see `Backend::chunking_units`).
+    pub fn chunking_units(&self, text: &str) -> Result<(Vec<(usize, usize)>, f32)> {
+        self.backend()?.chunking_units(text)
+    }
+
     /// The model's tokenization of `texts`.
     pub async fn tokenize(&self, texts: Vec<String>, truncate: bool) -> Result<Vec<TokenizedText>> {
         self.check_inputs(&texts)?;

@@ -23,6 +23,16 @@ pub enum Error {
     /// The server is configured in a way that cannot work.
     #[error("configuration: {0}")]
     Config(String),
+    /// The named thing (a job, a document) does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request cannot work on this server as configured (e.g. rerank without a
+    /// cross-encoder).
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// The durable store failed: disk full, I/O error, corruption.
+    #[error("storage: {0}")]
+    Storage(String),
     /// An upstream server answered with an error that is not one of the above.
     #[error("upstream: {0}")]
     Upstream(String),

@@ -8,6 +8,8 @@
 //! - [`service`]: the gRPC handlers, thin over the engine.
 //! - [`wire`]: conversions between `embedwire.v1` messages and domain types, and the
 //!   one mapping from [`Error`] to a gRPC status.
+//! - [`corpus`]: durable documents, chunking, jobs, search over the index.
+//! - [`index`]: vector indexes (exact SIMD scan, HNSW).
 //! - [`engine`]: the request pipeline: validation, admission, backend, options.
 //! - [`admission`]: the bound on in-flight inputs (RESOURCE_EXHAUSTED past it).
 //! - [`backend`]: onnx (local model), pseudo (hash vectors) and remote (upstreams).
@@ -20,8 +22,10 @@ pub mod admission;
 pub mod backend;
 pub mod batcher;
 pub mod config;
+pub mod corpus;
 pub mod engine;
 pub mod error;
+pub mod index;
 pub mod model;
 pub mod server;
 pub mod service;

@@ -3,9 +3,10 @@
 //! bound listener, and shuts down gracefully.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use embedwire_proto::v1::embed_service_server::EmbedServiceServer;
+use embedwire_proto::v1::search_service_server::SearchServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::transport::Server;
@@ -16,23 +17,31 @@ use tonic_health::server::HealthReporter;
 use crate::backend::local::{LocalBackend, LocalModelConfig};
 use crate::backend::{Backend, RemoteBackend};
 use crate::batcher::BatchLimits;
-use crate::config::{BackendKind, ServerConfig};
+use crate::config::{BackendKind, IndexChoice, ServerConfig};
+use crate::corpus::chunker::ChunkSettings;
+use crate::corpus::{Corpus, CorpusSettings};
 use crate::engine::{EmbeddingEngine, RequestLimits};
 use crate::error::{Error, Result};
+use crate::index::{IndexKind, IndexParams};
+use crate::model::cross_encoder::{CrossEncoder, Reranker};
 use crate::model::onnx::OnnxSettings;
+use crate::model::onnx::init_runtime;
 use crate::model::pseudo::PseudoModel;
 use crate::model::{ModelInfo, Pooling};
 use crate::service::embed::{EmbedApi, EmbedApiSettings};
+use crate::service::search::SearchApi;
 use crate::stats::Stats;
 use crate::wire;
 
-/// The gRPC service name health reports on (besides the overall "" entry).
-const EMBED_SERVICE_NAME: &str = "embedwire.v1.EmbedService";
+/// The gRPC service names health reports on (besides the overall "" entry).
+const SERVICE_NAMES: [&str; 2] = ["embedwire.v1.EmbedService", "embedwire.v1.SearchService"];
 
 /// A configured server, ready to serve on a listener.
 pub struct EmbedServer {
     config: ServerConfig,
     engine: Arc<EmbeddingEngine>,
+    /// Set once the backend is loaded and the store opened.
+    corpus: Arc<OnceLock<Arc<Corpus>>>,
 }
 
 impl EmbedServer {
@@ -49,7 +58,7 @@ impl EmbedServer {
             max_in_flight_inputs: config.max_in_flight_inputs,
         };
         let engine = Arc::new(EmbeddingEngine::new(limits, Arc::new(Stats::default())));
-        Ok(EmbedServer { config, engine })
+        Ok(EmbedServer { config, engine, corpus: Arc::new(OnceLock::new()) })
     }
 
     /// The engine, for in-process callers (the HTTP layer, tests reading counters).
@@ -57,11 +66,15 @@ impl EmbedServer {
         self.engine.clone()
     }
 
+    /// The corpus cell, filled once the server is ready.
+    pub fn corpus(&self) -> Arc<OnceLock<Arc<Corpus>>> {
+        self.corpus.clone()
+    }
+
     /// Serves until `shutdown` resolves, then stops accepting work and gives in-flight
     /// requests up to the grace period to finish. Fails if the backend cannot load.
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
-        let config = self.config;
-        let engine = self.engine;
+        let EmbedServer { config, engine, corpus } = self;
         let (health, health_service) = tonic_health::server::health_reporter();
         set_health(&health, ServingStatus::NotServing).await;
 
@@ -88,8 +101,12 @@ impl EmbedServer {
         let embed_service = EmbedServiceServer::new(api)
             .max_decoding_message_size(config.max_request_bytes)
             .max_encoding_message_size(config.max_response_bytes);
+        let search_service = SearchServiceServer::new(SearchApi::new(corpus.clone()))
+            .max_decoding_message_size(config.max_request_bytes)
+            .max_encoding_message_size(config.max_response_bytes);
 
         let (draining_tx, mut draining_rx) = watch::channel(false);
+        let runner_shutdown = draining_rx.clone();
         let drain_health = health.clone();
         let signal = async move {
             shutdown.await;
@@ -106,6 +123,7 @@ impl EmbedServer {
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(embed_service)
+            .add_service(search_service)
             // Nagle's algorithm would hold small responses back for the peer's delayed
             // ACK (~40 ms); Server::tcp_nodelay only covers listeners tonic binds itself.
             .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), signal);
@@ -115,30 +133,41 @@ impl EmbedServer {
             let _ = draining_rx.wait_for(|draining| *draining).await;
             tokio::time::sleep(grace).await;
         };
-        let loading = load_and_install(config, engine.clone(), health.clone());
+        let loading = load_and_install(config, engine.clone(), corpus, health.clone(), runner_shutdown);
 
         tokio::pin!(serving, grace_expired, loading);
-        let mut loaded = false;
-        loop {
+        let mut job_runner = None;
+        let outcome = loop {
             tokio::select! {
                 result = &mut serving => {
-                    return result.map_err(|e| Error::Config(format!("server: {e}")));
+                    break result.map_err(|e| Error::Config(format!("server: {e}")));
                 }
                 () = &mut grace_expired => {
                     tracing::warn!(grace_secs = grace.as_secs(), "grace period over; dropping unfinished requests");
-                    return Ok(());
+                    break Ok(());
                 }
-                result = &mut loading, if !loaded => {
-                    result?;
-                    loaded = true;
+                result = &mut loading, if job_runner.is_none() => {
+                    job_runner = Some(result?);
                 }
             }
+        };
+        // The runner stops after its current commit; nothing half-written is left.
+        if let Some(runner) = job_runner {
+            let _ = runner.await;
         }
+        outcome
     }
 }
 
-/// Loads the configured backend, installs it, and reports SERVING.
-async fn load_and_install(config: ServerConfig, engine: Arc<EmbeddingEngine>, health: HealthReporter) -> Result<()> {
+/// Loads the configured backend, opens the corpus, starts the job runner, and
+/// reports SERVING. Returns the runner's task.
+async fn load_and_install(
+    config: ServerConfig,
+    engine: Arc<EmbeddingEngine>,
+    corpus_cell: Arc<OnceLock<Arc<Corpus>>>,
+    health: HealthReporter,
+    runner_shutdown: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<()>> {
     let started = std::time::Instant::now();
     let backend = load_backend(&config, engine.stats().clone()).await?;
     tracing::info!(
@@ -149,8 +178,53 @@ async fn load_and_install(config: ServerConfig, engine: Arc<EmbeddingEngine>, he
         "model ready"
     );
     engine.install(backend);
+    let settings = corpus_settings(&config);
+    let reranker_config = config.clone();
+    let corpus = tokio::task::spawn_blocking(move || {
+        let reranker = load_reranker(&reranker_config)?;
+        Corpus::open(settings, engine, reranker)
+    })
+    .await
+    .map_err(|e| Error::Config(format!("corpus loader: {e}")))??;
+    let _ = corpus_cell.set(corpus.clone());
+    let runner = tokio::spawn(corpus.run_jobs(runner_shutdown));
     set_health(&health, ServingStatus::Serving).await;
-    Ok(())
+    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "serving");
+    Ok(runner)
+}
+
+fn corpus_settings(config: &ServerConfig) -> CorpusSettings {
+    CorpusSettings {
+        data_dir: config.data_dir.clone(),
+        index_kind: match config.index {
+            IndexChoice::Exact => IndexKind::Exact,
+            IndexChoice::Hnsw => IndexKind::Hnsw,
+        },
+        index_params: IndexParams {
+            m: config.hnsw_m,
+            ef_construction: config.hnsw_ef_construction,
+            ef_search: config.hnsw_ef_search,
+            ..IndexParams::default()
+        },
+        chunking: ChunkSettings { max_tokens: config.chunk_tokens, overlap_tokens: config.chunk_overlap_tokens },
+        max_documents_per_request: config.max_documents_per_request,
+        max_metadata_bytes: config.max_metadata_bytes,
+        max_top_k: config.max_top_k,
+        max_stream_top_k: config.max_stream_top_k,
+        max_queries_per_request: config.max_queries_per_request,
+        ingest_batch_documents: config.ingest_batch_documents,
+        rerank_candidates: config.rerank_candidates,
+    }
+}
+
+/// The cross-encoder named by --rerank-model-dir, if any.
+fn load_reranker(config: &ServerConfig) -> Result<Option<Reranker>> {
+    let Some(dir) = &config.rerank_model_dir else { return Ok(None) };
+    let environment = init_runtime(&config.ort_library())?;
+    let settings = OnnxSettings { intra_op_threads: config.intra_op_threads(), spin: config.ort_spin };
+    let encoder = CrossEncoder::load(environment, dir, settings)?;
+    tracing::info!(model = %dir.display(), "cross-encoder loaded for reranking");
+    Ok(Some(Reranker::new(encoder)))
 }
 
 async fn load_backend(config: &ServerConfig, stats: Arc<Stats>) -> Result<Backend> {
@@ -198,7 +272,9 @@ fn local_model_config(config: &ServerConfig) -> LocalModelConfig {
 
 async fn set_health(health: &HealthReporter, status: ServingStatus) {
     health.set_service_status("", status).await;
-    health.set_service_status(EMBED_SERVICE_NAME, status).await;
+    for name in SERVICE_NAMES {
+        health.set_service_status(name, status).await;
+    }
 }
 
 /// Unary requests over the size limit fail inside tonic before any handler runs, as

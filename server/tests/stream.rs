@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{InProcessServer, ONNX, PSEUDO, embed_request, rows, sentences};
+use common::{InProcessServer, ONNX, PSEUDO, rows, sentences};
 use embedwire_proto::v1::{EmbedRequest, EmbedStreamRequest, embed_stream_response};
 use futures::StreamExt;
 

@@ -105,6 +105,11 @@ impl LocalBackend {
         Ok(RawEmbeddings { values, token_counts })
     }
 
+    /// Byte offsets of the tokens of `text`, untruncated.
+    pub fn token_offsets(&self, text: &str) -> Result<Vec<(usize, usize)>> {
+        self.tokenizer.token_offsets(text)
+    }
+
     /// The model's tokenization of each text.
     pub fn tokenize(&self, texts: &[String]) -> Result<Vec<TokenizedText>> {
         tokenize_all(&self.tokenizer, texts)

@@ -8,6 +8,7 @@
 pub mod local;
 pub mod remote;
 
+use crate::corpus::chunker::word_offsets;
 use crate::error::{Error, Result};
 use crate::model::pseudo::PseudoModel;
 use crate::model::{ModelInfo, TokenizedText};
@@ -59,6 +60,17 @@ impl Backend {
                 Ok(RawEmbeddings { values, token_counts: token_counts(&tokenized) })
             }
             Backend::Remote(remote) => remote.embed(texts, truncate).await,
+        }
+    }
+
+    /// Units to chunk `text` by, as byte ranges, and how many units make a token:
+    /// the model's own tokens when the tokenizer is here, words otherwise (a remote
+    /// model's tokens are unknown here; English averages about 0.75 words a token).
+    pub fn chunking_units(&self, text: &str) -> Result<(Vec<(usize, usize)>, f32)> {
+        match self {
+            Backend::Local(local) => Ok((local.token_offsets(text)?, 1.0)),
+            Backend::Pseudo { .. } => Ok((word_offsets(text), 1.0)),
+            Backend::Remote(_) => Ok((word_offsets(text), 0.75)),
         }
     }
 

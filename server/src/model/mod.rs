@@ -1,4 +1,5 @@
-//! The embedding model: its files, its tokenizer, and the ways to run it.
+//! The models: the embedding model (its files, its tokenizer, and the ways to run it)
+//! and the cross-encoder that re-scores search candidates.
 //!
 //! # Layout
 //! - [`files`]: reads a model directory (config files, pooling, max length).
@@ -6,7 +7,9 @@
 //! - [`onnx`]: runs a batch through ONNX Runtime and pools token vectors.
 //! - [`pooling`]: mean / CLS pooling and L2 normalization.
 //! - [`pseudo`]: deterministic hash vectors for the pseudo backend.
+//! - [`cross_encoder`]: scores (query, passage) pairs for search's rerank stage.
 
+pub mod cross_encoder;
 pub mod files;
 pub mod onnx;
 pub mod pooling;

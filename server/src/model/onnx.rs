@@ -74,24 +74,8 @@ pub struct OnnxModel {
 impl OnnxModel {
     /// Loads the graph of `files` into a session.
     pub fn load(environment: &Environment, files: &ModelFiles, settings: OnnxSettings) -> Result<Self> {
-        let session = Session::builder(environment)
-            .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
-            .and_then(|b| Ok(b.with_intra_threads(settings.intra_op_threads)?))
-            .and_then(|b| Ok(b.with_inter_threads(1)?))
-            .and_then(|b| Ok(b.with_intra_op_spinning(settings.spin)?))
-            .and_then(|mut b| b.commit_from_file(&files.onnx_path))
-            .map_err(|e| Error::Config(format!("loading {}: {e}", files.onnx_path.display())))?;
-
-        let input_names: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
-        for required in ["input_ids", "attention_mask"] {
-            if !input_names.contains(&required) {
-                return Err(Error::Config(format!(
-                    "{}: the graph has no `{required}` input (inputs: {input_names:?})",
-                    files.onnx_path.display()
-                )));
-            }
-        }
-        let takes_token_type_ids = input_names.contains(&"token_type_ids");
+        let session = open_session(environment, &files.onnx_path, settings)?;
+        let takes_token_type_ids = check_bert_inputs(&session, &files.onnx_path)?;
         let output = pick_output(&session).ok_or_else(|| {
             Error::Config(format!(
                 "{}: no last_hidden_state, token_embeddings or sentence_embedding output",
@@ -114,19 +98,10 @@ impl OnnxModel {
         if rows == 0 || seq_len == 0 {
             return Ok(Vec::new());
         }
-        let mut input_ids = vec![0i64; rows * seq_len];
-        let mut attention_mask = vec![0i64; rows * seq_len];
-        for (row, ids) in batch.iter().enumerate() {
-            let start = row * seq_len;
-            for (slot, id) in input_ids[start..start + ids.len()].iter_mut().zip(ids.iter()) {
-                *slot = *id as i64;
-            }
-            attention_mask[start..start + ids.len()].fill(1);
-        }
         let shape = [rows as i64, seq_len as i64];
         let mut inputs: Vec<(&str, SessionInputValue)> = vec![
-            ("input_ids", tensor(shape, input_ids)?.into()),
-            ("attention_mask", tensor(shape, attention_mask)?.into()),
+            ("input_ids", tensor(shape, pad_rows(batch, seq_len))?.into()),
+            ("attention_mask", tensor(shape, attention_mask(batch, seq_len))?.into()),
         ];
         if self.takes_token_type_ids {
             inputs.push(("token_type_ids", tensor(shape, vec![0i64; rows * seq_len])?.into()));
@@ -153,7 +128,56 @@ impl OnnxModel {
     }
 }
 
-fn tensor(shape: [i64; 2], values: Vec<i64>) -> Result<Tensor<i64>> {
+/// Opens the graph at `path` with `settings`; the error names the file.
+pub(super) fn open_session(environment: &Environment, path: &Path, settings: OnnxSettings) -> Result<Session> {
+    Session::builder(environment)
+        .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
+        .and_then(|b| Ok(b.with_intra_threads(settings.intra_op_threads)?))
+        .and_then(|b| Ok(b.with_inter_threads(1)?))
+        .and_then(|b| Ok(b.with_intra_op_spinning(settings.spin)?))
+        .and_then(|mut b| b.commit_from_file(path))
+        .map_err(|e| Error::Config(format!("loading {}: {e}", path.display())))
+}
+
+/// Fails unless the graph takes `input_ids` and `attention_mask`; returns whether it
+/// also takes `token_type_ids` (BERT does; some exports drop it).
+pub(super) fn check_bert_inputs(session: &Session, path: &Path) -> Result<bool> {
+    let input_names: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
+    for required in ["input_ids", "attention_mask"] {
+        if !input_names.contains(&required) {
+            return Err(Error::Config(format!(
+                "{}: the graph has no `{required}` input (inputs: {input_names:?})",
+                path.display()
+            )));
+        }
+    }
+    Ok(input_names.contains(&"token_type_ids"))
+}
+
+/// `rows` as one row-major [rows.len(), seq_len] buffer, right-padded with zeros: the
+/// [PAD] id, and token type 0. Padding is masked out, so its values never matter.
+pub(super) fn pad_rows(rows: &[&[u32]], seq_len: usize) -> Vec<i64> {
+    let mut padded = vec![0i64; rows.len() * seq_len];
+    for (row, values) in rows.iter().enumerate() {
+        let start = row * seq_len;
+        for (slot, value) in padded[start..start + values.len()].iter_mut().zip(values.iter()) {
+            *slot = *value as i64;
+        }
+    }
+    padded
+}
+
+/// 1 over each row's tokens and 0 over its padding, in `pad_rows`' layout.
+pub(super) fn attention_mask(rows: &[&[u32]], seq_len: usize) -> Vec<i64> {
+    let mut mask = vec![0i64; rows.len() * seq_len];
+    for (row, values) in rows.iter().enumerate() {
+        let start = row * seq_len;
+        mask[start..start + values.len()].fill(1);
+    }
+    mask
+}
+
+pub(super) fn tensor(shape: [i64; 2], values: Vec<i64>) -> Result<Tensor<i64>> {
     Tensor::from_array((shape, values)).map_err(|e| Error::Model(format!("input tensor: {e}")))
 }
 

@@ -14,6 +14,8 @@ use crate::error::{Error, Result};
 pub struct TextTokenizer {
     /// The tokenizer with truncation at `max_tokens` and padding off.
     inner: Tokenizer,
+    /// The same without truncation, to find chunk borders in long documents.
+    untruncated: Tokenizer,
     /// Longest output in tokens, special tokens included.
     max_tokens: usize,
 }
@@ -23,10 +25,14 @@ impl TextTokenizer {
     pub fn from_file(path: &Path, max_tokens: usize) -> Result<Self> {
         let mut inner = Tokenizer::from_file(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
         inner.with_padding(None);
+        let mut untruncated = inner.clone();
+        untruncated
+            .with_truncation(None)
+            .map_err(|e| Error::Config(format!("{}: no truncation: {e}", path.display())))?;
         inner
             .with_truncation(Some(TruncationParams { max_length: max_tokens, ..Default::default() }))
             .map_err(|e| Error::Config(format!("{}: truncation at {max_tokens}: {e}", path.display())))?;
-        Ok(TextTokenizer { inner, max_tokens })
+        Ok(TextTokenizer { inner, untruncated, max_tokens })
     }
 
     /// Longest output in tokens.
@@ -42,6 +48,15 @@ impl TextTokenizer {
         let overflow = encoding.get_overflowing();
         let untruncated_count = encoding.len() + overflow.iter().map(content_tokens).sum::<usize>();
         Ok(TokenizedText { ids: encoding.get_ids().to_vec(), truncated: !overflow.is_empty(), untruncated_count })
+    }
+}
+
+impl TextTokenizer {
+    /// Byte offsets of every token of `text` (no special tokens, no truncation).
+    pub fn token_offsets(&self, text: &str) -> Result<Vec<(usize, usize)>> {
+        let encoding =
+            self.untruncated.encode(text, false).map_err(|e| Error::Model(format!("tokenizer failed: {e}")))?;
+        Ok(encoding.get_offsets().to_vec())
     }
 }
 

@@ -2,6 +2,8 @@
 //! one mapping from [`Error`] to a gRPC status. Handlers stay thin: they call these
 //! and the engine, nothing else.
 
+pub mod search;
+
 use embedwire_proto::v1::{EmbedRequest, EmbedResponse, EmbeddingDtype, InfoResponse, Limits, TokenizedInput, Usage};
 use embedwire_proto::vectors;
 
@@ -27,7 +29,11 @@ impl From<Error> for tonic::Status {
             Error::ResourceExhausted(_) => tonic::Status::resource_exhausted(message),
             Error::Unavailable(_) => tonic::Status::unavailable(message),
             Error::Cancelled => tonic::Status::cancelled(message),
-            Error::Model(_) | Error::Config(_) | Error::Upstream(_) => tonic::Status::internal(message),
+            Error::NotFound(_) => tonic::Status::not_found(message),
+            Error::FailedPrecondition(_) => tonic::Status::failed_precondition(message),
+            Error::Model(_) | Error::Config(_) | Error::Storage(_) | Error::Upstream(_) => {
+                tonic::Status::internal(message)
+            }
         }
     }
 }

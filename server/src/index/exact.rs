@@ -1,0 +1,202 @@
+//! Exact search: every stored vector is scored, and the result is the true top k.
+//!
+//! Scanning the f32 vectors is bound by memory bandwidth (100k x 384 floats are
+//! 154 MB, about 8 ms on this class of machine), so the scan reads an int8 copy with
+//! one scale per row instead, a quarter of the bytes. (An f16 copy, half the bytes,
+//! measured too close to the 5 ms goal at 100k rows.) The int8 scores are
+//! approximate, so search runs in two steps:
+//!
+//! 1. Scan the codes, keep the best few candidates by approximate score, and rescore
+//!    them with the f32 vectors.
+//! 2. Every row comes with a bound on its quantization error (see
+//!    [`super::quantize`]). If a row left out could still beat the k-th exact score,
+//!    rescore every row whose bound allows it. With the candidate count used here
+//!    this is rare; it makes the result exact rather than probably exact.
+//!
+//! Filters are evaluated lazily, only for rows whose approximate score would enter
+//! the candidates, so an expensive metadata filter costs little.
+
+use std::thread;
+
+use super::kernels::{Kernels, Line};
+use super::quantize::{self, QueryCode, RowCode};
+use super::rows::{Placed, Rows};
+use super::top_k::TopK;
+use super::{ChunkId, Filter};
+
+/// Candidates rescored in step 1: `k` times this ...
+const CANDIDATES_PER_HIT: usize = 4;
+/// ... and at least this many. Measured with clustered embeddings (see
+/// `index-bench`): step 2 almost never runs, and the rescoring costs microseconds.
+const MIN_CANDIDATES: usize = 32;
+/// Below this many rows per thread a split scan loses more to thread start-up than
+/// it gains.
+const MIN_ROWS_PER_SCAN_THREAD: usize = 16_384;
+
+/// Vectors in f32 for results and in int8 for the scan, in the same row order.
+#[derive(Clone)]
+pub struct ExactIndex {
+    rows: Rows,
+    /// The int8 codes, `lines` per row.
+    codes: Vec<Line>,
+    /// Scale and error bounds of each row's codes.
+    row_codes: Vec<RowCode>,
+    lines: usize,
+    kernels: Kernels,
+    /// Threads one search's scan may use (1 = the caller's thread only).
+    scan_threads: usize,
+}
+
+impl std::fmt::Debug for ExactIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExactIndex")
+            .field("len", &self.rows.len())
+            .field("dim", &self.rows.dim())
+            .field("isa", &self.kernels.isa())
+            .field("scan_threads", &self.scan_threads)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExactIndex {
+    pub fn new(dim: usize, scan_threads: usize) -> ExactIndex {
+        ExactIndex {
+            rows: Rows::new(dim),
+            codes: Vec::new(),
+            row_codes: Vec::new(),
+            lines: quantize::lines_per_row(dim),
+            kernels: Kernels::best(),
+            scan_threads: scan_threads.max(1),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn get(&self, id: ChunkId) -> Option<&[f32]> {
+        self.rows.get(id)
+    }
+
+    pub fn reserve(&mut self, additional: usize) {
+        self.rows.reserve(additional);
+        self.codes.reserve(additional * self.lines);
+        self.row_codes.reserve(additional);
+    }
+
+    pub fn insert(&mut self, id: ChunkId, vector: &[f32]) {
+        let row = match self.rows.insert(id, vector) {
+            Placed::Replaced(row) => row,
+            Placed::Appended(row) => {
+                self.codes.resize(self.codes.len() + self.lines, Line::ZERO);
+                self.row_codes.push(RowCode { scale: 0.0, coded_norm: 0.0, residual_norm: 0.0 });
+                row
+            }
+        };
+        let lines = &mut self.codes[row * self.lines..(row + 1) * self.lines];
+        self.row_codes[row] = quantize::encode_row(vector, lines);
+    }
+
+    pub fn remove(&mut self, id: ChunkId) -> bool {
+        let Some(removed) = self.rows.remove(id) else { return false };
+        // Mirror `Rows::remove`: the last row's codes move into the hole.
+        let last = self.row_codes.len() - 1;
+        if removed.moved_last {
+            self.codes.copy_within(last * self.lines..(last + 1) * self.lines, removed.row * self.lines);
+        }
+        self.codes.truncate(last * self.lines);
+        self.row_codes.swap_remove(removed.row);
+        true
+    }
+
+    pub fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        min_score: Option<f32>,
+        filter: Option<&Filter>,
+    ) -> Vec<(ChunkId, f32)> {
+        let n = self.rows.len();
+        if k == 0 || n == 0 {
+            return Vec::new();
+        }
+        let code = QueryCode::new(query, self.lines);
+        let mut dots = vec![0i32; n];
+        self.scan(&code.codes, &mut dots);
+
+        let slack = quantize::rounding_slack(self.rows.dim());
+        // Approximate score of a row, and the most its exact score can be.
+        let estimate = |row: usize| {
+            let row_code = &self.row_codes[row];
+            let approx = dots[row] as f32 * row_code.scale * code.scale;
+            (approx, approx + quantize::error_bound(row_code, &code, slack))
+        };
+        let accepts = |row: usize| filter.is_none_or(|filter| filter(self.rows.id(row)));
+        let exact = |row: usize| self.kernels.dot_f32(self.rows.vector(row), query);
+        let floor = min_score.unwrap_or(f32::NEG_INFINITY);
+
+        // Step 1: candidates by approximate score. `best_left_out` is the highest
+        // exact score any row not kept might have.
+        let mut candidates = TopK::<u32>::new(k.saturating_mul(CANDIDATES_PER_HIT).max(MIN_CANDIDATES));
+        let mut best_left_out = f32::NEG_INFINITY;
+        for row in 0..n {
+            let (approx, upper) = estimate(row);
+            if upper < floor {
+                continue;
+            }
+            if !candidates.admits(approx) {
+                best_left_out = best_left_out.max(upper);
+                continue;
+            }
+            if !accepts(row) {
+                continue;
+            }
+            if let Some((_, evicted)) = candidates.push(approx, row as u32) {
+                best_left_out = best_left_out.max(estimate(evicted as usize).1);
+            }
+        }
+        let mut top = TopK::<ChunkId>::new(k);
+        for (row, _) in candidates.into_sorted() {
+            let row = row as usize;
+            let score = exact(row);
+            if score >= floor {
+                top.push(score, self.rows.id(row));
+            }
+        }
+
+        // Step 2, only when step 1 cannot vouch for its answer.
+        let cutoff = top.worst_score().unwrap_or(f32::NEG_INFINITY).max(floor);
+        if best_left_out >= cutoff {
+            top = TopK::new(k);
+            for row in 0..n {
+                if estimate(row).1 >= cutoff && accepts(row) {
+                    let score = exact(row);
+                    if score >= floor {
+                        top.push(score, self.rows.id(row));
+                    }
+                }
+            }
+        }
+        top.into_sorted()
+    }
+
+    /// Integer dot products of every row's codes with the query's, split across
+    /// `scan_threads` threads when there are enough rows to pay for them.
+    fn scan(&self, query: &[i16], dots: &mut [i32]) {
+        let threads = self.scan_threads.min(dots.len() / MIN_ROWS_PER_SCAN_THREAD).max(1);
+        if threads == 1 {
+            self.kernels.scan_i8(&self.codes, query, dots);
+            return;
+        }
+        let rows_per_thread = dots.len().div_ceil(threads);
+        let mut parts = self.codes.chunks(rows_per_thread * self.lines).zip(dots.chunks_mut(rows_per_thread));
+        let (own_codes, own_dots) = parts.next().expect("at least one row");
+        thread::scope(|scope| {
+            for (codes, dots) in parts {
+                scope.spawn(move || self.kernels.scan_i8(codes, query, dots));
+            }
+            // The searching thread scans a share too rather than wait idle.
+            self.kernels.scan_i8(own_codes, query, own_dots);
+        });
+    }
+}
