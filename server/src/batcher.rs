@@ -41,6 +41,16 @@ pub struct BatchLimits {
     pub max_wait: Duration,
 }
 
+/// Who waits for a request: a person (search, Embed) or a background job. Bulk work
+/// runs only when no interactive work waits, one batch at a time, so a large ingest
+/// delays a search by at most one batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Priority {
+    #[default]
+    Interactive,
+    Bulk,
+}
+
 /// The answer to one submitted request: `count * dim` values in submission order.
 pub type BatchReply = oneshot::Receiver<Result<Vec<f32>>>;
 
@@ -66,7 +76,7 @@ impl TokenBudgetBatcher {
 
     /// Queues the sequences of one request. The reply comes when all are embedded,
     /// or an error when one failed; dropping the reply cancels what has not run yet.
-    pub fn submit(&self, sequences: Vec<Vec<u32>>) -> BatchReply {
+    pub fn submit(&self, sequences: Vec<Vec<u32>>, priority: Priority) -> BatchReply {
         let (reply, receiver) = oneshot::channel();
         if sequences.is_empty() {
             let _ = reply.send(Ok(Vec::new()));
@@ -79,17 +89,17 @@ impl TokenBudgetBatcher {
                 reply: Some(reply),
             }),
         });
-        self.queue.push(sequences.into_iter().enumerate().map(|(row, ids)| QueuedSequence {
-            job: job.clone(),
-            row,
-            ids,
-        }));
+        self.queue.push(
+            priority,
+            sequences.into_iter().enumerate().map(|(row, ids)| QueuedSequence { job: job.clone(), row, ids }),
+        );
         receiver
     }
 
     /// Sequences waiting for the model now.
     pub fn queue_depth(&self) -> usize {
-        self.queue.lock().sequences.len()
+        let state = self.queue.lock();
+        state.interactive.len() + state.bulk.len()
     }
 }
 
@@ -162,8 +172,15 @@ struct SequenceQueue {
 
 #[derive(Default)]
 struct QueueState {
-    sequences: VecDeque<QueuedSequence>,
+    interactive: VecDeque<QueuedSequence>,
+    bulk: VecDeque<QueuedSequence>,
     closed: bool,
+}
+
+impl QueueState {
+    fn waiting(&self) -> usize {
+        self.interactive.len() + self.bulk.len()
+    }
 }
 
 impl SequenceQueue {
@@ -171,8 +188,13 @@ impl SequenceQueue {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn push(&self, sequences: impl Iterator<Item = QueuedSequence>) {
-        self.lock().sequences.extend(sequences);
+    fn push(&self, priority: Priority, sequences: impl Iterator<Item = QueuedSequence>) {
+        let mut state = self.lock();
+        match priority {
+            Priority::Interactive => state.interactive.extend(sequences),
+            Priority::Bulk => state.bulk.extend(sequences),
+        }
+        drop(state);
         self.changed.notify_one();
     }
 
@@ -181,28 +203,47 @@ impl SequenceQueue {
         self.changed.notify_all();
     }
 
-    /// Blocks until sequences are waiting, then takes up to `max_sequences` of them,
-    /// oldest first. Waits up to `max_wait` more while fewer than `fill_target` wait.
-    /// None when the queue is closed and empty.
-    fn take_window(&self, max_sequences: usize, fill_target: usize, max_wait: Duration) -> Option<Vec<QueuedSequence>> {
+    /// Blocks until sequences are waiting, then takes up to `max_sequences`
+    /// interactive ones, oldest first, or when none wait, one batch of bulk ones.
+    /// Waits up to `max_wait` more while fewer than `fill_target` wait. None when the
+    /// queue is closed and empty.
+    fn take_window(&self, max_sequences: usize, fill_target: usize, limits: BatchLimits) -> Option<Vec<QueuedSequence>> {
         let mut state = self.lock();
-        while state.sequences.is_empty() {
+        while state.waiting() == 0 {
             if state.closed {
                 return None;
             }
             state = self.changed.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
         }
-        let deadline = Instant::now() + max_wait;
-        while state.sequences.len() < fill_target && !state.closed {
+        let deadline = Instant::now() + limits.max_wait;
+        while state.waiting() < fill_target && !state.closed {
             let now = Instant::now();
             if now >= deadline {
                 break;
             }
             state = self.changed.wait_timeout(state, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }
-        let take = state.sequences.len().min(max_sequences);
-        Some(state.sequences.drain(..take).collect())
+        if !state.interactive.is_empty() {
+            let take = state.interactive.len().min(max_sequences);
+            return Some(state.interactive.drain(..take).collect());
+        }
+        let take = one_batch_of(&state.bulk, limits);
+        Some(state.bulk.drain(..take).collect())
     }
+}
+
+/// How many sequences from the front of `queue` make one batch under the limits.
+fn one_batch_of(queue: &VecDeque<QueuedSequence>, limits: BatchLimits) -> usize {
+    let mut longest = 0;
+    let mut count = 0;
+    for sequence in queue.iter().take(limits.max_batch_size) {
+        longest = longest.max(sequence.ids.len());
+        if count > 0 && (count + 1) * longest > limits.max_batch_tokens {
+            break;
+        }
+        count += 1;
+    }
+    count
 }
 
 /// Windows hold a few batches' worth of sequences, enough to group by length without
@@ -212,7 +253,7 @@ const BATCHES_PER_WINDOW: usize = 4;
 fn run_model_thread<M: BatchModel>(mut model: M, queue: &SequenceQueue, limits: BatchLimits, stats: &Stats) {
     let mut previous_batch_size = 1;
     let window_size = limits.max_batch_size * BATCHES_PER_WINDOW;
-    while let Some(window) = queue.take_window(window_size, previous_batch_size, limits.max_wait) {
+    while let Some(window) = queue.take_window(window_size, previous_batch_size, limits) {
         let mut live = drop_abandoned(window, stats);
         live.sort_by_key(|s| s.ids.len());
         for batch in split_under_budget(live, limits) {
@@ -332,7 +373,7 @@ mod tests {
         let model = RecordingModel { batches: batches.clone() };
         let batcher = TokenBudgetBatcher::start(model, limits(2, 100), Arc::new(Stats::default())).unwrap();
         let lengths = [5, 1, 4, 2, 3];
-        let reply = batcher.submit(lengths.iter().enumerate().map(|(i, &len)| sequence(len, i as u32 + 10)).collect());
+        let reply = batcher.submit(lengths.iter().enumerate().map(|(i, &len)| sequence(len, i as u32 + 10)).collect(), Priority::Interactive);
         let values = reply.await.unwrap().unwrap();
         let expected: Vec<f32> =
             lengths.iter().enumerate().flat_map(|(i, &len)| [len as f32, i as f32 + 10.0]).collect();
@@ -374,12 +415,12 @@ mod tests {
             inner: RecordingModel { batches: Arc::new(Mutex::new(Vec::new())) },
         };
         let batcher = TokenBudgetBatcher::start(model, limits(4, 100), stats.clone()).unwrap();
-        let blocker = batcher.submit(vec![sequence(1, 0)]);
+        let blocker = batcher.submit(vec![sequence(1, 0)], Priority::Interactive);
         entered.recv().unwrap(); // the model thread is busy with the blocker
         drop(entered);
-        let abandoned = batcher.submit(vec![sequence(3, 1), sequence(3, 2)]);
+        let abandoned = batcher.submit(vec![sequence(3, 1), sequence(3, 2)], Priority::Interactive);
         drop(abandoned); // the caller goes away while its work waits
-        let kept = batcher.submit(vec![sequence(2, 3)]);
+        let kept = batcher.submit(vec![sequence(2, 3)], Priority::Interactive);
         release.send(()).unwrap();
         assert_eq!(blocker.await.unwrap().unwrap(), vec![1.0, 0.0]);
         assert_eq!(kept.await.unwrap().unwrap(), vec![2.0, 3.0]);

@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::admission::InFlightLimiter;
 use crate::backend::Backend;
+use crate::batcher::Priority;
 use crate::error::{Error, Result};
 use crate::model::pooling::l2_normalize_rows;
 use crate::model::{ModelInfo, TokenizedText};
@@ -31,11 +32,13 @@ pub struct EmbedOptions {
     pub truncate: bool,
     /// Keep only the first n dimensions.
     pub dimensions: Option<usize>,
+    /// Background work yields to requests someone waits for.
+    pub priority: Priority,
 }
 
 impl Default for EmbedOptions {
     fn default() -> Self {
-        EmbedOptions { normalize: true, truncate: true, dimensions: None }
+        EmbedOptions { normalize: true, truncate: true, dimensions: None, priority: Priority::Interactive }
     }
 }
 
@@ -120,7 +123,7 @@ impl EmbeddingEngine {
         let _admission = self.admission.try_admit(texts.len()).inspect_err(|_| {
             Stats::add(&self.stats.rejected_overload, 1);
         })?;
-        let raw = backend.embed(texts, options.truncate).await?;
+        let raw = backend.embed(texts, options.truncate, options.priority).await?;
         let full_dim = backend.info().dim;
         let mut values = if dim == full_dim {
             raw.values

@@ -6,34 +6,16 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use common::{InProcessServer, ONNX, embed_request, max_abs_diff, rows};
+use common::{InProcessServer, ONNX, TempDir, embed_request, max_abs_diff, rows, venv_python};
 use embedwire_proto::v1::{EmbedRequest, InfoRequest, TokenizeRequest};
 use serde_json::Value;
 
 /// Largest difference allowed between the server's vectors and Python's: the same
 /// graph on the same ONNX Runtime, batched and fused differently.
 const TOLERANCE: f32 = 1e-4;
-
-/// A directory under the system temp dir, removed on drop (also when a test fails).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("embedwire-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// What the server should answer for one text, from expected.json.
 struct Expected {
@@ -60,16 +42,6 @@ impl Expected {
             untruncated_count: item["untruncated_count"].as_u64().unwrap() as u32,
         }
     }
-}
-
-/// The venv `make setup` creates, found the way scripts/setup-model.sh finds it.
-fn venv_python() -> PathBuf {
-    let cache = std::env::var_os("EMBEDWIRE_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/embedwire"));
-    let python = cache.join("venv/bin/python");
-    assert!(python.is_file(), "{} not found: run `make setup`", python.display());
-    python
 }
 
 /// Runs make_tiny_bert.py into `dir` and returns (the short texts, the long text).

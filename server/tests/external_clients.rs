@@ -16,10 +16,7 @@ use prost::Message;
 
 /// grpcurl as installed by `make setup` (scripts/setup-tools.sh), or from PATH.
 fn grpcurl() -> PathBuf {
-    let cache = std::env::var_os("EMBEDWIRE_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/embedwire"));
-    let installed = cache.join("bin/grpcurl");
+    let installed = common::cache_dir().join("bin/grpcurl");
     if installed.exists() { installed } else { PathBuf::from("grpcurl") }
 }
 

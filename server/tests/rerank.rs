@@ -5,11 +5,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use clap::Parser;
-use common::max_abs_diff;
+use common::{TempDir, max_abs_diff, venv_python};
 use embedwire_server::ServerConfig;
 use embedwire_server::model::cross_encoder::{CrossEncoder, Reranker, TokenizedPair};
 use embedwire_server::model::onnx::{OnnxSettings, init_runtime};
@@ -18,34 +18,6 @@ use serde_json::Value;
 /// Largest difference allowed between Rust's scores and Python's: the same graph on the
 /// same ONNX Runtime, batched and fused differently.
 const TOLERANCE: f32 = 1e-4;
-
-/// A directory under the system temp dir, removed on drop (also when a test fails).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("embedwire-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The venv `make setup` creates, found the way scripts/setup-model.sh finds it.
-fn venv_python() -> PathBuf {
-    let cache = std::env::var_os("EMBEDWIRE_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/embedwire"));
-    let python = cache.join("venv/bin/python");
-    assert!(python.is_file(), "{} not found: run `make setup`", python.display());
-    python
-}
 
 /// What the model should make of one passage, from expected.json.
 struct Expected {

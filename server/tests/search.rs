@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{InProcessServer, ONNX, PSEUDO, embed_request, max_abs_diff, rows};
+use common::{InProcessServer, ONNX, PSEUDO, TempDir, embed_request, max_abs_diff, rows};
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
 use embedwire_proto::v1::{
     Condition, DeleteDocumentsRequest, Document, EmbeddingDtype, Filter, GetDocumentsRequest, GetIndexStatsRequest,
@@ -13,27 +13,6 @@ use embedwire_proto::v1::{
 use futures::StreamExt;
 use tonic::Code;
 use tonic::transport::Channel;
-
-/// A fresh data directory under the target's temp dir, removed at the end.
-pub struct DataDir(pub std::path::PathBuf);
-
-impl DataDir {
-    pub fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("embedwire-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        DataDir(path)
-    }
-
-    pub fn flag(&self) -> String {
-        self.0.display().to_string()
-    }
-}
-
-impl Drop for DataDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 async fn search_client(server: &InProcessServer) -> SearchServiceClient<Channel> {
     let channel = Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap();
@@ -87,7 +66,7 @@ const CORPUS: [(&str, &str, &str, &str); 6] = [
 
 async fn corpus_server(
     flags: &[&str],
-    data: &DataDir,
+    data: &TempDir,
 ) -> (InProcessServer, SearchServiceClient<Channel>, embedwire_proto::v1::Job) {
     let data_dir = data.flag();
     let server = InProcessServer::start(&[flags, &["--data-dir", &data_dir]].concat()).await;
@@ -106,7 +85,7 @@ fn ids(hits: &[SearchHit]) -> Vec<&str> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn search_finds_relevant_chunks_with_citations_and_exact_scores() {
-    let data = DataDir::new("citations");
+    let data = TempDir::new("citations");
     let (server, mut client, _) = corpus_server(ONNX, &data).await;
     let response = client
         .search(search(&["which pet purrs?", "a programming language that is memory safe"], 3))
@@ -141,7 +120,7 @@ async fn search_finds_relevant_chunks_with_citations_and_exact_scores() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn filters_paging_threshold_and_vectors() {
-    let data = DataDir::new("filters");
+    let data = TempDir::new("filters");
     let (server, mut client, _) = corpus_server(ONNX, &data).await;
     let query = "animals and pets";
     let all = client.search(search(&[query], 6)).await.unwrap().into_inner().results.remove(0).hits;
@@ -208,7 +187,7 @@ async fn filters_paging_threshold_and_vectors() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn upsert_delete_get_and_stats() {
-    let data = DataDir::new("upsert");
+    let data = TempDir::new("upsert");
     let (server, mut client, _) = corpus_server(ONNX, &data).await;
     let stats = client.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner();
     assert_eq!((stats.document_count, stats.chunk_count, stats.pending_documents), (6, 6, 0));
@@ -252,7 +231,7 @@ async fn upsert_delete_get_and_stats() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn long_documents_are_chunked_with_overlap_and_identical_chunks_share_vectors() {
-    let data = DataDir::new("chunks");
+    let data = TempDir::new("chunks");
     let data_dir = data.flag();
     let flags = [ONNX, &["--data-dir", &data_dir, "--chunk-tokens", "40", "--chunk-overlap-tokens", "8"]].concat();
     let server = InProcessServer::start(&flags).await;
@@ -293,7 +272,7 @@ async fn long_documents_are_chunked_with_overlap_and_identical_chunks_share_vect
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ingest_stream_loads_many_documents_and_search_stream_pages_results() {
-    let data = DataDir::new("stream");
+    let data = TempDir::new("stream");
     let data_dir = data.flag();
     let server = InProcessServer::start(&[PSEUDO, &["--data-dir", &data_dir]].concat()).await;
     let mut client = search_client(&server).await;
@@ -327,7 +306,7 @@ fn expect<T>(result: Result<T, tonic::Status>, code: Code, mentions: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_search_and_ingest_requests_name_the_field() {
-    let data = DataDir::new("bad");
+    let data = TempDir::new("bad");
     let data_dir = data.flag();
     let flags =
         [PSEUDO, &["--data-dir", &data_dir, "--max-documents-per-request", "3", "--max-metadata-bytes", "20"]].concat();
@@ -383,7 +362,7 @@ async fn bad_search_and_ingest_requests_name_the_field() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn documents_and_jobs_survive_a_restart() {
-    let data = DataDir::new("restart");
+    let data = TempDir::new("restart");
     let (server, mut client, job) = corpus_server(ONNX, &data).await;
     let before = client.search(search(&["which pet purrs?"], 3)).await.unwrap().into_inner().results.remove(0).hits;
     server.stop().await.unwrap();

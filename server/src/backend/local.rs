@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{RawEmbeddings, check_truncation, token_counts};
-use crate::batcher::{BatchLimits, BatchModel, TokenBudgetBatcher};
+use crate::batcher::{BatchLimits, BatchModel, Priority, TokenBudgetBatcher};
 use crate::error::{Error, Result};
 use crate::model::files::ModelFiles;
 use crate::model::onnx::{OnnxModel, OnnxSettings, init_runtime};
@@ -88,7 +88,7 @@ impl LocalBackend {
     }
 
     /// Tokenizes, batches with concurrent requests, and waits for the vectors.
-    pub async fn embed(&self, texts: Vec<String>, truncate: bool) -> Result<RawEmbeddings> {
+    pub async fn embed(&self, texts: Vec<String>, truncate: bool, priority: Priority) -> Result<RawEmbeddings> {
         let tokenized = if texts.len() <= INLINE_TOKENIZE_LIMIT {
             self.tokenize(&texts)?
         } else {
@@ -99,7 +99,7 @@ impl LocalBackend {
         };
         check_truncation(&tokenized, truncate, self.info.max_input_tokens)?;
         let token_counts = token_counts(&tokenized);
-        let reply = self.batcher.submit(tokenized.into_iter().map(|t| t.ids).collect());
+        let reply = self.batcher.submit(tokenized.into_iter().map(|t| t.ids).collect(), priority);
         let values =
             reply.await.map_err(|_| Error::Unavailable("the model stopped (server shutting down)".into()))??;
         Ok(RawEmbeddings { values, token_counts })

@@ -8,6 +8,7 @@
 pub mod local;
 pub mod remote;
 
+use crate::batcher::Priority;
 use crate::corpus::chunker::word_offsets;
 use crate::error::{Error, Result};
 use crate::model::pseudo::PseudoModel;
@@ -47,9 +48,9 @@ impl Backend {
 
     /// Embeds `texts`. With `truncate` false, an input over the model's limit fails
     /// the call with INVALID_ARGUMENT naming its index.
-    pub async fn embed(&self, texts: Vec<String>, truncate: bool) -> Result<RawEmbeddings> {
+    pub async fn embed(&self, texts: Vec<String>, truncate: bool, priority: Priority) -> Result<RawEmbeddings> {
         match self {
-            Backend::Local(local) => local.embed(texts, truncate).await,
+            Backend::Local(local) => local.embed(texts, truncate, priority).await,
             Backend::Pseudo { model, info } => {
                 let tokenized: Vec<TokenizedText> = texts.iter().map(|t| model.tokenize(t)).collect();
                 check_truncation(&tokenized, truncate, info.max_input_tokens)?;

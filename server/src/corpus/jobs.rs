@@ -18,6 +18,7 @@ use super::chunker::{ChunkSettings, chunk_spans};
 use super::store::{DocumentRecord, IndexedDocument, JobRecord, JobState, NewDocument, Store, StoredChunk};
 use super::text::content_hash;
 use super::{Corpus, blocking, unix_now};
+use crate::batcher::Priority;
 use crate::engine::{EmbedOptions, EmbeddingEngine};
 use crate::error::{Error, Result};
 
@@ -242,7 +243,8 @@ impl Corpus {
         let per_call = self.engine.limits().max_inputs_per_request;
         for group in to_embed.chunks(per_call) {
             let texts: Vec<String> = group.iter().map(|(_, text)| text.clone()).collect();
-            match self.engine.embed(texts, EmbedOptions::default()).await {
+            let options = EmbedOptions { priority: Priority::Bulk, ..EmbedOptions::default() };
+            match self.engine.embed(texts, options).await {
                 Ok(embeddings) => {
                     for ((hash, _), row) in group.iter().zip(embeddings.values.chunks_exact(embeddings.dim)) {
                         vectors.insert(*hash, row.to_vec());

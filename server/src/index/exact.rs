@@ -25,13 +25,16 @@ use super::top_k::TopK;
 use super::{ChunkId, Filter};
 
 /// Candidates rescored in step 1: `k` times this ...
-const CANDIDATES_PER_HIT: usize = 4;
+const CANDIDATES_PER_HIT: usize = 8;
 /// ... and at least this many. Measured with clustered embeddings (see
 /// `index-bench`): step 2 almost never runs, and the rescoring costs microseconds.
-const MIN_CANDIDATES: usize = 32;
+const MIN_CANDIDATES: usize = 64;
 /// Below this many rows per thread a split scan loses more to thread start-up than
 /// it gains.
 const MIN_ROWS_PER_SCAN_THREAD: usize = 16_384;
+
+pub static SECOND_ROWS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+pub static SECOND_STEPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Vectors in f32 for results and in int8 for the scan, in the same row order.
 #[derive(Clone)]
@@ -42,6 +45,9 @@ pub struct ExactIndex {
     /// Scale and error bounds of each row's codes.
     row_codes: Vec<RowCode>,
     lines: usize,
+    /// The largest `coded_norm` and `residual_norm` of any row inserted so far.
+    max_coded_norm: f32,
+    max_residual_norm: f32,
     kernels: Kernels,
     /// Threads one search's scan may use (1 = the caller's thread only).
     scan_threads: usize,
@@ -65,6 +71,8 @@ impl ExactIndex {
             codes: Vec::new(),
             row_codes: Vec::new(),
             lines: quantize::lines_per_row(dim),
+            max_coded_norm: 0.0,
+            max_residual_norm: 0.0,
             kernels: Kernels::best(),
             scan_threads: scan_threads.max(1),
         }
@@ -94,7 +102,10 @@ impl ExactIndex {
             }
         };
         let lines = &mut self.codes[row * self.lines..(row + 1) * self.lines];
-        self.row_codes[row] = quantize::encode_row(vector, lines);
+        let row_code = quantize::encode_row(vector, lines);
+        self.max_coded_norm = self.max_coded_norm.max(row_code.coded_norm);
+        self.max_residual_norm = self.max_residual_norm.max(row_code.residual_norm);
+        self.row_codes[row] = row_code;
     }
 
     pub fn remove(&mut self, id: ChunkId) -> bool {
@@ -125,36 +136,32 @@ impl ExactIndex {
         self.scan(&code.codes, &mut dots);
 
         let slack = quantize::rounding_slack(self.rows.dim());
-        // Approximate score of a row, and the most its exact score can be.
-        let estimate = |row: usize| {
-            let row_code = &self.row_codes[row];
-            let approx = dots[row] as f32 * row_code.scale * code.scale;
-            (approx, approx + quantize::error_bound(row_code, &code, slack))
-        };
+        let approx = |row: usize| dots[row] as f32 * self.row_codes[row].scale * code.scale;
+        // The most a row's exact score can be.
+        let upper = |row: usize| approx(row) + quantize::error_bound(&self.row_codes[row], &code, slack);
         let accepts = |row: usize| filter.is_none_or(|filter| filter(self.rows.id(row)));
         let exact = |row: usize| self.kernels.dot_f32(self.rows.vector(row), query);
         let floor = min_score.unwrap_or(f32::NEG_INFINITY);
 
-        // Step 1: candidates by approximate score. `best_left_out` is the highest
-        // exact score any row not kept might have.
+        // Step 1: the best candidates by approximate score, then their exact scores.
         let mut candidates = TopK::<u32>::new(k.saturating_mul(CANDIDATES_PER_HIT).max(MIN_CANDIDATES));
-        let mut best_left_out = f32::NEG_INFINITY;
+        let mut admission = f32::NEG_INFINITY;
         for row in 0..n {
-            let (approx, upper) = estimate(row);
-            if upper < floor {
+            let estimate = approx(row);
+            // The hot loop: nearly every row stops here, one compare after the scan.
+            if estimate < admission {
                 continue;
             }
-            if !candidates.admits(approx) {
-                best_left_out = best_left_out.max(upper);
+            if upper(row) < floor || !accepts(row) {
                 continue;
             }
-            if !accepts(row) {
-                continue;
-            }
-            if let Some((_, evicted)) = candidates.push(approx, row as u32) {
-                best_left_out = best_left_out.max(estimate(evicted as usize).1);
-            }
+            candidates.push(estimate, row as u32);
+            admission = candidates.worst_score().unwrap_or(f32::NEG_INFINITY);
         }
+        // Every row left out (and passing floor and filter) estimated at most
+        // `admission`: rejected rows below it at the time, evicted ones below what
+        // replaced them, and it only rises.
+        let left_out = candidates.is_full().then_some(admission);
         let mut top = TopK::<ChunkId>::new(k);
         for (row, _) in candidates.into_sorted() {
             let row = row as usize;
@@ -164,12 +171,16 @@ impl ExactIndex {
             }
         }
 
-        // Step 2, only when step 1 cannot vouch for its answer.
+        // Step 2, only when step 1 cannot vouch for its answer: could a row left out
+        // reach the k-th exact score (or, short of k hits, the floor)?
         let cutoff = top.worst_score().unwrap_or(f32::NEG_INFINITY).max(floor);
-        if best_left_out >= cutoff {
+        let bound = self.largest_error_bound(&code, slack);
+        if left_out.is_some_and(|estimate| estimate + bound >= cutoff) {
+            SECOND_STEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             top = TopK::new(k);
             for row in 0..n {
-                if estimate(row).1 >= cutoff && accepts(row) {
+                if upper(row) >= cutoff && accepts(row) {
+                    SECOND_ROWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let score = exact(row);
                     if score >= floor {
                         top.push(score, self.rows.id(row));
@@ -178,6 +189,13 @@ impl ExactIndex {
             }
         }
         top.into_sorted()
+    }
+
+    /// An error bound that holds for every row: from the largest norms any row has had
+    /// (kept as running maxima, which removals leave valid if a little loose).
+    fn largest_error_bound(&self, code: &QueryCode, slack: f32) -> f32 {
+        let worst = RowCode { scale: 0.0, coded_norm: self.max_coded_norm, residual_norm: self.max_residual_norm };
+        quantize::error_bound(&worst, code, slack)
     }
 
     /// Integer dot products of every row's codes with the query's, split across

@@ -78,6 +78,7 @@ pub fn embed_options(request: &EmbedRequest) -> EmbedOptions {
         normalize: request.normalize.unwrap_or(true),
         truncate: request.truncate.unwrap_or(true),
         dimensions: request.dimensions.map(|d| d as usize),
+        ..EmbedOptions::default()
     }
 }
 

@@ -25,10 +25,65 @@ use tonic_health::pb::health_client::HealthClient;
 /// How long a test waits for a server to become ready before failing.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A directory under the system temp dir, unique to this process and name, removed
+/// when dropped (also when the test fails).
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> Self {
+        static CREATED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = CREATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("embedwire-test-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+
+    /// The path as a flag value.
+    pub fn flag(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The cache `make setup` fills: `$EMBEDWIRE_CACHE` or `~/.cache/embedwire`.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("EMBEDWIRE_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/embedwire"))
+}
+
+/// The Python of the venv `make setup` creates (onnx, onnxruntime, numpy).
+pub fn venv_python() -> PathBuf {
+    let python = cache_dir().join("venv/bin/python");
+    assert!(python.is_file(), "{} not found: run `make setup`", python.display());
+    python
+}
+
+/// Adds `--data-dir` with a fresh temp dir unless `args` name one, so servers never
+/// share (or leave behind) a store. Returns the args and the dir to keep alive.
+fn with_data_dir(args: &[&str]) -> (Vec<String>, Option<TempDir>) {
+    let mut owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    if args.contains(&"--data-dir") {
+        return (owned, None);
+    }
+    let dir = TempDir::new("data");
+    owned.extend(["--data-dir".to_string(), dir.flag()]);
+    (owned, Some(dir))
+}
+
 /// A server running inside the test process.
 pub struct InProcessServer {
     pub address: String,
     pub engine: Arc<EmbeddingEngine>,
+    /// The corpus, once the server is ready.
+    pub corpus: Arc<std::sync::OnceLock<Arc<embedwire_server::corpus::Corpus>>>,
+    _data_dir: Option<TempDir>,
     shutdown: Option<oneshot::Sender<()>>,
     pub task: JoinHandle<embedwire_server::Result<()>>,
 }
@@ -50,14 +105,17 @@ impl InProcessServer {
     /// Starts a server on an already bound listener.
     pub fn start_on(listener: tokio::net::TcpListener, args: &[&str]) -> Self {
         let address = format!("http://{}", listener.local_addr().unwrap());
-        let config = ServerConfig::parse_from(std::iter::once("embedwire-server").chain(args.iter().copied()));
+        let (args, data_dir) = with_data_dir(args);
+        let config =
+            ServerConfig::parse_from(std::iter::once("embedwire-server").chain(args.iter().map(String::as_str)));
         let server = EmbedServer::new(config).expect("valid configuration");
         let engine = server.engine();
+        let corpus = server.corpus();
         let (shutdown, stop) = oneshot::channel::<()>();
         let task = tokio::spawn(server.serve(listener, async move {
             let _ = stop.await;
         }));
-        InProcessServer { address, engine, shutdown: Some(shutdown), task }
+        InProcessServer { address, engine, corpus, _data_dir: data_dir, shutdown: Some(shutdown), task }
     }
 
     /// Signals shutdown (the same path as SIGTERM) without waiting.
@@ -167,14 +225,16 @@ pub struct ServerProcess {
     pub child: tokio::process::Child,
     pub address: String,
     pub stderr_lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+    _data_dir: Option<TempDir>,
 }
 
 impl ServerProcess {
     /// Spawns the binary and reads its address from the "listening on" log line.
     pub async fn spawn(args: &[&str]) -> Self {
+        let (args, data_dir) = with_data_dir(args);
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_embedwire-server"))
             .args(["--listen", "127.0.0.1:0"])
-            .args(args)
+            .args(&args)
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info,ort=warn")
             .stdout(Stdio::null())
@@ -202,7 +262,7 @@ impl ServerProcess {
         })
         .await
         .expect("server did not log its address");
-        ServerProcess { child, address, stderr_lines: lines_rx }
+        ServerProcess { child, address, stderr_lines: lines_rx, _data_dir: data_dir }
     }
 
     /// Sends SIGTERM.

@@ -41,15 +41,33 @@ pub struct ServerProcess {
     pub address: SocketAddr,
     /// The last log lines, for error messages.
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// A fresh, empty document store for this process, removed when it ends.
+    data_dir: PathBuf,
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+/// A data directory of its own for each server the bench starts.
+fn fresh_data_dir() -> PathBuf {
+    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("embed-bench-data-{}-{n}", std::process::id()))
 }
 
 impl ServerProcess {
     /// Spawns the server and waits for health SERVING. Also returns the cold start:
     /// the time from spawning the process to the first SERVING answer.
     pub async fn start(command: &ServerCommand) -> anyhow::Result<(Self, Duration)> {
+        let data_dir = fresh_data_dir();
         let spawned = Instant::now();
         let mut child = Command::new(&command.binary)
             .args(["--listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(&data_dir)
             .args(&command.args)
             // The address comes from an info line, so info must be on, and plain.
             .env("RUST_LOG", "info,ort=warn")
@@ -75,7 +93,7 @@ impl ServerProcess {
         let Ok(Ok(address)) = listening else {
             return Err(failure(&stderr_tail, "did not log its address (exited, or too slow)"));
         };
-        let mut server = ServerProcess { child, pid, address, stderr_tail };
+        let mut server = ServerProcess { child, pid, address, stderr_tail, data_dir };
         server.wait_serving().await?;
         Ok((server, spawned.elapsed()))
     }

@@ -70,7 +70,9 @@ fn run_size(plan: &Plan, data: &Dataset) -> anyhow::Result<SizeResults> {
         let started = Instant::now();
         let index = load(IndexKind::Exact, data, params)?;
         let build = started.elapsed();
+        let before = embedwire_server::index::exact::SECOND_STEPS.load(std::sync::atomic::Ordering::Relaxed);
         let (latency, hits) = Latency::one_at_a_time(&index, &data.queries, K)?;
+        eprintln!("TEMP second steps: {} rows {}", embedwire_server::index::exact::SECOND_STEPS.load(std::sync::atomic::Ordering::Relaxed) - before, embedwire_server::index::exact::SECOND_ROWS.swap(0, std::sync::atomic::Ordering::Relaxed));
         let qps = throughput(index, &data.queries, K, plan.searchers, plan.concurrent_run)?;
         println!(
             "size {}: exact, {scan_threads} scan thread(s): built in {:.2} s, p50 {:.2} ms, {qps:.0} q/s with {} searchers",
