@@ -39,6 +39,9 @@ pub struct BatchLimits {
     pub max_batch_tokens: usize,
     /// Longest wait for the queue to refill to the previous batch's size.
     pub max_wait: Duration,
+    /// Token budget of a bulk batch: smaller than the interactive one, because a
+    /// request that arrives while a bulk batch runs waits for all of it.
+    pub max_bulk_batch_tokens: usize,
 }
 
 /// Who waits for a request: a person (search, Embed) or a background job. Bulk work
@@ -207,7 +210,12 @@ impl SequenceQueue {
     /// interactive ones, oldest first, or when none wait, one batch of bulk ones.
     /// Waits up to `max_wait` more while fewer than `fill_target` wait. None when the
     /// queue is closed and empty.
-    fn take_window(&self, max_sequences: usize, fill_target: usize, limits: BatchLimits) -> Option<Vec<QueuedSequence>> {
+    fn take_window(
+        &self,
+        max_sequences: usize,
+        fill_target: usize,
+        limits: BatchLimits,
+    ) -> Option<Vec<QueuedSequence>> {
         let mut state = self.lock();
         while state.waiting() == 0 {
             if state.closed {
@@ -238,7 +246,7 @@ fn one_batch_of(queue: &VecDeque<QueuedSequence>, limits: BatchLimits) -> usize 
     let mut count = 0;
     for sequence in queue.iter().take(limits.max_batch_size) {
         longest = longest.max(sequence.ids.len());
-        if count > 0 && (count + 1) * longest > limits.max_batch_tokens {
+        if count > 0 && (count + 1) * longest > limits.max_bulk_batch_tokens {
             break;
         }
         count += 1;
@@ -343,7 +351,12 @@ mod tests {
     }
 
     fn limits(max_batch_size: usize, max_batch_tokens: usize) -> BatchLimits {
-        BatchLimits { max_batch_size, max_batch_tokens, max_wait: Duration::ZERO }
+        BatchLimits {
+            max_batch_size,
+            max_batch_tokens,
+            max_wait: Duration::ZERO,
+            max_bulk_batch_tokens: max_batch_tokens,
+        }
     }
 
     fn sequence(length: usize, first: u32) -> Vec<u32> {
@@ -373,7 +386,10 @@ mod tests {
         let model = RecordingModel { batches: batches.clone() };
         let batcher = TokenBudgetBatcher::start(model, limits(2, 100), Arc::new(Stats::default())).unwrap();
         let lengths = [5, 1, 4, 2, 3];
-        let reply = batcher.submit(lengths.iter().enumerate().map(|(i, &len)| sequence(len, i as u32 + 10)).collect(), Priority::Interactive);
+        let reply = batcher.submit(
+            lengths.iter().enumerate().map(|(i, &len)| sequence(len, i as u32 + 10)).collect(),
+            Priority::Interactive,
+        );
         let values = reply.await.unwrap().unwrap();
         let expected: Vec<f32> =
             lengths.iter().enumerate().flat_map(|(i, &len)| [len as f32, i as f32 + 10.0]).collect();

@@ -91,6 +91,11 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_MAX_BATCH_TOKENS", default_value_t = 16384)]
     pub max_batch_tokens: usize,
 
+    /// Most tokens in one batch of background work (ingestion), padding included.
+    /// Interactive requests that arrive meanwhile wait for it, so it is kept small.
+    #[arg(long, env = "EMBEDWIRE_MAX_BULK_BATCH_TOKENS", default_value_t = 2048)]
+    pub max_bulk_batch_tokens: usize,
+
     /// Longest the batcher waits for a batch to fill up as much as the previous one,
     /// in microseconds. It never waits when the previous batch had a single input, so
     /// a lone client pays nothing.
@@ -251,6 +256,7 @@ impl ServerConfig {
         let positive = [
             ("--max-batch-size", self.max_batch_size),
             ("--max-batch-tokens", self.max_batch_tokens),
+            ("--max-bulk-batch-tokens", self.max_bulk_batch_tokens),
             ("--max-in-flight-inputs", self.max_in_flight_inputs),
             ("--max-inputs-per-request", self.max_inputs_per_request),
             ("--max-input-chars", self.max_input_chars),

@@ -266,6 +266,7 @@ fn local_model_config(config: &ServerConfig) -> LocalModelConfig {
             max_batch_size: config.max_batch_size,
             max_batch_tokens: config.max_batch_tokens,
             max_wait: config.max_batch_wait(),
+            max_bulk_batch_tokens: config.max_bulk_batch_tokens,
         },
     }
 }

@@ -380,3 +380,33 @@ async fn documents_and_jobs_survive_a_restart() {
     assert_eq!(job_after, job, "the finished job is remembered as it was");
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn searches_keep_answering_while_a_large_ingest_runs() {
+    let data = TempDir::new("concurrent");
+    let (server, mut client, _) = corpus_server(ONNX, &data).await;
+    let texts = common::sentences(300, 150);
+    let documents = texts.iter().enumerate().map(|(i, t)| document(&format!("big-{i}"), t, &[])).collect();
+    let job = client.ingest(IngestRequest { documents }).await.unwrap().into_inner().job.unwrap();
+
+    let mut latencies = Vec::new();
+    loop {
+        let started = std::time::Instant::now();
+        let hits = client.search(search(&["which pet purrs?"], 3)).await.expect("search answers during ingest");
+        latencies.push(started.elapsed());
+        assert_eq!(hits.into_inner().results[0].hits.len(), 3);
+        let now = client.get_job(GetJobRequest { job_id: job.job_id.clone() }).await.unwrap().into_inner().job.unwrap();
+        if now.finished_at.is_some() {
+            assert_eq!(now.processed_documents, 300);
+            break;
+        }
+    }
+    latencies.sort();
+    let (p50, max) = (latencies[latencies.len() / 2], *latencies.last().unwrap());
+    eprintln!("{} searches during the ingest: p50 {p50:?}, max {max:?}", latencies.len());
+    assert!(latencies.len() >= 5, "searches were starved: {} in the whole ingest", latencies.len());
+    // Generous: a liveness bound (one bulk batch ahead at most), not a speed target;
+    // bench/ measures the real figures.
+    assert!(max < std::time::Duration::from_secs(10), "a search waited {max:?}");
+    server.stop().await.unwrap();
+}

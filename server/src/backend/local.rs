@@ -71,6 +71,7 @@ impl LocalBackend {
         let batch = BatchLimits {
             // A single sequence always fits, whatever the budget says.
             max_batch_tokens: config.batch.max_batch_tokens.max(files.max_input_tokens),
+            max_bulk_batch_tokens: config.batch.max_bulk_batch_tokens.max(files.max_input_tokens),
             ..config.batch
         };
         let batcher = TokenBudgetBatcher::start(model, batch, stats)?;

@@ -68,7 +68,7 @@ pub struct IndexParams {
 impl Default for IndexParams {
     /// Measured with `index-bench` on 2 cores (see its results).
     fn default() -> Self {
-        IndexParams { scan_threads: 1, m: 16, ef_construction: 100, ef_search: 64 }
+        IndexParams { scan_threads: 1, m: 16, ef_construction: 64, ef_search: 64 }
     }
 }
 

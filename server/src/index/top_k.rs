@@ -49,16 +49,6 @@ impl<T: Ord + Copy> TopK<T> {
         self.heap.len() >= self.capacity
     }
 
-    /// Whether `score` could enter: the cheap test to make before doing any more work
-    /// on an item (such as evaluating a filter).
-    pub fn admits(&self, score: f32) -> bool {
-        match self.heap.peek() {
-            _ if self.capacity == 0 => false,
-            Some(Reverse(worst)) if self.is_full() => score >= worst.score,
-            _ => true,
-        }
-    }
-
     /// Offers an item; returns the one that fell out, if any (possibly the item itself).
     pub fn push(&mut self, score: f32, item: T) -> Option<(f32, T)> {
         if self.capacity == 0 {
@@ -102,7 +92,6 @@ mod tests {
         }
         assert!(top.is_full());
         assert_eq!(top.worst_score(), Some(0.5));
-        assert!(!top.admits(0.2));
         assert_eq!(top.push(0.6, 5), Some((0.5, 1)));
         assert_eq!(top.push(0.0, 6), Some((0.0, 6)));
         assert_eq!(top.into_sorted(), vec![(2, 0.9), (4, 0.7), (5, 0.6)]);
@@ -116,7 +105,6 @@ mod tests {
         }
         assert_eq!(top.into_sorted(), vec![(3, 1.0), (7, 1.0)]);
         let mut none = TopK::new(0);
-        assert!(!none.admits(1.0));
         assert_eq!(none.push(1.0, 1u32), Some((1.0, 1)));
         assert!(none.into_sorted().is_empty());
     }
