@@ -410,3 +410,22 @@ async fn searches_keep_answering_while_a_large_ingest_runs() {
     assert!(max < std::time::Duration::from_secs(10), "a search waited {max:?}");
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_document_that_cannot_be_indexed_fails_its_job_and_nothing_else() {
+    let data = TempDir::new("failing");
+    let (server, mut client, _) = corpus_server(ONNX, &data).await;
+    // Zero-width spaces are not whitespace (the text is not empty) but the tokenizer
+    // drops them: nothing is left to embed.
+    let invisible = document("invisible", "\u{200B}\u{200B}\u{200B}", &[]);
+    let job = ingest_and_wait(&mut client, vec![document("visible", "A perfectly fine document.", &[]), invisible]).await;
+    assert_eq!(job.status, JobStatus::Failed as i32);
+    assert_eq!((job.processed_documents, job.failed_documents), (1, 1));
+    assert!(job.error.contains("invisible"), "the reason names the document: {}", job.error);
+    let got = client.get_documents(GetDocumentsRequest { ids: vec!["visible".into(), "invisible".into()] }).await;
+    assert_eq!(got.unwrap().into_inner().missing_ids, vec!["invisible"]);
+    // Other jobs go on.
+    let next = ingest_and_wait(&mut client, vec![document("later", "Another fine document.", &[])]).await;
+    assert_eq!(next.status, JobStatus::Completed as i32);
+    server.stop().await.unwrap();
+}
