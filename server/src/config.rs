@@ -161,6 +161,10 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_CHUNK_OVERLAP_TOKENS", default_value_t = 32)]
     pub chunk_overlap_tokens: usize,
 
+    /// Page cache of the document store, in MiB (vectors are in memory anyway).
+    #[arg(long, env = "EMBEDWIRE_STORE_CACHE_MIB", default_value_t = 64)]
+    pub store_cache_mib: usize,
+
     /// Documents indexed per commit.
     #[arg(long, env = "EMBEDWIRE_INGEST_BATCH_DOCUMENTS", default_value_t = 64)]
     pub ingest_batch_documents: usize,

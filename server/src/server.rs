@@ -214,6 +214,7 @@ fn corpus_settings(config: &ServerConfig) -> CorpusSettings {
         max_queries_per_request: config.max_queries_per_request,
         ingest_batch_documents: config.ingest_batch_documents,
         rerank_candidates: config.rerank_candidates,
+        store_cache_bytes: config.store_cache_mib << 20,
     }
 }
 

@@ -418,7 +418,8 @@ async fn a_document_that_cannot_be_indexed_fails_its_job_and_nothing_else() {
     // Zero-width spaces are not whitespace (the text is not empty) but the tokenizer
     // drops them: nothing is left to embed.
     let invisible = document("invisible", "\u{200B}\u{200B}\u{200B}", &[]);
-    let job = ingest_and_wait(&mut client, vec![document("visible", "A perfectly fine document.", &[]), invisible]).await;
+    let job =
+        ingest_and_wait(&mut client, vec![document("visible", "A perfectly fine document.", &[]), invisible]).await;
     assert_eq!(job.status, JobStatus::Failed as i32);
     assert_eq!((job.processed_documents, job.failed_documents), (1, 1));
     assert!(job.error.contains("invisible"), "the reason names the document: {}", job.error);

@@ -12,6 +12,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesOrdered;
 use tokio::sync::{Notify, watch};
 
 use super::chunker::{ChunkSettings, chunk_spans};
@@ -116,32 +119,103 @@ impl JobBoard {
 /// Pause before retrying work the engine refused for overload or the store failed.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
+/// Batches being chunked and embedded at once: one committing while the next embeds,
+/// plus one more so the model has queued work the moment a batch finishes.
+const PIPELINE_DEPTH: usize = 3;
+
+/// A batch ready to commit.
+struct EmbeddedBatch {
+    job_id: String,
+    indexed: Vec<IndexedDocument>,
+    failed: Vec<(u64, String)>,
+}
+
 impl Corpus {
     /// Indexes pending documents until `shutdown` fires. Runs as one background task.
+    ///
+    /// A pipeline `PIPELINE_DEPTH` batches deep: while one batch commits (fsync), the
+    /// next ones are chunked and embedded, so the model never idles on the disk.
+    /// Batches commit in order; a retryable failure drops the pipeline and starts again
+    /// from what is still pending (committed documents are no longer pending, so none
+    /// is indexed twice).
     pub async fn run_jobs(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut pipeline: FuturesOrdered<BoxFuture<'static, Result<EmbeddedBatch>>> = FuturesOrdered::new();
+        // The next pending sequence to read, per job being fed into the pipeline.
+        let mut cursor: Option<(String, u64)> = None;
         loop {
             if *shutdown.borrow() {
                 return;
             }
             let wake = self.jobs.work.notified();
-            let worked = match self.unfinished_job_with_work() {
-                Some(job) => match self.index_next_batch(job).await {
-                    Ok(()) => true,
-                    Err(error) => {
-                        tracing::warn!(%error, "indexing batch failed; retrying");
-                        tokio::time::sleep(RETRY_PAUSE).await;
-                        true
-                    }
-                },
-                None => false,
-            };
-            if !worked {
+            if let Err(error) = self.fill_pipeline(&mut pipeline, &mut cursor).await {
+                self.recover_from(&error, &mut pipeline, &mut cursor).await;
+                continue;
+            }
+            let Some(embedded) = pipeline.next().await else {
                 tokio::select! {
                     () = wake => {}
                     _ = shutdown.changed() => {}
                 }
+                continue;
+            };
+            if let Err(error) = async { self.commit_batch(embedded?).await }.await {
+                self.recover_from(&error, &mut pipeline, &mut cursor).await;
             }
         }
+    }
+
+    /// Logs a failure, empties the pipeline and pauses before the work is read again.
+    async fn recover_from(
+        &self,
+        error: &Error,
+        pipeline: &mut FuturesOrdered<BoxFuture<'static, Result<EmbeddedBatch>>>,
+        cursor: &mut Option<(String, u64)>,
+    ) {
+        tracing::warn!(%error, "indexing failed; retrying from the pending documents");
+        *pipeline = FuturesOrdered::new();
+        *cursor = None;
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+
+    /// Starts batches of the oldest unfinished job until the pipeline is full; finishes
+    /// jobs with nothing left.
+    async fn fill_pipeline(
+        self: &Arc<Self>,
+        pipeline: &mut FuturesOrdered<BoxFuture<'static, Result<EmbeddedBatch>>>,
+        cursor: &mut Option<(String, u64)>,
+    ) -> Result<()> {
+        while pipeline.len() < PIPELINE_DEPTH {
+            let Some(job) = self.unfinished_job_with_work() else { return Ok(()) };
+            let from = match cursor {
+                Some((id, next)) if *id == job.id => *next,
+                _ => 0,
+            };
+            let corpus = self.clone();
+            let (id, limit) = (job.id.clone(), self.settings.ingest_batch_documents);
+            let pending = blocking(move || corpus.store.pending_documents(&id, from, limit)).await?;
+            let Some((last_sequence, _)) = pending.last() else {
+                if pipeline.is_empty() && !job.receiving && self.finish(job).await?.is_finished() {
+                    continue;
+                }
+                return Ok(());
+            };
+            *cursor = Some((job.id.clone(), last_sequence + 1));
+            if job.state == JobState::Pending {
+                self.update_job(&job.id, |job| {
+                    if job.state == JobState::Pending {
+                        job.state = JobState::Running;
+                    }
+                })
+                .await?;
+            }
+            let corpus = self.clone();
+            let job_id = job.id.clone();
+            pipeline.push_back(Box::pin(async move {
+                let (indexed, failed) = corpus.embed_documents(pending).await?;
+                Ok(EmbeddedBatch { job_id, indexed, failed })
+            }));
+        }
+        Ok(())
     }
 
     /// The oldest job that has documents to index or can be finished.
@@ -149,44 +223,31 @@ impl Corpus {
         self.jobs.unfinished().into_iter().find(|job| job.processed + job.failed < job.total || !job.receiving)
     }
 
-    /// Indexes one batch of `job` (or finishes it when nothing is left).
-    async fn index_next_batch(self: &Arc<Self>, job: JobRecord) -> Result<()> {
-        let corpus = self.clone();
-        let (id, limit) = (job.id.clone(), self.settings.ingest_batch_documents);
-        let pending = blocking(move || corpus.store.pending_documents(&id, limit)).await?;
-        if pending.is_empty() {
-            if !job.receiving {
-                self.finish(job).await?;
-            }
-            return Ok(());
-        }
-        if job.state == JobState::Pending {
-            self.update_job(&job.id, |job| {
-                if job.state == JobState::Pending {
-                    job.state = JobState::Running;
-                }
-            })
-            .await?;
-        }
-        let (indexed, failed) = self.embed_documents(pending).await?;
+    /// Commits one embedded batch and shows it in the index.
+    async fn commit_batch(self: &Arc<Self>, batch: EmbeddedBatch) -> Result<()> {
         let _gate = self.write_gate.lock().await;
         let corpus = self.clone();
-        let (changes, job) = blocking(move || corpus.store.commit_indexed(&job.id, indexed, &failed)).await?;
+        let EmbeddedBatch { job_id, indexed, failed } = batch;
+        let (changes, job) = blocking(move || corpus.store.commit_indexed(&job_id, indexed, &failed)).await?;
         self.apply(changes);
         self.jobs.publish(job);
         Ok(())
     }
 
     /// Ends a job whose documents are all done, unless more arrived meanwhile.
-    async fn finish(self: &Arc<Self>, job: JobRecord) -> Result<()> {
-        self.update_job(&job.id, |job| {
-            if !job.receiving && job.processed + job.failed >= job.total {
-                job.state = if job.failed > 0 { JobState::Failed } else { JobState::Completed };
-                job.finished_at = Some(unix_now());
-            }
-        })
-        .await
-        .map(|_| ())
+    async fn finish(self: &Arc<Self>, job: JobRecord) -> Result<JobRecord> {
+        let job = self
+            .update_job(&job.id, |job| {
+                if !job.receiving && job.processed + job.failed >= job.total {
+                    job.state = if job.failed > 0 { JobState::Failed } else { JobState::Completed };
+                    job.finished_at = Some(unix_now());
+                }
+            })
+            .await?;
+        if !job.is_finished() && !job.receiving {
+            tracing::warn!(job = %job.id, "job has uncounted documents but none pending");
+        }
+        Ok(job)
     }
 
     /// Changes a job durably and publishes the result.

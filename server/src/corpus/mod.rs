@@ -61,6 +61,8 @@ pub struct CorpusSettings {
     pub ingest_batch_documents: usize,
     /// Candidates the cross-encoder re-scores per query.
     pub rerank_candidates: usize,
+    /// Memory the store may use as page cache.
+    pub store_cache_bytes: usize,
 }
 
 /// Counts for GetIndexStats.
@@ -102,7 +104,11 @@ impl Corpus {
         // A chunk plus [CLS] and [SEP] must fit the model, or its tail would be cut.
         settings.chunking.max_tokens = settings.chunking.max_tokens.min(info.max_input_tokens.saturating_sub(2)).max(1);
         settings.chunking.overlap_tokens = settings.chunking.overlap_tokens.min(settings.chunking.max_tokens - 1);
-        let store = Store::open(&settings.data_dir, &format!("{} dim={}", info.model_id, info.dim))?;
+        let store = Store::open(
+            &settings.data_dir,
+            &format!("{} dim={}", info.model_id, info.dim),
+            settings.store_cache_bytes,
+        )?;
         let mut view = IndexView::new(settings.index_kind, info.dim, settings.index_params)?;
         let mut stored = Vec::new();
         store.for_each_document(|id, record, vectors| stored.push((id, record, vectors)))?;

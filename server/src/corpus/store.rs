@@ -155,11 +155,16 @@ fn decode_vector(bytes: &[u8]) -> (u32, Vec<f32>) {
 impl Store {
     /// Opens (or creates) the store in `data_dir` for `model` (id and dimension).
     /// A store built with another model is refused: its vectors would be meaningless.
-    pub fn open(data_dir: &Path, model: &str) -> Result<Self> {
+    pub fn open(data_dir: &Path, model: &str, cache_bytes: usize) -> Result<Self> {
         std::fs::create_dir_all(data_dir)
             .map_err(|e| Error::Config(format!("--data-dir {}: {e}", data_dir.display())))?;
         let path = data_dir.join(DATABASE_FILE);
-        let db = Database::create(&path).map_err(|e| Error::Config(format!("opening {}: {e}", path.display())))?;
+        // redb caches up to 1 GiB by default; the index keeps its own copy of every
+        // vector in memory, so the store's cache only needs to hold hot documents.
+        let db = redb::Builder::new()
+            .set_cache_size(cache_bytes)
+            .create(&path)
+            .map_err(|e| Error::Config(format!("opening {}: {e}", path.display())))?;
         let store = Store { db };
         let txn = store.db.begin_write().map_err(storage)?;
         {
@@ -255,12 +260,13 @@ impl Store {
         Ok(all)
     }
 
-    /// Up to `limit` documents of `job_id` still waiting, oldest first.
-    pub fn pending_documents(&self, job_id: &str, limit: usize) -> Result<Vec<(u64, NewDocument)>> {
+    /// Up to `limit` documents of `job_id` still waiting, from sequence `from` on,
+    /// oldest first.
+    pub fn pending_documents(&self, job_id: &str, from: u64, limit: usize) -> Result<Vec<(u64, NewDocument)>> {
         let txn = self.db.begin_read().map_err(storage)?;
         let pending = txn.open_table(PENDING).map_err(storage)?;
         let mut documents = Vec::new();
-        for entry in pending.range((job_id, 0)..=(job_id, u64::MAX)).map_err(storage)?.take(limit) {
+        for entry in pending.range((job_id, from)..=(job_id, u64::MAX)).map_err(storage)?.take(limit) {
             let (key, value) = entry.map_err(storage)?;
             documents.push((key.value().1, decode(value.value())?));
         }

@@ -55,12 +55,10 @@ impl Isa {
     /// the machine has).
     #[cfg(test)]
     pub fn supported(self) -> bool {
-        match (self, Isa::detect()) {
-            (Isa::Scalar, _) => true,
-            (Isa::Avx2Fma, Isa::Avx512 | Isa::Avx2Fma) => true,
-            (Isa::Avx512, Isa::Avx512) => true,
-            _ => false,
-        }
+        matches!(
+            (self, Isa::detect()),
+            (Isa::Scalar, _) | (Isa::Avx2Fma, Isa::Avx512 | Isa::Avx2Fma) | (Isa::Avx512, Isa::Avx512)
+        )
     }
 }
 
@@ -117,7 +115,7 @@ impl Kernels {
 }
 
 fn check_scan(rows: &[Line], query: &[i16], out: &[i32]) {
-    assert!(!query.is_empty() && query.len() % LINE == 0, "query not padded to whole lines");
+    assert!(!query.is_empty() && query.len().is_multiple_of(LINE), "query not padded to whole lines");
     assert_eq!(rows.len() * LINE, out.len() * query.len(), "rows and outputs disagree");
 }
 

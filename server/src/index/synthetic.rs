@@ -2,10 +2,13 @@
 //! measure the same kind of data without a `rand` dependency.
 //!
 //! Real embeddings are not uniform on the sphere: texts on one topic sit in a cone
-//! around a direction. [`Clustered`] draws each vector as a random cluster center plus
-//! isotropic Gaussian noise, normalized. The noise is full-dimensional, which is
-//! harder for HNSW than real embeddings with their lower intrinsic dimension, so its
-//! recall here is, if anything, pessimistic.
+//! around a direction, and within a topic they vary along far fewer directions than
+//! the model has dimensions (estimates for sentence embeddings are tens, not
+//! hundreds). [`Clustered`] draws each vector as a random cluster center plus
+//! Gaussian noise, normalized. The noise is either isotropic (full-rank: the
+//! hardest case for graph indexes, where neighbours within a cluster are as
+//! unstructured as random points in `dim` dimensions) or mostly confined to a few
+//! directions of its own per cluster ([`Clustered::with_noise_rank`]).
 
 /// SplitMix64: tiny, fast, and good enough for test data.
 #[derive(Debug, Clone)]
@@ -64,25 +67,53 @@ pub struct Clustered {
     /// Norm of the noise added to a (unit) center before normalizing: at 0.9 a vector
     /// has cosine about 0.75 with its center, and two of one cluster about 0.55.
     spread: f32,
+    /// Per cluster, the directions its low-rank noise spans (empty: isotropic noise).
+    directions: Vec<Vec<Vec<f32>>>,
     rng: Rng,
 }
 
+/// The share of the noise's variance that stays isotropic in the low-rank model, so
+/// no two vectors of a cluster are exactly coplanar.
+const ISOTROPIC_SHARE: f32 = 0.1;
+
 impl Clustered {
+    /// Isotropic noise around `clusters` random centers.
     pub fn new(seed: u64, dim: usize, clusters: usize, spread: f32) -> Clustered {
+        Clustered::with_noise_rank(seed, dim, clusters, spread, 0)
+    }
+
+    /// Noise mostly (90% of its variance) along `rank` random directions of each
+    /// cluster's own; `rank` 0 is isotropic noise.
+    pub fn with_noise_rank(seed: u64, dim: usize, clusters: usize, spread: f32, rank: usize) -> Clustered {
         let mut rng = Rng::new(seed);
-        let centers = (0..clusters.max(1)).map(|_| unit_vector(&mut rng, dim)).collect();
-        Clustered { dim, centers, spread, rng }
+        let clusters = clusters.max(1);
+        let centers = (0..clusters).map(|_| unit_vector(&mut rng, dim)).collect();
+        let directions = if rank == 0 {
+            Vec::new()
+        } else {
+            (0..clusters).map(|_| (0..rank).map(|_| unit_vector(&mut rng, dim)).collect()).collect()
+        };
+        Clustered { dim, centers, spread, directions, rng }
     }
 
     /// The next vector, appended to `out` (to fill one big row-major block cheaply).
     pub fn push_next(&mut self, out: &mut Vec<f32>) {
-        let center = self.rng.below(self.centers.len() as u64) as usize;
+        let cluster = self.rng.below(self.centers.len() as u64) as usize;
         let start = out.len();
-        let sigma = self.spread / (self.dim as f32).sqrt();
-        for i in 0..self.dim {
-            out.push(self.centers[center][i] + sigma * self.rng.normal());
+        out.extend_from_slice(&self.centers[cluster]);
+        let row = &mut out[start..];
+        // Each part adds noise of expected squared norm `spread^2 * share`.
+        let isotropic_share = if self.directions.is_empty() { 1.0 } else { ISOTROPIC_SHARE };
+        let sigma = self.spread * (isotropic_share / self.dim as f32).sqrt();
+        row.iter_mut().for_each(|value| *value += sigma * self.rng.normal());
+        if let Some(directions) = self.directions.get(cluster) {
+            let sigma = self.spread * ((1.0 - ISOTROPIC_SHARE) / directions.len() as f32).sqrt();
+            for direction in directions {
+                let weight = sigma * self.rng.normal();
+                row.iter_mut().zip(direction).for_each(|(value, d)| *value += weight * d);
+            }
         }
-        normalize(&mut out[start..]);
+        normalize(row);
     }
 
     pub fn next_vector(&mut self) -> Vec<f32> {
