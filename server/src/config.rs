@@ -83,12 +83,17 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_ORT_SPIN", default_value_t = false)]
     pub ort_spin: bool,
 
+    /// Keep ONNX Runtime's memory arena: freed buffers stay reserved for the next
+    /// batch (slightly faster), so memory stays at the largest batch's peak.
+    #[arg(long, env = "EMBEDWIRE_ORT_ARENA", default_value_t = false)]
+    pub ort_arena: bool,
+
     /// Most inputs in one model batch.
     #[arg(long, env = "EMBEDWIRE_MAX_BATCH_SIZE", default_value_t = 64)]
     pub max_batch_size: usize,
 
     /// Most tokens in one model batch, padding included (batch size x longest input).
-    #[arg(long, env = "EMBEDWIRE_MAX_BATCH_TOKENS", default_value_t = 16384)]
+    #[arg(long, env = "EMBEDWIRE_MAX_BATCH_TOKENS", default_value_t = 8192)]
     pub max_batch_tokens: usize,
 
     /// Most tokens in one batch of background work (ingestion), padding included.
@@ -243,6 +248,15 @@ impl ServerConfig {
     /// Threads for one model batch.
     pub fn intra_op_threads(&self) -> usize {
         self.intra_op_threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+    }
+
+    /// How ONNX Runtime runs models (the embedding model and the cross-encoder).
+    pub fn onnx_settings(&self) -> crate::model::onnx::OnnxSettings {
+        crate::model::onnx::OnnxSettings {
+            intra_op_threads: self.intra_op_threads(),
+            spin: self.ort_spin,
+            arena: self.ort_arena,
+        }
     }
 
     /// The batcher's longest wait for a batch to fill.

@@ -24,7 +24,6 @@ use crate::engine::{EmbeddingEngine, RequestLimits};
 use crate::error::{Error, Result};
 use crate::index::{IndexKind, IndexParams};
 use crate::model::cross_encoder::{CrossEncoder, Reranker};
-use crate::model::onnx::OnnxSettings;
 use crate::model::onnx::init_runtime;
 use crate::model::pseudo::PseudoModel;
 use crate::model::{ModelInfo, Pooling};
@@ -222,8 +221,7 @@ fn corpus_settings(config: &ServerConfig) -> CorpusSettings {
 fn load_reranker(config: &ServerConfig) -> Result<Option<Reranker>> {
     let Some(dir) = &config.rerank_model_dir else { return Ok(None) };
     let environment = init_runtime(&config.ort_library())?;
-    let settings = OnnxSettings { intra_op_threads: config.intra_op_threads(), spin: config.ort_spin };
-    let encoder = CrossEncoder::load(environment, dir, settings)?;
+    let encoder = CrossEncoder::load(environment, dir, config.onnx_settings())?;
     tracing::info!(model = %dir.display(), "cross-encoder loaded for reranking");
     Ok(Some(Reranker::new(encoder)))
 }
@@ -262,7 +260,7 @@ fn local_model_config(config: &ServerConfig) -> LocalModelConfig {
         model_dir: config.model_dir(),
         model_id: config.model_id(),
         ort_library: config.ort_library(),
-        onnx: OnnxSettings { intra_op_threads: config.intra_op_threads(), spin: config.ort_spin },
+        onnx: config.onnx_settings(),
         batch: BatchLimits {
             max_batch_size: config.max_batch_size,
             max_batch_tokens: config.max_batch_tokens,

@@ -5,7 +5,7 @@
 //! graph node stays (still useful for navigation) but never comes out of a search.
 //! Every graph node is a slot; slot numbers are the graph's own ids and are never
 //! reused. Tombstones cost memory and some search effort until the index is rebuilt
-//! from the store, which is the caller's call ([`HnswIndex::tombstones`] says when).
+//! from the store, which is the caller's call (`VectorIndex::tombstones` counts them).
 //!
 //! The f32 vectors are kept a second time, outside the graph, for `get` and so every
 //! hit's score is the same exact f32 dot product exact search returns.

@@ -132,6 +132,16 @@ impl VectorIndex {
         self.len() == 0
     }
 
+    /// HNSW nodes left behind by removed or replaced vectors (always 0 for exact).
+    /// They cost memory and search effort until the index is rebuilt from the store;
+    /// the caller decides when that pays.
+    pub fn tombstones(&self) -> usize {
+        match &self.kind {
+            Kind::Exact(_) => 0,
+            Kind::Hnsw(index) => index.tombstones(),
+        }
+    }
+
     /// The stored f32 vector of `id`.
     pub fn get(&self, id: ChunkId) -> Option<&[f32]> {
         match &self.kind {

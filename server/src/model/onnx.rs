@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use ort::environment::Environment;
+use ort::ep;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue};
 use ort::value::Tensor;
@@ -46,6 +47,8 @@ pub struct OnnxSettings {
     pub intra_op_threads: usize,
     /// Whether idle threads spin waiting for the next batch.
     pub spin: bool,
+    /// Whether ONNX Runtime keeps freed memory in its arena for reuse.
+    pub arena: bool,
 }
 
 /// What the graph outputs.
@@ -135,6 +138,12 @@ pub(super) fn open_session(environment: &Environment, path: &Path, settings: Onn
         .and_then(|b| Ok(b.with_intra_threads(settings.intra_op_threads)?))
         .and_then(|b| Ok(b.with_inter_threads(1)?))
         .and_then(|b| Ok(b.with_intra_op_spinning(settings.spin)?))
+        // The arena keeps the peak of the largest batch ever run (hundreds of MiB for
+        // a batch of long texts, attention being quadratic) for the process' life;
+        // without it, large buffers go back to the system after each batch.
+        .and_then(
+            |b| Ok(b.with_execution_providers([ep::CPU::default().with_arena_allocator(settings.arena).build()])?),
+        )
         .and_then(|mut b| b.commit_from_file(path))
         .map_err(|e| Error::Config(format!("loading {}: {e}", path.display())))
 }

@@ -8,12 +8,12 @@
 
 use std::time::{Duration, Instant};
 
+use embedwire_bench::latency::LatencySummary;
 use embedwire_server::model::files::ModelFiles;
 use embedwire_server::model::onnx::{OnnxModel, OnnxSettings, init_runtime};
 use embedwire_server::model::tokenizer::TextTokenizer;
 
 use crate::config::ModelPaths;
-use crate::latency::LatencySummary;
 
 /// One batch size run for a while.
 #[derive(Debug, Clone)]
@@ -80,8 +80,8 @@ pub fn measure(paths: &ModelPaths, texts: &[String], plan: &CeilingPlan) -> anyh
             "  in-process batch {:>2}: {:>7.1} sentences/s   batch call mean {:>6.2} ms  p50 {:>6.2} ms",
             batch_size,
             run.rate(),
-            crate::latency::ms(run.batch_latency.mean),
-            crate::latency::ms(run.batch_latency.p50),
+            embedwire_bench::latency::ms(run.batch_latency.mean),
+            embedwire_bench::latency::ms(run.batch_latency.p50),
         );
         runs.push(run);
     }
@@ -93,7 +93,7 @@ fn load(paths: &ModelPaths, texts: &[String], threads: usize) -> anyhow::Result<
     let environment = init_runtime(&paths.ort_library)?;
     let tokenizer = TextTokenizer::from_file(&files.tokenizer_path, files.max_input_tokens)?;
     // Spinning off, as in the server's default, so both sides use the same options.
-    let settings = OnnxSettings { intra_op_threads: threads, spin: false };
+    let settings = OnnxSettings { intra_op_threads: threads, spin: false, arena: false };
     let model = OnnxModel::load(environment, &files, settings)?;
     let sequences = texts.iter().map(|text| tokenizer.tokenize(text).map(|t| t.ids)).collect::<Result<Vec<_>, _>>()?;
     Ok((model, sequences))
