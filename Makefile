@@ -26,3 +26,5 @@ test: setup lint
 ## bench: the benchmarks of bench/ (figures printed, CSV under bench/results)
 bench: setup
 	./target/release/embed-bench
+	./target/release/search-bench
+	./target/release/index-bench

@@ -151,11 +151,11 @@ pub struct ServerConfig {
     pub hnsw_m: usize,
 
     /// HNSW: candidate list size while building.
-    #[arg(long, env = "EMBEDWIRE_HNSW_EF_CONSTRUCTION", default_value_t = 100)]
+    #[arg(long, env = "EMBEDWIRE_HNSW_EF_CONSTRUCTION", default_value_t = 128)]
     pub hnsw_ef_construction: usize,
 
     /// HNSW: candidate list size while searching (higher: better recall, slower).
-    #[arg(long, env = "EMBEDWIRE_HNSW_EF_SEARCH", default_value_t = 64)]
+    #[arg(long, env = "EMBEDWIRE_HNSW_EF_SEARCH", default_value_t = 512)]
     pub hnsw_ef_search: usize,
 
     /// Most tokens per chunk, special tokens excluded (capped at the model's limit).

@@ -17,39 +17,32 @@
 //! - [`config`]: the flags, and the amounts of work of a full or `--quick` run.
 //! - [`sentences`]: the deterministic 12-word input sentences.
 //! - [`in_process`]: the in-process ceiling.
-//! - [`server_binary`]: finds (or builds) the server binary.
-//! - [`server_process`]: one server process: spawn, address, health, stop.
-//! - [`load`]: concurrent closed-loop clients and their latencies.
 //! - [`memory`]: the server's RSS, once or its peak over a run.
-//! - [`cpu`]: CPU time of the server and of the bench itself.
-//! - [`latency`]: mean and percentiles.
 //! - [`report`]: targets, the final table and the CSV files.
+//!
+//! The server process, the client load, CPU time and latency summaries come from
+//! the bench crate's library ([`embedwire_bench`]).
 
 mod config;
-mod cpu;
 mod in_process;
-mod latency;
-mod load;
 mod memory;
 mod report;
 mod sentences;
-mod server_binary;
-mod server_process;
 
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use embedwire_bench::latency::ms;
+use embedwire_bench::load::{self, Rpc, Stop};
+use embedwire_bench::server_process::{ServerCommand, ServerProcess};
+use embedwire_bench::{cpu, server_binary};
 
 use crate::config::{BenchConfig, ModelPaths, Plan};
 use crate::in_process::CeilingPlan;
-use crate::latency::ms;
-use crate::load::Stop;
 use crate::memory::{PeakRssSampler, mib, rss_bytes};
 use crate::report::{CpuShare, Results, RunSetup, ServerMemory};
-use crate::server_process::{ServerCommand, ServerProcess};
 
 /// Distinct sentences in rotation: enough that no batch or concurrent call repeats
 /// a text, few enough to tokenize in a blink.
@@ -129,20 +122,17 @@ async fn measure_server(
     binary: PathBuf,
     texts: Arc<[String]>,
 ) -> anyhow::Result<ServerFigures> {
-    // The server's data directory, unused by embedding but kept out of the
-    // working directory.
-    let data_dir = std::env::temp_dir().join(format!("embed-bench-{}", std::process::id()));
-    let command = server_command(config, paths, binary, &data_dir);
+    let command = server_command(config, paths, binary);
     let (cold_starts, server) = cold_starts(&command, plan.cold_starts).await?;
 
     let control = [server.connect().await?];
-    load::run(&control, 1, texts.clone(), Stop::Calls(1)).await?;
+    load::run(&control, 1, texts.clone(), Rpc::Embed, Stop::Calls(1)).await?;
     let idle = rss_bytes(server.pid)?;
     println!("memory: RSS idle after one call {:.1} MiB", mib(idle));
 
     println!("latency: one sequential client, {:.0} s", plan.latency_time.as_secs_f64());
-    load::run(&control, 1, texts.clone(), Stop::Calls(plan.latency_warmup_calls)).await?;
-    let latency = load::run(&control, 1, texts.clone(), Stop::After(plan.latency_time)).await?;
+    load::run(&control, 1, texts.clone(), Rpc::Embed, Stop::Calls(plan.latency_warmup_calls)).await?;
+    let latency = load::run(&control, 1, texts.clone(), Rpc::Embed, Stop::After(plan.latency_time)).await?;
     let l = latency.latency;
     println!(
         "  {} calls: p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  mean {:.2} ms",
@@ -155,11 +145,6 @@ async fn measure_server(
 
     let throughput = measure_throughput(config, plan, &server, texts).await?;
     server.stop().await?;
-    if let Err(error) = std::fs::remove_dir_all(&data_dir)
-        && error.kind() != std::io::ErrorKind::NotFound
-    {
-        eprintln!("could not remove {}: {error}", data_dir.display());
-    }
     Ok(ServerFigures {
         cold_starts,
         latency,
@@ -171,23 +156,15 @@ async fn measure_server(
 
 /// The server's flags: the bench's defaults (same model, library and thread count
 /// as in-process), then the --server-arg flags, which replace a default of the same
-/// name (the server refuses a flag given twice).
-fn server_command(config: &BenchConfig, paths: &ModelPaths, binary: PathBuf, data_dir: &Path) -> ServerCommand {
-    let defaults: [(&str, OsString); 5] = [
+/// name. Each server gets a fresh data directory from [`ServerProcess::start`].
+fn server_command(config: &BenchConfig, paths: &ModelPaths, binary: PathBuf) -> ServerCommand {
+    let defaults = vec![
         ("--backend", "onnx".into()),
         ("--intra-op-threads", config.intra_op_threads.to_string().into()),
         ("--model-dir", paths.model_dir.clone().into()),
         ("--ort-library", paths.ort_library.clone().into()),
-        ("--data-dir", data_dir.into()),
     ];
-    let overridden =
-        |flag: &str| config.server_args.iter().any(|arg| arg == flag || arg.starts_with(&format!("{flag}=")));
-    let mut args: Vec<OsString> = Vec::new();
-    for (flag, value) in defaults.into_iter().filter(|(flag, _)| !overridden(flag)) {
-        args.extend([flag.into(), value]);
-    }
-    args.extend(config.server_args.iter().map(OsString::from));
-    ServerCommand { binary, args }
+    ServerCommand::new(binary, defaults, &config.server_args)
 }
 
 /// Starts the server `count` times, timing spawn to SERVING. Each server is stopped
@@ -234,12 +211,12 @@ async fn measure_throughput(
     for _ in 0..connections {
         channels.push(server.connect().await?);
     }
-    load::run(&channels, config.clients, texts.clone(), Stop::After(plan.throughput_warmup)).await?;
+    load::run(&channels, config.clients, texts.clone(), Rpc::Embed, Stop::After(plan.throughput_warmup)).await?;
 
     let sampler = PeakRssSampler::start(server.pid, RSS_SAMPLE_INTERVAL);
     let bench_pid = std::process::id();
     let cpu_before = (cpu::cpu_time(server.pid)?, cpu::cpu_time(bench_pid)?);
-    let throughput = load::run(&channels, config.clients, texts, Stop::After(plan.throughput_time)).await?;
+    let throughput = load::run(&channels, config.clients, texts, Rpc::Embed, Stop::After(plan.throughput_time)).await?;
     let cpu_after = (cpu::cpu_time(server.pid)?, cpu::cpu_time(bench_pid)?);
     let after = rss_bytes(server.pid)?;
     let peak = sampler.finish(server.pid).await?;

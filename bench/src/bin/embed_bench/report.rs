@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use embedwire_bench::latency::ms;
+use embedwire_bench::load::LoadResult;
+use embedwire_bench::targets::{self, Bound, Row, csv_field};
+
 use crate::in_process::Ceiling;
-use crate::latency::ms;
-use crate::load::LoadResult;
 use crate::memory::mib;
 
 /// Server throughput at least this fraction of the best in-process rate.
@@ -76,50 +78,6 @@ impl Results {
         sorted.sort_unstable();
         // The lower median for an even count: with 2 starts, the faster one.
         sorted[(sorted.len() - 1) / 2]
-    }
-}
-
-/// Which side of the limit passes.
-#[derive(Debug, Clone, Copy)]
-enum Bound {
-    AtLeast(f64),
-    AtMost(f64),
-}
-
-/// One row of the final table.
-struct Row {
-    figure: String,
-    /// The number compared with the target (also the CSV value).
-    value: f64,
-    unit: &'static str,
-    /// How the measured value prints.
-    measured: String,
-    /// None for figures printed for context only.
-    target: Option<(Bound, String)>,
-    /// Printed after PASS/MISS, e.g. the achieved ratio.
-    note: String,
-}
-
-impl Row {
-    fn info(figure: impl Into<String>, value: f64, unit: &'static str, measured: String) -> Self {
-        Row { figure: figure.into(), value, unit, measured, target: None, note: String::new() }
-    }
-
-    fn passes(&self) -> Option<bool> {
-        self.target.as_ref().map(|(bound, _)| match *bound {
-            Bound::AtLeast(limit) => self.value >= limit,
-            Bound::AtMost(limit) => self.value <= limit,
-        })
-    }
-
-    fn result(&self) -> String {
-        match self.passes() {
-            None => "-".into(),
-            Some(pass) => {
-                let word = if pass { "PASS" } else { "MISS" };
-                if self.note.is_empty() { word.into() } else { format!("{word} ({})", self.note) }
-            }
-        }
     }
 }
 
@@ -207,16 +165,7 @@ fn rows(results: &Results) -> Vec<Row> {
 
 /// The final table, as printed.
 pub fn table(results: &Results) -> String {
-    let rows = rows(results);
-    let mut out = String::new();
-    let _ = writeln!(out, "{:<30} {:<20} {:<36} result", "figure", "measured", "target");
-    for row in &rows {
-        let target = row.target.as_ref().map_or("-", |(_, text)| text.as_str());
-        let _ = writeln!(out, "{:<30} {:<20} {:<36} {}", row.figure, row.measured, target, row.result());
-    }
-    let judged: Vec<bool> = rows.iter().filter_map(Row::passes).collect();
-    let _ = writeln!(out, "{} of {} targets met", judged.iter().filter(|&&pass| pass).count(), judged.len());
-    out
+    targets::table(&rows(results))
 }
 
 /// Writes `embed_bench.csv` (one row per measurement) and `embed_bench_summary.csv`
@@ -274,25 +223,5 @@ fn measurements_csv(results: &Results) -> String {
 }
 
 fn summary_csv(results: &Results) -> String {
-    let mut out = String::from("figure,measured,unit,comparison,limit,result\n");
-    for row in rows(results) {
-        let (comparison, limit) = match row.target.as_ref().map(|(bound, _)| *bound) {
-            Some(Bound::AtLeast(limit)) => (">=", format!("{limit:.3}")),
-            Some(Bound::AtMost(limit)) => ("<=", format!("{limit:.3}")),
-            None => ("", String::new()),
-        };
-        let result = match row.passes() {
-            Some(true) => "PASS",
-            Some(false) => "MISS",
-            None => "",
-        };
-        let figure = csv_field(&row.figure);
-        let _ = writeln!(out, "{figure},{:.3},{},{comparison},{limit},{result}", row.value, row.unit);
-    }
-    out
-}
-
-/// Quotes a CSV field when it needs it (RFC 4180).
-fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n']) { format!("\"{}\"", text.replace('"', "\"\"")) } else { text.to_string() }
+    targets::summary_csv(&rows(results))
 }

@@ -13,7 +13,7 @@ pub struct BenchConfig {
     /// A run of a few seconds at small sizes: for checking the bench, not the index.
     #[arg(long, env = "INDEX_BENCH_QUICK")]
     pub quick: bool,
-    /// Collection sizes, comma-separated [default: 100000,1000000; --quick: 10000].
+    /// Collection sizes, comma-separated [default: 100000,1000000; --quick: 5000].
     #[arg(long, env = "INDEX_BENCH_SIZES", value_delimiter = ',')]
     pub sizes: Vec<usize>,
     /// Queries timed one at a time [default: 200; --quick: 50].
@@ -28,6 +28,10 @@ pub struct BenchConfig {
     /// Norm of the noise added to a center (0.9: cosine ~0.75 to the center).
     #[arg(long, env = "INDEX_BENCH_SPREAD", default_value_t = 0.9)]
     pub spread: f32,
+    /// Directions each cluster's noise mostly spans (its intrinsic dimension); 0 for
+    /// isotropic noise in all `dim` dimensions, the worst case for HNSW.
+    #[arg(long, env = "INDEX_BENCH_NOISE_RANK", default_value_t = 16)]
+    pub noise_rank: usize,
     /// Seed of the vectors (the queries use the next seed).
     #[arg(long, env = "INDEX_BENCH_SEED", default_value_t = 42)]
     pub seed: u64,
@@ -41,7 +45,7 @@ pub struct BenchConfig {
     #[arg(long, env = "INDEX_BENCH_HNSW_EF_CONSTRUCTION")]
     pub hnsw_ef_construction: Option<usize>,
     /// HNSW search widths to measure, comma-separated; the first one also gets the
-    /// throughput run [default: the server's, then 32,128,256].
+    /// throughput run [default: the server's, then 64,256,512].
     #[arg(long, env = "INDEX_BENCH_HNSW_EF_SEARCH", value_delimiter = ',')]
     pub hnsw_ef_search: Vec<usize>,
     /// Seconds of each run with concurrent searchers [default: 3; --quick: 0.5].
@@ -64,6 +68,7 @@ pub struct Plan {
     pub dim: usize,
     pub clusters: usize,
     pub spread: f32,
+    pub noise_rank: usize,
     pub seed: u64,
     pub hnsw: bool,
     pub hnsw_m: usize,
@@ -79,13 +84,13 @@ impl BenchConfig {
     pub fn plan(&self) -> Plan {
         let defaults = embedwire_server::index::IndexParams::default();
         let sizes = match (&self.sizes[..], self.quick) {
-            ([], true) => vec![10_000],
+            ([], true) => vec![5_000],
             ([], false) => vec![100_000, 1_000_000],
             (sizes, _) => sizes.to_vec(),
         };
         let hnsw_ef_search = match &self.hnsw_ef_search[..] {
             [] if self.quick => vec![defaults.ef_search],
-            [] => vec![defaults.ef_search, 32, 128, 256],
+            [] => vec![defaults.ef_search, 64, 256, 512],
             given => given.to_vec(),
         };
         Plan {
@@ -95,6 +100,7 @@ impl BenchConfig {
             dim: self.dim,
             clusters: self.clusters,
             spread: self.spread,
+            noise_rank: self.noise_rank,
             seed: self.seed,
             hnsw: !self.no_hnsw,
             hnsw_m: self.hnsw_m.unwrap_or(defaults.m),

@@ -16,7 +16,7 @@ pub struct Dataset {
 
 impl Dataset {
     pub fn generate(plan: &Plan, size: usize) -> Dataset {
-        let mut stored = Clustered::new(plan.seed, plan.dim, plan.clusters, plan.spread);
+        let mut stored = Clustered::with_noise_rank(plan.seed, plan.dim, plan.clusters, plan.spread, plan.noise_rank);
         let rows = stored.rows(size);
         let queries = (0..plan.queries).map(|_| stored.next_vector()).collect();
         Dataset { size, dim: plan.dim, rows, queries }

@@ -40,9 +40,11 @@ fn main() -> anyhow::Result<()> {
     let config = BenchConfig::parse();
     let plan = config.plan();
     println!(
-        "index-bench: dim {}, {} clusters, sizes {:?}, {} queries, k {K}{}",
+        "index-bench: dim {}, {} clusters, spread {}, noise rank {}, sizes {:?}, {} queries, k {K}{}",
         plan.dim,
         plan.clusters,
+        plan.spread,
+        plan.noise_rank,
         plan.sizes,
         plan.queries,
         if config.quick { " (quick)" } else { "" }
@@ -70,9 +72,7 @@ fn run_size(plan: &Plan, data: &Dataset) -> anyhow::Result<SizeResults> {
         let started = Instant::now();
         let index = load(IndexKind::Exact, data, params)?;
         let build = started.elapsed();
-        let before = embedwire_server::index::exact::SECOND_STEPS.load(std::sync::atomic::Ordering::Relaxed);
         let (latency, hits) = Latency::one_at_a_time(&index, &data.queries, K)?;
-        eprintln!("TEMP second steps: {} rows {}", embedwire_server::index::exact::SECOND_STEPS.load(std::sync::atomic::Ordering::Relaxed) - before, embedwire_server::index::exact::SECOND_ROWS.swap(0, std::sync::atomic::Ordering::Relaxed));
         let qps = throughput(index, &data.queries, K, plan.searchers, plan.concurrent_run)?;
         println!(
             "size {}: exact, {scan_threads} scan thread(s): built in {:.2} s, p50 {:.2} ms, {qps:.0} q/s with {} searchers",
@@ -96,13 +96,23 @@ fn run_size(plan: &Plan, data: &Dataset) -> anyhow::Result<SizeResults> {
         let started = Instant::now();
         let mut index = load(IndexKind::Hnsw, data, params)?;
         let build = started.elapsed();
-        println!("size {}: hnsw built in {:.1} s (m {}, ef_construction {})", data.size, build.as_secs_f64(), params.m, params.ef_construction);
+        println!(
+            "size {}: hnsw built in {:.1} s (m {}, ef_construction {})",
+            data.size,
+            build.as_secs_f64(),
+            params.m,
+            params.ef_construction
+        );
         let mut settings = Vec::new();
         for &ef_search in &plan.hnsw_ef_search {
             index.set_ef_search(ef_search);
             let (latency, hits) = Latency::one_at_a_time(&index, &data.queries, K)?;
             let recall = recall_at(K, &truth, &hits);
-            println!("size {}: hnsw ef_search {ef_search}: recall@{K} {recall:.4}, p50 {:.2} ms", data.size, latency.p50_ms());
+            println!(
+                "size {}: hnsw ef_search {ef_search}: recall@{K} {recall:.4}, p50 {:.2} ms",
+                data.size,
+                latency.p50_ms()
+            );
             settings.push(HnswSetting { ef_search, latency, recall, qps: None });
         }
         // Throughput at the first (the configured) ef_search; the run consumes the index.

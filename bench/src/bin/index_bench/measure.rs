@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use embedwire_bench::latency::{LatencySummary, ms};
 use embedwire_server::index::{ChunkId, VectorIndex};
 
 /// Untimed searches first, so page faults and cold caches of the first queries do
@@ -15,15 +16,16 @@ const WARMUP_QUERIES: usize = 5;
 
 /// Percentiles of the search step alone, in one thread.
 #[derive(Debug, Clone)]
-pub struct Latency {
-    /// Sorted.
-    samples: Vec<Duration>,
-}
+pub struct Latency(LatencySummary);
 
 impl Latency {
     /// Runs every query once, timing each `search` call; returns the timings and the
     /// hit ids of each query.
-    pub fn one_at_a_time(index: &VectorIndex, queries: &[Vec<f32>], k: usize) -> anyhow::Result<(Latency, Vec<Vec<ChunkId>>)> {
+    pub fn one_at_a_time(
+        index: &VectorIndex,
+        queries: &[Vec<f32>],
+        k: usize,
+    ) -> anyhow::Result<(Latency, Vec<Vec<ChunkId>>)> {
         for query in queries.iter().take(WARMUP_QUERIES) {
             index.search(query, k, None, None)?;
         }
@@ -35,28 +37,27 @@ impl Latency {
             samples.push(started.elapsed());
             hits.push(found.into_iter().map(|(id, _)| id).collect());
         }
-        samples.sort_unstable();
-        Ok((Latency { samples }, hits))
-    }
-
-    /// Nearest-rank percentile: always a measured value.
-    pub fn percentile_ms(&self, p: f64) -> f64 {
-        let rank = (p / 100.0 * self.samples.len() as f64).ceil() as usize;
-        self.samples[rank.clamp(1, self.samples.len()) - 1].as_secs_f64() * 1e3
+        Ok((Latency(LatencySummary::from_samples(samples)), hits))
     }
 
     pub fn p50_ms(&self) -> f64 {
-        self.percentile_ms(50.0)
+        ms(self.0.p50)
     }
 
     pub fn p95_ms(&self) -> f64 {
-        self.percentile_ms(95.0)
+        ms(self.0.p95)
     }
 }
 
 /// Queries per second of `searchers` threads searching for `run`, each cycling
 /// through the queries from its own offset.
-pub fn throughput(index: VectorIndex, queries: &[Vec<f32>], k: usize, searchers: usize, run: Duration) -> anyhow::Result<f64> {
+pub fn throughput(
+    index: VectorIndex,
+    queries: &[Vec<f32>],
+    k: usize,
+    searchers: usize,
+    run: Duration,
+) -> anyhow::Result<f64> {
     let index = Arc::new(RwLock::new(index));
     let stop = AtomicBool::new(false);
     let done = AtomicU64::new(0);

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use embedwire_bench::targets::csv_field;
+
 use crate::config::Plan;
 use crate::measure::Latency;
 
@@ -121,33 +123,66 @@ fn rows(results: &[SizeResults]) -> Vec<Row> {
             let threads = run.scan_threads;
             let (p50, p95) = (run.latency.p50_ms(), run.latency.p95_ms());
             let p50_target = (size <= EXACT_TARGET_MAX_SIZE).then_some(Bound::AtMost(EXACT_P50_MS));
-            rows.push(Row::new(format!("exact p50 (scan x{threads})"), size, p50, "ms", format!("{p50:.2} ms")).judged(p50_target));
+            rows.push(
+                Row::new(format!("exact p50 (scan x{threads})"), size, p50, "ms", format!("{p50:.2} ms"))
+                    .judged(p50_target),
+            );
             rows.push(Row::new(format!("exact p95 (scan x{threads})"), size, p95, "ms", format!("{p95:.2} ms")));
-            rows.push(Row::new(format!("exact q/s, 2 searchers (scan x{threads})"), size, run.qps, "q/s", format!("{:.0} q/s", run.qps)));
+            rows.push(Row::new(
+                format!("exact q/s, 2 searchers (scan x{threads})"),
+                size,
+                run.qps,
+                "q/s",
+                format!("{:.0} q/s", run.qps),
+            ));
             let build = run.build.as_secs_f64();
             rows.push(Row::new(format!("exact load (scan x{threads})"), size, build, "s", format!("{build:.2} s")));
         }
         let Some(hnsw) = &result.hnsw else { continue };
         let build = hnsw.build.as_secs_f64();
         let at_target_size = size >= HNSW_BUILD_TARGET_SIZE;
-        let build_row = Row::new(format!("hnsw build (m {}, efc {})", hnsw.m, hnsw.ef_construction), size, build, "s", format!("{build:.1} s"))
-            .judged(at_target_size.then_some(Bound::AtMost(HNSW_BUILD_SECS)));
+        let build_row = Row::new(
+            format!("hnsw build (m {}, efc {})", hnsw.m, hnsw.ef_construction),
+            size,
+            build,
+            "s",
+            format!("{build:.1} s"),
+        )
+        .judged(at_target_size.then_some(Bound::AtMost(HNSW_BUILD_SECS)));
         rows.push(if at_target_size {
             build_row
         } else {
-            build_row.noted(format!("~{:.0} s at {HNSW_BUILD_TARGET_SIZE} (n log n)", extrapolate(build, size, HNSW_BUILD_TARGET_SIZE)))
+            build_row.noted(format!(
+                "~{:.0} s at {HNSW_BUILD_TARGET_SIZE} (n log n)",
+                extrapolate(build, size, HNSW_BUILD_TARGET_SIZE)
+            ))
         });
         for setting in &hnsw.settings {
             let ef = setting.ef_search;
             let (p50, p95) = (setting.latency.p50_ms(), setting.latency.p95_ms());
             rows.push(
-                Row::new(format!("hnsw recall@10 (ef {ef})"), size, setting.recall, "", format!("{:.4}", setting.recall))
-                    .judged(Some(Bound::AtLeast(HNSW_MIN_RECALL))),
+                Row::new(
+                    format!("hnsw recall@10 (ef {ef})"),
+                    size,
+                    setting.recall,
+                    "",
+                    format!("{:.4}", setting.recall),
+                )
+                .judged(Some(Bound::AtLeast(HNSW_MIN_RECALL))),
             );
-            rows.push(Row::new(format!("hnsw p50 (ef {ef})"), size, p50, "ms", format!("{p50:.2} ms")).judged(Some(Bound::AtMost(HNSW_P50_MS))));
+            rows.push(
+                Row::new(format!("hnsw p50 (ef {ef})"), size, p50, "ms", format!("{p50:.2} ms"))
+                    .judged(Some(Bound::AtMost(HNSW_P50_MS))),
+            );
             rows.push(Row::new(format!("hnsw p95 (ef {ef})"), size, p95, "ms", format!("{p95:.2} ms")));
             if let Some(qps) = setting.qps {
-                rows.push(Row::new(format!("hnsw q/s, 2 searchers (ef {ef})"), size, qps, "q/s", format!("{qps:.0} q/s")));
+                rows.push(Row::new(
+                    format!("hnsw q/s, 2 searchers (ef {ef})"),
+                    size,
+                    qps,
+                    "q/s",
+                    format!("{qps:.0} q/s"),
+                ));
             }
         }
     }
@@ -192,6 +227,7 @@ pub fn write_csv(dir: &Path, plan: &Plan, results: &[SizeResults]) -> anyhow::Re
         ("setup dim", plan.dim.to_string()),
         ("setup clusters", plan.clusters.to_string()),
         ("setup spread", plan.spread.to_string()),
+        ("setup noise_rank", plan.noise_rank.to_string()),
         ("setup seed", plan.seed.to_string()),
         ("setup queries", plan.queries.to_string()),
         ("setup searchers", plan.searchers.to_string()),
@@ -201,7 +237,16 @@ pub fn write_csv(dir: &Path, plan: &Plan, results: &[SizeResults]) -> anyhow::Re
     }
     for row in rows(results) {
         let target = if row.target.is_some() { row.target_text() } else { String::new() };
-        let _ = writeln!(out, "{},{},{:.4},{},{},{}", row.figure, row.size, row.value, row.unit, target, row.passes().map_or("", |p| if p { "PASS" } else { "MISS" }));
+        let _ = writeln!(
+            out,
+            "{},{},{:.4},{},{},{}",
+            csv_field(&row.figure),
+            row.size,
+            row.value,
+            row.unit,
+            target,
+            row.passes().map_or("", |p| if p { "PASS" } else { "MISS" })
+        );
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join("index_bench.csv");

@@ -17,8 +17,8 @@ pub fn resolve(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
         anyhow::ensure!(path.is_file(), "server binary {} does not exist", path.display());
         return Ok(path.to_path_buf());
     }
-    let own = std::env::current_exe().context("locating embed-bench itself")?;
-    let dir = own.parent().context("embed-bench has no parent directory")?;
+    let own = std::env::current_exe().context("locating the running bench binary")?;
+    let dir = own.parent().context("the bench binary has no parent directory")?;
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("the bench crate has no parent")?;
     let mut build = Command::new("cargo");
     build.current_dir(workspace).args(["build", "-p", "embedwire-server", "--bin", SERVER_BIN]);

@@ -30,8 +30,23 @@ const STDERR_TAIL_LINES: usize = 20;
 #[derive(Debug, Clone)]
 pub struct ServerCommand {
     pub binary: PathBuf,
-    /// Flags after `--listen 127.0.0.1:0`.
+    /// Flags after `--listen 127.0.0.1:0 --data-dir <fresh dir>`.
     pub args: Vec<OsString>,
+}
+
+impl ServerCommand {
+    /// The bench's `defaults`, then the user's `extra` flags (e.g. from
+    /// `--server-arg`), which replace a default of the same name: the server refuses
+    /// a flag given twice. `--listen` and `--data-dir` are [`ServerProcess::start`]'s.
+    pub fn new(binary: PathBuf, defaults: Vec<(&str, OsString)>, extra: &[String]) -> Self {
+        let overridden = |flag: &str| extra.iter().any(|arg| arg == flag || arg.starts_with(&format!("{flag}=")));
+        let mut args: Vec<OsString> = Vec::new();
+        for (flag, value) in defaults.into_iter().filter(|(flag, _)| !overridden(flag)) {
+            args.extend([flag.into(), value]);
+        }
+        args.extend(extra.iter().map(OsString::from));
+        ServerCommand { binary, args }
+    }
 }
 
 /// A running server.
@@ -55,7 +70,7 @@ impl Drop for ServerProcess {
 fn fresh_data_dir() -> PathBuf {
     static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    std::env::temp_dir().join(format!("embed-bench-data-{}-{n}", std::process::id()))
+    std::env::temp_dir().join(format!("embedwire-bench-data-{}-{n}", std::process::id()))
 }
 
 impl ServerProcess {
@@ -103,6 +118,11 @@ impl ServerProcess {
         let channel =
             endpoint(self.address)?.connect().await.with_context(|| format!("connecting to {}", self.address))?;
         Ok(channel)
+    }
+
+    /// The server's last log lines (warnings during a run show up here).
+    pub fn log_tail(&self) -> Vec<String> {
+        self.stderr_tail.lock().map(|tail| tail.iter().cloned().collect()).unwrap_or_default()
     }
 
     /// Kills the server and reaps it.
@@ -203,6 +223,14 @@ fn strip_ansi(line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extra_flags_replace_defaults_of_the_same_name() {
+        let defaults = vec![("--backend", OsString::from("onnx")), ("--intra-op-threads", OsString::from("2"))];
+        let extra = ["--intra-op-threads=1".to_string(), "--ort-spin".to_string()];
+        let command = ServerCommand::new(PathBuf::from("server"), defaults, &extra);
+        assert_eq!(command.args, ["--backend", "onnx", "--intra-op-threads=1", "--ort-spin"]);
+    }
 
     #[test]
     fn finds_the_address_in_a_colored_log_line() {

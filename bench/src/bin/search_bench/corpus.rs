@@ -1,0 +1,296 @@
+//! The corpus: real text found on this machine, nothing generated. A small Python
+//! script (`docstrings.py`, run once, its output cached under `bench/results/tmp/`)
+//! collects the docstrings of the Python standard library, of the built-in help
+//! topics and of the packages installed next to the interpreter; this module cuts
+//! them into paragraphs and picks, deterministically:
+//!
+//! - documents: paragraphs of 20 to 120 words, doctest examples left out, each text
+//!   once, in extraction order;
+//! - the second ingest's documents: more such paragraphs, spread evenly over all of
+//!   them, none of them in the corpus;
+//! - queries: the first sentence of one-line docstrings (4 to 19 words, so never a
+//!   corpus document), spread evenly over all of them.
+
+use std::collections::HashSet;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+/// The extraction script, run with `python -I -B -c`.
+const SCRIPT: &str = include_str!("docstrings.py");
+/// The cache file in the cache directory.
+const CACHE_FILE: &str = "search_bench_docstrings.jsonl";
+/// Words of a document paragraph.
+const DOCUMENT_WORDS: std::ops::RangeInclusive<usize> = 20..=120;
+/// Words of a query sentence: below the documents' minimum, so no query is a document.
+const QUERY_WORDS: std::ops::RangeInclusive<usize> = 4..=19;
+
+/// One docstring as the script prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Docstring {
+    /// Where it comes from: `module.Class.function` or `pydoc_data.topics.NAME`.
+    pub source: String,
+    /// The cleaned docstring; paragraphs are separated by blank lines.
+    pub text: String,
+}
+
+/// The first line of the cache: which interpreter produced it.
+#[derive(Debug, Serialize, Deserialize)]
+struct CacheHeader {
+    python: PathBuf,
+}
+
+/// A document to embed or ingest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paragraph {
+    /// The docstring's qualified name (ingested as metadata `source`).
+    pub source: String,
+    /// The paragraph, whitespace folded to single spaces.
+    pub text: String,
+}
+
+/// What a run uses.
+#[derive(Debug, Clone)]
+pub struct Corpus {
+    /// Embedded with Embed, then ingested.
+    pub documents: Vec<Paragraph>,
+    /// Ingested while search latency is measured.
+    pub second_ingest: Vec<Paragraph>,
+    /// Search and Embed inputs of the concurrent runs.
+    pub queries: Vec<String>,
+    /// Docstrings extracted, for the record.
+    pub docstrings: usize,
+    /// Eligible paragraphs, before picking.
+    pub paragraphs: usize,
+    /// Eligible query sentences, before picking.
+    pub query_candidates: usize,
+}
+
+/// The docstrings of `python`'s stdlib and packages, from the cache in `cache_dir`
+/// when it was made by the same interpreter (and `refresh` is off), else extracted
+/// now and cached.
+pub fn docstrings(python: &Path, cache_dir: &Path, refresh: bool) -> anyhow::Result<Vec<Docstring>> {
+    let cache = cache_dir.join(CACHE_FILE);
+    if !refresh
+        && let Ok(text) = std::fs::read_to_string(&cache)
+        && let Some(docstrings) = parse_cache(&text, python)
+    {
+        return Ok(docstrings);
+    }
+    let output = Command::new(python)
+        .args(["-I", "-B", "-c", SCRIPT])
+        .output()
+        .with_context(|| format!("running {} (pass --python)", python.display()))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{} failed extracting docstrings ({}):\n{}",
+        python.display(),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).context("the docstring script printed non-UTF-8")?;
+    let docstrings = stdout
+        .lines()
+        .map(|line| serde_json::from_str::<Docstring>(line).with_context(|| format!("bad script line: {line}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    write_cache(&cache, python, &stdout).with_context(|| format!("writing {}", cache.display()))?;
+    Ok(docstrings)
+}
+
+/// The cached docstrings, or None when the cache is unreadable or from another
+/// interpreter.
+fn parse_cache(text: &str, python: &Path) -> Option<Vec<Docstring>> {
+    let mut lines = text.lines();
+    let header: CacheHeader = serde_json::from_str(lines.next()?).ok()?;
+    if header.python != python {
+        return None;
+    }
+    lines.map(|line| serde_json::from_str(line).ok()).collect()
+}
+
+/// Writes the cache through a temporary file, so a concurrent run never reads half
+/// of it.
+fn write_cache(cache: &Path, python: &Path, lines: &str) -> anyhow::Result<()> {
+    let dir = cache.parent().context("cache file without a directory")?;
+    std::fs::create_dir_all(dir)?;
+    let partial = dir.join(format!("{CACHE_FILE}.{}.partial", std::process::id()));
+    let mut file = std::fs::File::create(&partial)?;
+    writeln!(file, "{}", serde_json::to_string(&CacheHeader { python: python.to_path_buf() })?)?;
+    file.write_all(lines.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&partial, cache)?;
+    Ok(())
+}
+
+/// The paragraphs of a docstring, each with its whitespace folded; blank lines
+/// separate paragraphs.
+pub fn paragraphs(docstring: &str) -> Vec<String> {
+    let mut paragraphs = Vec::new();
+    let mut current: Vec<&str> = Vec::new();
+    for line in docstring.lines().chain(std::iter::once("")) {
+        if line.trim().is_empty() {
+            if !current.is_empty() {
+                paragraphs.push(current.join(" ").split_whitespace().collect::<Vec<_>>().join(" "));
+                current.clear();
+            }
+        } else {
+            current.push(line);
+        }
+    }
+    paragraphs
+}
+
+/// The text up to and including the first `.`, `?` or `!` followed by a space (or
+/// the end); the whole text when there is none. "e.g. x" ends early, as a simple
+/// splitter does; such fragments are rare and still real text.
+pub fn first_sentence(text: &str) -> &str {
+    let bytes = text.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        if matches!(b, b'.' | b'?' | b'!') && bytes.get(i + 1).is_none_or(|next| *next == b' ') {
+            return &text[..=i];
+        }
+    }
+    text
+}
+
+/// Cuts the docstrings into paragraphs and picks `documents` corpus documents,
+/// `second_ingest` further documents and `queries` query sentences, or says how many
+/// there are when too few.
+pub fn select(
+    docstrings: &[Docstring],
+    documents: usize,
+    second_ingest: usize,
+    queries: usize,
+) -> anyhow::Result<Corpus> {
+    let mut seen = HashSet::new();
+    let mut eligible: Vec<Paragraph> = Vec::new();
+    let mut seen_queries = HashSet::new();
+    let mut query_candidates: Vec<String> = Vec::new();
+    for docstring in docstrings {
+        let parts = paragraphs(&docstring.text);
+        for text in &parts {
+            let words = text.split_whitespace().count();
+            if DOCUMENT_WORDS.contains(&words) && !text.starts_with(">>>") && seen.insert(text.clone()) {
+                eligible.push(Paragraph { source: docstring.source.clone(), text: text.clone() });
+            }
+        }
+        if let [only] = parts.as_slice() {
+            let sentence = first_sentence(only);
+            let words = sentence.split_whitespace().count();
+            if QUERY_WORDS.contains(&words)
+                && sentence.starts_with(|c: char| c.is_ascii_uppercase())
+                && seen_queries.insert(sentence.to_string())
+            {
+                query_candidates.push(sentence.to_string());
+            }
+        }
+    }
+    anyhow::ensure!(
+        eligible.len() >= documents + second_ingest,
+        "the docstrings hold {} paragraphs of {}-{} words, fewer than the {documents} + {second_ingest} documents \
+         asked for (lower --documents or --second-ingest-documents)",
+        eligible.len(),
+        DOCUMENT_WORDS.start(),
+        DOCUMENT_WORDS.end()
+    );
+    anyhow::ensure!(
+        query_candidates.len() >= queries,
+        "the docstrings hold {} query sentences, fewer than the {queries} asked for",
+        query_candidates.len()
+    );
+    let paragraphs = eligible.len();
+    let (corpus, second) = split_evenly(eligible, documents, second_ingest);
+    Ok(Corpus {
+        documents: corpus,
+        second_ingest: second,
+        queries: spread(&query_candidates, queries),
+        docstrings: docstrings.len(),
+        paragraphs,
+        query_candidates: query_candidates.len(),
+    })
+}
+
+/// Takes `aside` items spread evenly over all of `items` (every k-th, k =
+/// len / aside), then the first `keep` of the others, in order. Expects
+/// `keep + aside <= items.len()`.
+fn split_evenly<T>(items: Vec<T>, keep: usize, aside: usize) -> (Vec<T>, Vec<T>) {
+    let stride = items.len().checked_div(aside).map_or(usize::MAX, |stride| stride.max(1));
+    let mut kept = Vec::with_capacity(keep);
+    let mut set_aside = Vec::with_capacity(aside);
+    for (i, item) in items.into_iter().enumerate() {
+        if set_aside.len() < aside && i % stride == stride - 1 {
+            set_aside.push(item);
+        } else if kept.len() < keep {
+            kept.push(item);
+        }
+    }
+    (kept, set_aside)
+}
+
+/// `count` items spread evenly over `items` (which has at least that many).
+fn spread(items: &[String], count: usize) -> Vec<String> {
+    (0..count).map(|i| items[i * items.len() / count].clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn docstring(source: &str, text: &str) -> Docstring {
+        Docstring { source: source.into(), text: text.into() }
+    }
+
+    fn words(n: usize, word: &str) -> String {
+        vec![word; n].join(" ")
+    }
+
+    #[test]
+    fn paragraphs_split_on_blank_lines_and_fold_whitespace() {
+        let text = "Summary line.\n\n  Indented   body\nwith two lines.\n \n\n>>> code()\n";
+        assert_eq!(paragraphs(text), ["Summary line.", "Indented body with two lines.", ">>> code()"]);
+        assert!(paragraphs("\n\n").is_empty());
+    }
+
+    #[test]
+    fn first_sentence_ends_at_a_stop_before_a_space() {
+        assert_eq!(first_sentence("Return the value. More words."), "Return the value.");
+        assert_eq!(first_sentence("Call os.path.join here"), "Call os.path.join here");
+        assert_eq!(first_sentence("Is it done? Yes"), "Is it done?");
+        assert_eq!(first_sentence("Ends with a stop."), "Ends with a stop.");
+    }
+
+    #[test]
+    fn select_keeps_long_paragraphs_once_and_one_line_queries() {
+        let long = words(25, "alpha");
+        let docstrings = vec![
+            docstring("m.f", &format!("Do the thing now please.\n\n{long}\n\n>>> {long}")),
+            docstring("m.g", &long),
+            docstring("m.h", &format!("{}\n\n{}", words(30, "beta"), words(121, "gamma"))),
+            docstring("m.i", "Return the sum of the two given numbers. Then stop."),
+            docstring("m.j", "too short"),
+            docstring("m.k", &words(40, "delta")),
+        ];
+        let corpus = select(&docstrings, 2, 1, 1).unwrap();
+        assert_eq!(corpus.paragraphs, 3, "alpha once, beta, delta; not the doctest nor 121 words");
+        assert_eq!(corpus.query_candidates, 1);
+        assert_eq!(corpus.queries, ["Return the sum of the two given numbers."]);
+        let texts = |ps: &[Paragraph]| ps.iter().map(|p| p.text.clone()).collect::<Vec<_>>();
+        // One of three set aside: every third paragraph, so delta.
+        assert_eq!(texts(&corpus.documents), [long.clone(), words(30, "beta")]);
+        assert_eq!(texts(&corpus.second_ingest), [words(40, "delta")]);
+        assert_eq!(corpus.documents[0].source, "m.f");
+        assert!(select(&docstrings, 3, 1, 1).is_err(), "four documents asked of three");
+    }
+
+    #[test]
+    fn split_evenly_spreads_the_set_aside_items() {
+        let (kept, aside) = split_evenly((0..20).collect(), 10, 4);
+        assert_eq!(aside, [4, 9, 14, 19]);
+        assert_eq!(kept, [0, 1, 2, 3, 5, 6, 7, 8, 10, 11]);
+        let (kept, aside) = split_evenly((0..5).collect(), 5, 0);
+        assert_eq!((kept, aside), (vec![0, 1, 2, 3, 4], vec![]));
+    }
+}

@@ -1,0 +1,57 @@
+//! Runs `search-bench --quick` end to end (docstring corpus, real server binary with
+//! the real model, real clients) so the bench cannot rot. It checks that the bench
+//! runs, prints every figure and writes its CSV; it never judges the figures, since
+//! tests do not assert on speed.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use clap::Parser;
+use embedwire_server::ServerConfig;
+
+#[test]
+fn quick_run_prints_the_table_and_writes_csv() {
+    let defaults = ServerConfig::parse_from(["embedwire-server"]);
+    let (model_dir, python) = (defaults.model_dir(), defaults.cache_dir().join("venv/bin/python"));
+    assert!(
+        model_dir.is_dir() && python.is_file(),
+        "no model at {} or no Python venv at {} (run `make setup`)",
+        model_dir.display(),
+        python.display()
+    );
+    let results_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("search-bench-{}", std::process::id()));
+    // The docstring cache stays in its default place (bench/results/tmp), shared
+    // with real runs: extracting takes seconds, and the cache is keyed by interpreter.
+    let output = Command::new(env!("CARGO_BIN_EXE_search-bench"))
+        .args(["--quick", "--results-dir"])
+        .arg(&results_dir)
+        .output()
+        .expect("running search-bench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "search-bench failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let figures = [
+        "corpus documents",
+        "Embed corpus (64/call, 4 clients)",
+        "Ingest corpus (1000 docs/call, to COMPLETED)",
+        "index after ingest: chunks",
+        "Search c=16 (top_k 5)",
+        "Search c=16 p50 / p95 / p99",
+        "Embed c=16 (1 text)",
+        "Search c=1 idle p50 / p95 / p99",
+        "Search c=1 during ingest",
+        "second ingest (100 docs) under search",
+        "targets met",
+    ];
+    for figure in figures {
+        assert!(stdout.contains(figure), "no `{figure}` row in:\n{stdout}");
+    }
+
+    let csv = std::fs::read_to_string(results_dir.join("search_bench.csv")).unwrap();
+    assert!(csv.starts_with("figure,measured,unit,comparison,limit,result\n"), "{csv}");
+    let judged = csv.lines().filter(|line| line.ends_with(",PASS") || line.ends_with(",MISS")).count();
+    assert_eq!(judged, 2, "the two targets (ingest and search ratios) in:\n{csv}");
+    for detail in ["index documents,1000.000,", "search_during_ingest_c1 p99,", "cpu ingest server,"] {
+        assert!(csv.contains(detail), "no `{detail}` in:\n{csv}");
+    }
+    let _ = std::fs::remove_dir_all(&results_dir);
+}
