@@ -22,7 +22,6 @@ pub mod store;
 pub mod text;
 pub mod view;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
@@ -280,11 +279,6 @@ impl Corpus {
 
     fn read_view(&self) -> std::sync::RwLockReadGuard<'_, IndexView> {
         self.view.read().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Metadata of a document, for tests and filters.
-    pub fn document_metadata(&self, id: &str) -> Option<BTreeMap<String, String>> {
-        self.read_view().document_metadata(id)
     }
 }
 

@@ -129,11 +129,6 @@ impl IndexView {
         self.documents.values().filter(|d| filter.matches(&d.metadata)).map(|d| d.id.clone()).collect()
     }
 
-    /// A document's metadata.
-    pub fn document_metadata(&self, id: &str) -> Option<BTreeMap<String, String>> {
-        self.documents.get(id).map(|d| d.metadata.clone())
-    }
-
     /// Searchable documents.
     pub fn document_count(&self) -> usize {
         self.documents.len()
