@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the developer tools the tests and benchmarks call: buf (lint), grpcurl
-# (manual and scripted gRPC calls) and ghz (gRPC load tests). Idempotent and cached
+# (manual and scripted gRPC calls), ghz (gRPC load tests) and Chromium (browser test). Idempotent and cached
 # under $EMBEDWIRE_CACHE/bin, so a second run costs about nothing.
 set -euo pipefail
 
@@ -35,7 +35,21 @@ install_buf() {
   ln -sfn "$target/node_modules/.bin/buf" "$BIN/buf"
 }
 
+# Headless Chromium for the search page's browser test, from Debian's packages.
+install_chromium() {
+  if command -v chromium >/dev/null 2>&1; then
+    return
+  fi
+  log "installing chromium (apt-get)"
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq >&2
+  $sudo apt-get install -y -qq --no-install-recommends chromium >&2
+}
+
 install_buf
+install_chromium
 install_go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl "$GRPCURL_VERSION"
 install_go_tool ghz github.com/bojand/ghz/cmd/ghz "$GHZ_VERSION"
 log "tools in $BIN: $(ls "$BIN" | tr '\n' ' ')"

@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup-model.sh >/dev/null
+bash scripts/setup-python-dev.sh
 bash scripts/setup-tools.sh
 cargo build --release --workspace --quiet
