@@ -1,0 +1,1 @@
+//! embedwire client (work in progress).

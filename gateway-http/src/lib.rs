@@ -1,0 +1,1 @@
+//! embedwire HTTP layer (work in progress).
