@@ -1,0 +1,102 @@
+"""Ingest, jobs, documents and search round trips, sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import numpy as np
+import pytest
+
+from embedwire import AsyncClient, Client, Document, Filter, JobStatus
+from server_process import ServerProcess
+
+
+def unique(prefix: str) -> str:
+    """An id no other test of the shared server uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_ingest_wait_search_get_delete(pseudo_server: ServerProcess) -> None:
+    tag = unique("tag")
+    docs = [
+        Document(id=unique("cat"), text="the cat sat on the mat", metadata={"tag": tag, "kind": "pet"}),
+        Document(id=unique("car"), text="engines and gearboxes", metadata={"tag": tag, "kind": "machine"}),
+        {"text": "a document whose id the server assigns", "metadata": {"tag": tag}},
+    ]
+    with Client(pseudo_server.address) as client:
+        ingested = client.ingest(docs)
+        assert ingested.document_ids[:2] == (docs[0].id, docs[1].id) and ingested.document_ids[2]
+        job = client.wait_for_job(ingested.job.job_id, timeout=30)
+        assert job.status == JobStatus.COMPLETED and job.done
+        assert (job.total_documents, job.processed_documents, job.failed_documents) == (3, 3, 0)
+        assert client.get_job(job.job_id).status == JobStatus.COMPLETED
+
+        # The pseudo model's vectors carry no meaning, but a text is its own best match.
+        hits = client.search("the cat sat on the mat", top_k=3, filter={"tag": tag})
+        assert [h.document_id for h in hits][0] == docs[0].id
+        assert hits[0].text == "the cat sat on the mat" and hits[0].metadata["kind"] == "pet"
+        assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+        assert len(hits) == 3 and all(h.metadata["tag"] == tag for h in hits)
+
+        by_vector = client.search(client.embed(["engines and gearboxes"])[0], top_k=1, filter={"tag": tag})
+        assert by_vector[0].document_id == docs[1].id
+        both = client.search(["engines and gearboxes", "the cat sat on the mat"], top_k=1, filter={"tag": tag})
+        assert [r[0].document_id for r in both] == [docs[1].id, docs[0].id]
+        machines = client.search(
+            "the cat sat on the mat", filter=Filter(must={"tag": tag}, must_not={"kind": ["pet"]}), include_vectors=True
+        )
+        assert docs[0].id not in {h.document_id for h in machines}
+        assert machines[0].vector is not None and machines[0].vector.shape == (384,)
+
+        found = client.get_documents([docs[0].id, "missing-id"])
+        assert [d.id for d in found.documents] == [docs[0].id] and found.missing_ids == ("missing-id",)
+        stored = found.documents[0]
+        span = stored.chunks[0]
+        assert stored.text[span.start_char : span.end_char] == "the cat sat on the mat"
+
+        assert client.delete_documents([docs[0].id]) == 1
+        assert client.delete_documents(filter={"tag": tag}) == 2
+        assert client.search("the cat sat on the mat", filter={"tag": tag}) == []
+
+
+def test_ingest_stream_from_a_generator(pseudo_server: ServerProcess) -> None:
+    tag = unique("stream")
+    count = 1234
+
+    def documents():  # type: ignore[no-untyped-def]
+        for i in range(count):
+            yield Document(id=f"{tag}-{i}", text=f"streamed document number {i}", metadata={"tag": tag})
+
+    with Client(pseudo_server.address) as client:
+        result = client.ingest_stream(documents(), documents_per_message=100)
+        assert result.received_documents == count
+        job = client.wait_for_job(result.job.job_id, timeout=60)
+        assert job.status == JobStatus.COMPLETED and job.processed_documents == count
+        hits = client.search("streamed document number 77", top_k=1, filter={"tag": tag})
+        assert hits[0].document_id == f"{tag}-77"
+        assert client.delete_documents(filter={"tag": tag}) == count
+
+
+def test_async_round_trip(pseudo_server: ServerProcess) -> None:
+    tag = unique("async")
+
+    async def documents():  # type: ignore[no-untyped-def]
+        for i in range(10):
+            yield {"id": f"{tag}-{i}", "text": f"async document {i}", "metadata": {"tag": tag}}
+
+    async def run() -> None:
+        async with AsyncClient(pseudo_server.address) as client:
+            ingested = await client.ingest([Document(id=f"{tag}-x", text="one more", metadata={"tag": tag})])
+            streamed = await client.ingest_stream(documents(), documents_per_message=3)
+            for job_id in (ingested.job.job_id, streamed.job.job_id):
+                assert (await client.wait_for_job(job_id, timeout=30)).status == JobStatus.COMPLETED
+            hits = await client.search("async document 3", top_k=2, filter={"tag": tag})
+            assert hits[0].document_id == f"{tag}-3"
+            found = await client.get_documents([f"{tag}-x"])
+            assert found.documents[0].text == "one more"
+            stats = await client.index_stats()
+            assert stats.document_count >= 11
+            assert await client.delete_documents(filter={"tag": tag}) == 11
+
+    asyncio.run(run())
