@@ -26,10 +26,12 @@ pub mod corpus;
 pub mod engine;
 pub mod error;
 pub mod index;
+pub mod metrics;
 pub mod model;
 pub mod server;
 pub mod service;
 pub mod stats;
+pub mod web_dispatch;
 pub mod wire;
 
 pub use config::ServerConfig;

@@ -5,10 +5,12 @@
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
+use embedwire_gateway_http::{GatewaySettings, InProcessUpstream, Readiness};
 use embedwire_proto::v1::embed_service_server::EmbedServiceServer;
 use embedwire_proto::v1::search_service_server::SearchServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tonic::service::Routes;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
@@ -88,7 +90,7 @@ impl EmbedServer {
             .build_v1alpha()
             .map_err(|e| Error::Config(format!("reflection: {e}")))?;
 
-        let api = EmbedApi::new(
+        let api = Arc::new(EmbedApi::new(
             engine.clone(),
             EmbedApiSettings {
                 backend_name: config.backend.name(),
@@ -96,11 +98,13 @@ impl EmbedServer {
                 max_request_bytes: config.max_request_bytes,
                 stream_read_ahead: config.stream_read_ahead,
             },
-        );
-        let embed_service = EmbedServiceServer::new(api)
+        ));
+        let search_api = Arc::new(SearchApi::new(corpus.clone()));
+        let http_routes = http_routes(&config, api.clone(), search_api.clone(), engine.clone(), corpus.clone());
+        let embed_service = EmbedServiceServer::from_arc(api)
             .max_decoding_message_size(config.max_request_bytes)
             .max_encoding_message_size(config.max_response_bytes);
-        let search_service = SearchServiceServer::new(SearchApi::new(corpus.clone()))
+        let search_service = SearchServiceServer::from_arc(search_api)
             .max_decoding_message_size(config.max_request_bytes)
             .max_encoding_message_size(config.max_response_bytes);
 
@@ -116,8 +120,11 @@ impl EmbedServer {
 
         let serving = Server::builder()
             .accept_http1(true)
-            .layer(tonic_web::GrpcWebLayer::new())
+            .layer(crate::web_dispatch::GrpcWebDispatchLayer)
             .layer(tower::util::MapResponseLayer::new(rewrite_oversized_status))
+            // HTTP/JSON routes (/v1/*, /embed, /healthz, ...) share the port: gRPC
+            // methods live under /embedwire.v1.*/ and /grpc.*/ paths, which they never use.
+            .add_routes(http_routes)
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
@@ -156,6 +163,25 @@ impl EmbedServer {
         }
         outcome
     }
+}
+
+/// The HTTP/JSON layer over the same handler objects the gRPC services use.
+fn http_routes(
+    config: &ServerConfig,
+    embed: Arc<EmbedApi>,
+    search: Arc<SearchApi>,
+    engine: Arc<EmbeddingEngine>,
+    corpus: Arc<OnceLock<Arc<Corpus>>>,
+) -> Routes {
+    let ready_corpus = corpus.clone();
+    let readiness = Arc::new(move || match ready_corpus.get() {
+        Some(_) => Readiness { ready: true, detail: String::new() },
+        None => Readiness { ready: false, detail: "the model and index are loading".into() },
+    });
+    let metrics = Arc::new(move || crate::metrics::render(engine.stats(), &corpus));
+    let upstream = Arc::new(InProcessUpstream::new(embed, search, readiness, metrics));
+    let settings = GatewaySettings { max_body_bytes: config.max_request_bytes, ..GatewaySettings::default() };
+    Routes::from(embedwire_gateway_http::router(upstream, settings))
 }
 
 /// Loads the configured backend, opens the corpus, starts the job runner, and

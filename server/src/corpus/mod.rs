@@ -64,6 +64,13 @@ pub struct CorpusSettings {
     pub store_cache_bytes: usize,
 }
 
+/// Sizes of the searchable view.
+#[derive(Debug, Clone, Copy)]
+pub struct ViewCounts {
+    pub documents: u64,
+    pub chunks: u64,
+}
+
 /// Counts for GetIndexStats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexStats {
@@ -249,12 +256,15 @@ impl Corpus {
         Ok(deleted)
     }
 
+    /// Documents and chunks in the searchable view (no disk access, for metrics).
+    pub fn view_counts(&self) -> ViewCounts {
+        let view = self.read_view();
+        ViewCounts { documents: view.document_count() as u64, chunks: view.chunk_count() as u64 }
+    }
+
     /// What the index holds.
     pub async fn stats(self: &Arc<Self>) -> Result<IndexStats> {
-        let (documents, chunks) = {
-            let view = self.read_view();
-            (view.document_count() as u64, view.chunk_count() as u64)
-        };
+        let ViewCounts { documents, chunks } = self.view_counts();
         let corpus = self.clone();
         let (unique_vectors, pending_documents) =
             blocking(move || Ok((corpus.store.vector_count()?, corpus.store.pending_count()?))).await?;

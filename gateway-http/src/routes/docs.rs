@@ -1,0 +1,58 @@
+//! What the HTTP layer says about itself: `GET /openapi.json` (generated from the
+//! route definitions; a copy is kept in the repo, checked fresh by a test),
+//! `GET /metrics` (Prometheus text) and `GET /` (the search page).
+
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{Html, IntoResponse, Response};
+use utoipa::OpenApi;
+
+use crate::routes::{embed, health, openai, v1};
+use crate::state::AppState;
+use crate::upstream::Upstream;
+
+/// The OpenAPI description of every HTTP route.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "embedwire HTTP API",
+        description = "HTTP/JSON layer of embedwire: the /v1 routes of existing embedding gateways, OpenAI-compatible embeddings, health, readiness and metrics. The same port also serves gRPC and gRPC-web."
+    ),
+    paths(
+        v1::ingest,
+        v1::get_job,
+        v1::search,
+        embed::embed,
+        openai::embeddings,
+        health::healthz,
+        health::readyz,
+        metrics_text
+    ),
+    components(schemas(crate::error::ErrorDetail))
+)]
+pub struct ApiDoc;
+
+/// The OpenAPI document as pretty JSON (what `gateway-http/openapi.json` holds).
+pub fn openapi_json() -> String {
+    ApiDoc::openapi().to_pretty_json().expect("the OpenAPI document serializes") + "\n"
+}
+
+/// `GET /openapi.json`.
+pub async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], openapi_json()).into_response()
+}
+
+/// Prometheus metrics: the HTTP layer's and the upstream's.
+#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain")))]
+pub async fn metrics_text<U: Upstream>(State(state): State<AppState<U>>) -> Response {
+    let mut text = state.metrics.render();
+    text.push('\n');
+    text.push_str(&state.upstream.metrics_text());
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"))], text)
+        .into_response()
+}
+
+/// `GET /`: a page where a person searches the index (plain HTML and JS, no build step).
+pub async fn search_page() -> Html<&'static str> {
+    Html(include_str!("../page/search.html"))
+}

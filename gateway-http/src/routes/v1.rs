@@ -1,0 +1,267 @@
+//! The routes of the existing gateways' contract (shared/http-api.md), with exactly
+//! their shapes and defaults: `POST /v1/ingest`, `GET /v1/jobs/{job_id}`,
+//! `POST /v1/search`. Extensions are optional fields old clients never see unless
+//! they ask (`filter`, `score_threshold`, `citations`) or can ignore (`document_ids`,
+//! `failed_documents`).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use axum::extract::{Path, State};
+use axum::response::Response;
+use embedwire_proto::v1::{
+    self as wire, Condition, Document, Filter, IngestRequest, Job, JobStatus, SearchQuery, SearchRequest, StringSet,
+    condition, search_query,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::encoding::json_response;
+use crate::error::ApiError;
+use crate::json::JsonBody;
+use crate::state::AppState;
+use crate::upstream::Upstream;
+
+/// `top_k` when the request leaves it out, as in the existing gateways.
+pub const DEFAULT_TOP_K: u32 = 5;
+
+/// `POST /v1/ingest` body.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct IngestBody {
+    /// Documents to add or replace (by id).
+    pub documents: Vec<IngestDocument>,
+}
+
+/// One document to ingest.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct IngestDocument {
+    /// Its id; missing or null: the server assigns a UUID. An existing id is replaced.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The text; long texts are split into overlapping chunks.
+    pub text: String,
+    /// String metadata, returned with search results and usable in filters.
+    #[serde(default)]
+    pub metadata: Option<HashMap<String, String>>,
+}
+
+/// A job, as `POST /v1/ingest` and `GET /v1/jobs/{job_id}` return it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobBody {
+    pub job_id: String,
+    /// `pending`, `running`, `completed` or `failed`.
+    pub status: &'static str,
+    pub total_documents: u32,
+    /// Documents stored durably and searchable.
+    pub processed_documents: u32,
+    /// Why the job failed; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Unix time in seconds.
+    pub started_at: f64,
+    /// Unix time in seconds; null until the job ends.
+    pub finished_at: Option<f64>,
+    /// Extension: documents that could not be indexed.
+    pub failed_documents: u32,
+    /// Extension (ingest only): the id of every document, in request order, including
+    /// the ones the server assigned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub document_ids: Option<Vec<String>>,
+}
+
+/// `POST /v1/search` body.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct SearchBody {
+    /// The query text.
+    pub query: String,
+    /// Results wanted (default 5).
+    #[serde(default)]
+    pub top_k: Option<u32>,
+    /// Extension: a metadata filter.
+    #[serde(default)]
+    pub filter: Option<FilterBody>,
+    /// Extension: drop results scoring below this.
+    #[serde(default)]
+    pub score_threshold: Option<f32>,
+    /// Extension: add each result's chunk and character offsets in its document.
+    #[serde(default)]
+    pub citations: bool,
+}
+
+/// A metadata filter: every `must` condition holds, at least one `should` condition
+/// holds (when there are any), no `must_not` condition holds.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct FilterBody {
+    #[serde(default)]
+    pub must: Vec<ConditionBody>,
+    #[serde(default)]
+    pub should: Vec<ConditionBody>,
+    #[serde(default)]
+    pub must_not: Vec<ConditionBody>,
+}
+
+/// One condition on a metadata key: `equals` a value or is `any_of` several.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ConditionBody {
+    pub key: String,
+    #[serde(default)]
+    pub equals: Option<String>,
+    #[serde(default)]
+    pub any_of: Option<Vec<String>>,
+}
+
+/// `POST /v1/search` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SearchReply {
+    /// Best first.
+    pub results: Vec<SearchResult>,
+    /// Time spent on the request, embedding the query included.
+    pub took_ms: f64,
+}
+
+/// One result: a chunk of a document.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SearchResult {
+    /// The document's id.
+    pub id: String,
+    /// Cosine similarity (the vectors are L2-normalized).
+    pub score: f32,
+    /// The chunk's text.
+    pub text: String,
+    pub metadata: HashMap<String, String>,
+    /// Extension, when `citations` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub citation: Option<Citation>,
+}
+
+/// Where a result's text sits in its document.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Citation {
+    /// The chunk's position among the document's chunks.
+    pub chunk_index: u32,
+    /// Offset of the chunk's first character (Unicode code points) in the stored text.
+    pub start_char: u32,
+    /// Offset one past its last character.
+    pub end_char: u32,
+}
+
+/// Ingest documents; answers at once with the job.
+#[utoipa::path(post, path = "/v1/ingest", request_body = IngestBody,
+    responses((status = 200, body = JobBody), (status = 400, body = crate::error::ErrorDetail)))]
+pub async fn ingest<U: Upstream>(
+    State(state): State<AppState<U>>,
+    JsonBody(body): JsonBody<IngestBody>,
+) -> Result<Response, ApiError> {
+    let documents = body
+        .documents
+        .into_iter()
+        .map(|d| Document { id: d.id.unwrap_or_default(), text: d.text, metadata: d.metadata.unwrap_or_default() })
+        .collect();
+    let reply = state.upstream.ingest(IngestRequest { documents }).await?;
+    let job = reply.job.ok_or_else(|| missing("job"))?;
+    let mut body = job_body(job);
+    body.document_ids = Some(reply.document_ids);
+    Ok(json_response(&body))
+}
+
+/// A job's progress.
+#[utoipa::path(get, path = "/v1/jobs/{job_id}", params(("job_id" = String, Path)),
+    responses((status = 200, body = JobBody), (status = 404, body = crate::error::ErrorDetail)))]
+pub async fn get_job<U: Upstream>(
+    State(state): State<AppState<U>>,
+    Path(job_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let reply = state.upstream.get_job(job_id).await?;
+    Ok(json_response(&job_body(reply.job.ok_or_else(|| missing("job"))?)))
+}
+
+/// Semantic search over the ingested documents.
+#[utoipa::path(post, path = "/v1/search", request_body = SearchBody,
+    responses((status = 200, body = SearchReply), (status = 400, body = crate::error::ErrorDetail)))]
+pub async fn search<U: Upstream>(
+    State(state): State<AppState<U>>,
+    JsonBody(body): JsonBody<SearchBody>,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let citations = body.citations;
+    let request = SearchRequest {
+        queries: vec![SearchQuery { query: Some(search_query::Query::Text(body.query)) }],
+        top_k: Some(body.top_k.unwrap_or(DEFAULT_TOP_K)),
+        score_threshold: body.score_threshold,
+        filter: body.filter.map(filter_to_wire).transpose()?,
+        include_text: Some(true),
+        include_metadata: Some(true),
+        ..SearchRequest::default()
+    };
+    let reply =
+        state.upstream.search(request).await.map_err(|status| {
+            ApiError::from(status).renamed("queries[0].text", "query").renamed("queries[0]", "query")
+        })?;
+    let hits = reply.results.into_iter().next().map(|r| r.hits).unwrap_or_default();
+    let results = hits
+        .into_iter()
+        .map(|hit| SearchResult {
+            citation: citations.then(|| {
+                let chunk = hit.chunk.unwrap_or_default();
+                Citation { chunk_index: chunk.index, start_char: chunk.start_char, end_char: chunk.end_char }
+            }),
+            id: hit.document_id,
+            score: hit.rerank_score.unwrap_or(hit.score),
+            text: hit.text,
+            metadata: hit.metadata,
+        })
+        .collect();
+    Ok(json_response(&SearchReply { results, took_ms: started.elapsed().as_secs_f64() * 1e3 }))
+}
+
+/// The job in the contract's shape.
+pub fn job_body(job: Job) -> JobBody {
+    let status = match job.status() {
+        JobStatus::Pending | JobStatus::Unspecified => "pending",
+        JobStatus::Running => "running",
+        JobStatus::Completed => "completed",
+        JobStatus::Failed => "failed",
+    };
+    JobBody {
+        job_id: job.job_id,
+        status,
+        total_documents: job.total_documents,
+        processed_documents: job.processed_documents,
+        error: (!job.error.is_empty()).then_some(job.error),
+        started_at: job.started_at,
+        finished_at: job.finished_at,
+        failed_documents: job.failed_documents,
+        document_ids: None,
+    }
+}
+
+fn filter_to_wire(filter: FilterBody) -> Result<Filter, ApiError> {
+    let convert = |list: Vec<ConditionBody>, name: &str| -> Result<Vec<Condition>, ApiError> {
+        list.into_iter()
+            .enumerate()
+            .map(|(index, c)| {
+                let field = format!("filter.{name}[{index}]");
+                let test = match (c.equals, c.any_of) {
+                    (Some(value), None) => condition::Test::Equals(value),
+                    (None, Some(values)) => condition::Test::AnyOf(StringSet { values }),
+                    (Some(_), Some(_)) => return Err(ApiError::invalid(field, "has both equals and any_of; use one")),
+                    (None, None) => return Err(ApiError::invalid(field, "needs equals or any_of")),
+                };
+                Ok(Condition { key: c.key, test: Some(test) })
+            })
+            .collect()
+    };
+    Ok(wire::Filter {
+        must: convert(filter.must, "must")?,
+        should: convert(filter.should, "should")?,
+        must_not: convert(filter.must_not, "must_not")?,
+    })
+}
+
+fn missing(field: &str) -> ApiError {
+    ApiError::with_status(
+        axum::http::StatusCode::BAD_GATEWAY,
+        tonic::Code::Internal,
+        format!("the upstream answer has no {field}"),
+    )
+}
