@@ -22,14 +22,17 @@ from pathlib import Path
 
 from embedwire import AsyncClient, Client
 
+#: The columns of the CSV row, shared with the Rust client's bench
+#: (clients/rust/src/bin/embedwire-client-bench.rs) so both append to one file.
 CSV_FIELDS = [
     "client",
-    "texts",
+    "backend",
+    "count",
     "batch_size",
     "concurrency",
-    "wall_s",
+    "seconds",
     "vectors_per_s",
-    "cpu_s",
+    "cpu_seconds",
     "cpu_us_per_vector",
 ]
 
@@ -41,30 +44,35 @@ def cpu_seconds() -> float:
 
 
 def short_texts(n: int) -> list[str]:
-    """n distinct short texts (a handful of tokens each)."""
-    return [f"short text number {i} about topic {i % 97}" for i in range(n)]
+    """n distinct short texts like search queries or titles (5 to 9 words), the same
+    as the Rust client's bench embeds."""
+    return [f"short text number {i} about topic {i % 97} and {i % 13}" for i in range(n)]
 
 
-def run_sync(address: str, texts: list[str], batch_size: int, concurrency: int) -> tuple[float, float]:
+def run_sync(address: str, texts: list[str], batch_size: int, concurrency: int) -> tuple[str, float, float]:
+    """(backend, wall seconds, CPU seconds) of one embed_many over texts."""
     with Client(address, timeout=120) as client:
-        client.embed_many(texts[: batch_size * concurrency], batch_size=batch_size, max_concurrent_requests=concurrency)
+        backend = client.info().backend
+        client.embed(["warm up"])  # connecting and the server's first batch are not measured
         wall, cpu = time.perf_counter(), cpu_seconds()
         vectors = client.embed_many(texts, batch_size=batch_size, max_concurrent_requests=concurrency)
         wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
     assert vectors.shape[0] == len(texts)
-    return wall, cpu
+    return backend, wall, cpu
 
 
-def run_async(address: str, texts: list[str], batch_size: int, concurrency: int) -> tuple[float, float]:
-    async def run() -> tuple[float, float]:
+def run_async(address: str, texts: list[str], batch_size: int, concurrency: int) -> tuple[str, float, float]:
+    """Like run_sync, with AsyncClient."""
+
+    async def run() -> tuple[str, float, float]:
         async with AsyncClient(address, timeout=120) as client:
-            warm = texts[: batch_size * concurrency]
-            await client.embed_many(warm, batch_size=batch_size, max_concurrent_requests=concurrency)
+            backend = (await client.info()).backend
+            await client.embed(["warm up"])
             wall, cpu = time.perf_counter(), cpu_seconds()
             vectors = await client.embed_many(texts, batch_size=batch_size, max_concurrent_requests=concurrency)
             wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
         assert vectors.shape[0] == len(texts)
-        return wall, cpu
+        return backend, wall, cpu
 
     return asyncio.run(run())
 
@@ -81,23 +89,24 @@ def main() -> None:
 
     texts = short_texts(args.texts)
     runner = run_async if args.use_async else run_sync
-    wall, cpu = runner(args.address, texts, args.batch_size, args.concurrency)
+    backend, wall, cpu = runner(args.address, texts, args.batch_size, args.concurrency)
     name = "python-async" if args.use_async else "python"
     row = {
         "client": name,
-        "texts": args.texts,
+        "backend": backend,
+        "count": args.texts,
         "batch_size": args.batch_size,
         "concurrency": args.concurrency,
-        "wall_s": round(wall, 4),
-        "vectors_per_s": round(args.texts / wall, 1),
-        "cpu_s": round(cpu, 4),
-        "cpu_us_per_vector": round(cpu / args.texts * 1e6, 3),
+        "seconds": f"{wall:.4f}",
+        "vectors_per_s": f"{args.texts / wall:.1f}",
+        "cpu_seconds": f"{cpu:.4f}",
+        "cpu_us_per_vector": f"{cpu / args.texts * 1e6:.3f}",
     }
-    print(
-        f"{name}: {args.texts} texts in {wall:.2f} s ({row['vectors_per_s']:.0f} vectors/s), "
-        f"client CPU {cpu:.2f} s = {row['cpu_us_per_vector']:.2f} us/vector "
-        f"(batch {args.batch_size}, concurrency {args.concurrency})"
-    )
+    print(f"{name} client, {backend} backend, {args.texts} texts, batch {args.batch_size}, {args.concurrency} in flight")
+    print(f"total time:            {wall:.3f} s")
+    print(f"vectors/s:             {args.texts / wall:.0f}")
+    print(f"client CPU:            {cpu:.3f} s")
+    print(f"client CPU per vector: {cpu / args.texts * 1e6:.2f} us")
     if args.csv:
         new = not args.csv.exists() or args.csv.stat().st_size == 0
         args.csv.parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import numpy as np
 import pytest
 
 from embedwire import AsyncClient, Client, Document, Filter, JobStatus

@@ -8,7 +8,6 @@ input order whatever the concurrency.
 
 from __future__ import annotations
 
-import threading
 from typing import Iterator
 
 import numpy as np
@@ -25,7 +24,8 @@ def batch_bounds(n: int, batch_size: int) -> Iterator[tuple[int, int]]:
 
 
 class RowAssembler:
-    """The output array of a bulk embed, filled batch by batch from any thread.
+    """The output array of a bulk embed, filled batch by batch (by one thread: the
+    sync client's caller or the async client's event loop).
 
     The array is allocated at the first answer, whose shape and dtype tell the width and
     element type (the caller need not ask the server for its dimension first).
@@ -34,7 +34,6 @@ class RowAssembler:
     def __init__(self, n: int) -> None:
         self._n = n
         self._rows: np.ndarray | None = None
-        self._lock = threading.Lock()
 
     def put(self, start: int, stop: int, vectors: np.ndarray) -> None:
         """Copies the vectors of batch ``[start, stop)`` into their rows."""
@@ -42,12 +41,9 @@ class RowAssembler:
             raise ProtocolError(
                 f"the server answered {vectors.shape[0]} vectors for {stop - start} inputs"
             )
+        if self._rows is None:
+            self._rows = np.empty((self._n, vectors.shape[1]), dtype=vectors.dtype)
         rows = self._rows
-        if rows is None:
-            with self._lock:
-                if self._rows is None:
-                    self._rows = np.empty((self._n, vectors.shape[1]), dtype=vectors.dtype)
-                rows = self._rows
         if rows.shape[1] != vectors.shape[1] or rows.dtype != vectors.dtype:
             raise ProtocolError(
                 f"batches disagree: {vectors.shape[1]} x {vectors.dtype} after "

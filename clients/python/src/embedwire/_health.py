@@ -52,6 +52,10 @@ def check_method(channel: Any) -> Any:
     )
 
 
+#: ServingStatus.SERVING: the server's model is loaded and it takes calls.
+SERVING = 1
+
+
 def status_name(response: Any) -> str:
     """``"SERVING"``, ``"NOT_SERVING"``, ... for a HealthCheckResponse."""
     return HealthCheckResponse.DESCRIPTOR.fields_by_name["status"].enum_type.values_by_number[

@@ -245,7 +245,7 @@ class AsyncClient:
                         _health.HealthCheckRequest(), timeout=1.0, metadata=self._config.metadata
                     )
                     last = f"{endpoint.address.text}: {_health.status_name(response)}"
-                    if response.status == 1:
+                    if response.status == _health.SERVING:
                         return
                 except grpc.RpcError as err:
                     last = str(from_rpc_error(err, method="Health/Check", address=endpoint.address.text))

@@ -3,17 +3,18 @@
 Every unary call goes through :meth:`Client._call`, which picks the next address (round
 robin), fails over to the other addresses on UNAVAILABLE and backs off on
 RESOURCE_EXHAUSTED, all within the call's deadline. ``embed_many`` runs its batches on
-a thread pool: a blocking gRPC call releases the GIL while it waits, so the threads
-overlap their calls and the Python side stays a small fraction of the work.
+gRPC futures from the calling thread: the calls overlap inside gRPC's C core while
+Python only builds requests and copies answers into place.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import queue
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Sequence
 
 import grpc
 import numpy as np
@@ -42,7 +43,6 @@ from .v1 import embed_pb2, search_pb2
 
 log = logging.getLogger("embedwire")
 
-T = TypeVar("T")
 _UNSET: Any = object()
 
 
@@ -219,10 +219,11 @@ class Client:
         Args:
             texts: the texts; rows of the result follow their order.
             batch_size: inputs per call (at most the server's max_inputs_per_request).
-            max_concurrent_requests: calls in flight at once (threads).
+            max_concurrent_requests: calls in flight at once.
             normalize, dimensions, truncate, dtype: as for :meth:`embed` (not int8,
                 whose per-row scales would be lost).
-            timeout: deadline of each batch call, retries included.
+            timeout: deadline of each batch call (a batch sent again after a
+                retryable failure gets a new one).
 
         Returns:
             A new, writable (len(texts), dim) array.
@@ -241,27 +242,68 @@ class Client:
         call_timeout = self._timeout(timeout)
         rows = RowAssembler(len(items))
 
-        def run(start: int, stop: int) -> None:
-            request = _wire.embed_request(
+        bounds = list(batch_bounds(len(items), batch_size))
+
+        def request(start: int, stop: int) -> embed_pb2.EmbedRequest:
+            return _wire.embed_request(
                 items[start:stop], normalize=normalize, truncate=truncate, dimensions=dimensions, dtype=dtype
             )
-            rows.put(start, stop, _wire.decode_vectors(self._call("Embed", request, call_timeout)))
 
-        bounds = list(batch_bounds(len(items), batch_size))
-        if len(bounds) <= 1 or max_concurrent_requests == 1:
+        if len(bounds) == 1 or max_concurrent_requests == 1:
             for start, stop in bounds:
-                run(start, stop)
+                rows.put(start, stop, _wire.decode_vectors(self._call("Embed", request(start, stop), call_timeout)))
         else:
-            with ThreadPoolExecutor(
-                max_workers=min(max_concurrent_requests, len(bounds)), thread_name_prefix="embedwire"
-            ) as pool:
-                futures = [pool.submit(run, start, stop) for start, stop in bounds]
-                done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-                for future in pending:
-                    future.cancel()
-                for future in done:
-                    future.result()  # raises the first failure, if any
+            self._embed_pipelined(bounds, request, rows, max_concurrent_requests, call_timeout)
         return rows.result()
+
+    def _embed_pipelined(
+        self,
+        bounds: list[tuple[int, int]],
+        request: Callable[[int, int], embed_pb2.EmbedRequest],
+        rows: RowAssembler,
+        window: int,
+        timeout: float | None,
+    ) -> None:
+        """Keeps ``window`` Embed calls in flight with gRPC futures, no threads of our own.
+
+        gRPC's completion callback only queues the finished call; this thread decodes
+        it into its rows and sends the next batch. (A thread per call measured ~25%
+        more client CPU: GIL hand-offs and per-thread malloc arenas.) A batch whose
+        call failed with a retryable code is sent again through ``_call``, blocking
+        the pipeline while it backs off: the right reaction to an overloaded server.
+        """
+        finished: queue.SimpleQueue[tuple[int, int, embed_pb2.EmbedRequest, Endpoint[grpc.Channel], Any]]
+        finished = queue.SimpleQueue()
+        in_flight: set[Any] = set()
+        todo = iter(bounds)
+
+        def send(start: int, stop: int) -> None:
+            endpoint = self._endpoints[self._round_robin.next_start()]
+            message = request(start, stop)
+            future = endpoint.methods["Embed"].future(message, timeout=timeout, metadata=self._config.metadata)
+            in_flight.add(future)
+            future.add_done_callback(lambda f: finished.put((start, stop, message, endpoint, f)))
+
+        try:
+            for start, stop in itertools.islice(todo, window):
+                send(start, stop)
+            while in_flight:
+                start, stop, message, endpoint, future = finished.get()
+                in_flight.discard(future)
+                try:
+                    response = future.result()
+                except grpc.RpcError as err:
+                    if not is_retryable(status_of(err)[0], idempotent=True) or self._config.retry.max_attempts == 1:
+                        raise from_rpc_error(err, method="Embed", address=endpoint.address.text) from err
+                    log.info("retrying Embed after %s", from_rpc_error(err, method="Embed", address=endpoint.address.text))
+                    response = self._call("Embed", message, timeout)
+                rows.put(start, stop, _wire.decode_vectors(response))
+                following = next(todo, None)
+                if following is not None:
+                    send(*following)
+        finally:
+            for future in list(in_flight):
+                future.cancel()
 
     def tokenize(
         self, texts: Sequence[str], *, truncate: bool | None = None, timeout: float | None = _UNSET
@@ -300,7 +342,7 @@ class Client:
                         _health.HealthCheckRequest(), timeout=1.0, metadata=self._config.metadata
                     )
                     last = f"{endpoint.address.text}: {_health.status_name(response)}"
-                    if response.status == 1:
+                    if response.status == _health.SERVING:
                         return
                 except grpc.RpcError as err:
                     last = str(from_rpc_error(err, method="Health/Check", address=endpoint.address.text))

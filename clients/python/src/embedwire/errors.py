@@ -35,11 +35,9 @@ class EmbedwireError(Exception):
         self.details = details
         self.method = method
         self.address = address
-        where = " ".join(
-            part for part in (method and f"{method}", address and f"on {address}") if part
-        )
-        prefix = code.name if code is not None else "error"
-        super().__init__(f"{prefix} ({where}): {details}" if where else f"{prefix}: {details}")
+        status = code.name if code is not None else "error"
+        where = " on ".join(part for part in (method, address) if part)
+        super().__init__(f"{status} ({where}): {details}" if where else f"{status}: {details}")
 
 
 class InvalidArgumentError(EmbedwireError):
