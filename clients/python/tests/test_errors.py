@@ -81,7 +81,9 @@ def test_an_error_in_one_batch_fails_embed_many(pseudo_server: ServerProcess) ->
             client.embed_many(texts, batch_size=50, max_concurrent_requests=4)
 
 
-def test_resource_exhausted_is_retried_until_it_passes(start_server, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+def test_resource_exhausted_is_retried_until_it_passes(
+    start_server, caplog: pytest.LogCaptureFixture  # type: ignore[no-untyped-def]
+) -> None:
     # The real model (tens of ms per batch) with room for one 64-input call at a time,
     # while four are sent at once: three are turned away with RESOURCE_EXHAUSTED and
     # must come back. (The pseudo backend answers too fast to collide reliably.)
@@ -100,3 +102,10 @@ def test_resource_exhausted_is_retried_until_it_passes(start_server, caplog: pyt
     retries = [r for r in caplog.records if "RESOURCE_EXHAUSTED" in r.getMessage()]
     assert retries, "the admission limit should have turned some batches away"
     np.testing.assert_allclose(got[-64:], expected, atol=1e-6)
+
+
+def test_tls_to_a_plaintext_server_fails_clearly(pseudo_server: ServerProcess) -> None:
+    # The server speaks plaintext gRPC, so the TLS handshake that https:// asks for fails.
+    with Client(f"https://{pseudo_server.address}", timeout=5, retry=NO_RETRY) as client:
+        with pytest.raises(UnavailableError, match=pseudo_server.address):
+            client.info()

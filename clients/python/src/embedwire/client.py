@@ -293,9 +293,15 @@ class Client:
                 try:
                     response = future.result()
                 except grpc.RpcError as err:
-                    if not is_retryable(status_of(err)[0], idempotent=True) or self._config.retry.max_attempts == 1:
-                        raise from_rpc_error(err, method="Embed", address=endpoint.address.text) from err
-                    log.info("retrying Embed after %s", from_rpc_error(err, method="Embed", address=endpoint.address.text))
+                    code, _ = status_of(err)
+                    error = from_rpc_error(err, method="Embed", address=endpoint.address.text)
+                    if not is_retryable(code, idempotent=True) or self._config.retry.max_attempts == 1:
+                        raise error from err
+                    # UNAVAILABLE: _call starts at another address at once. Overload:
+                    # give the server a moment before the first retry.
+                    pause = 0.0 if code == grpc.StatusCode.UNAVAILABLE else self._config.retry.pause(1)
+                    log.info("retrying Embed after %s (pause %.3fs)", error, pause)
+                    time.sleep(pause)
                     response = self._call("Embed", message, timeout)
                 rows.put(start, stop, _wire.decode_vectors(response))
                 following = next(todo, None)
