@@ -35,17 +35,18 @@ install_buf() {
   ln -sfn "$target/node_modules/.bin/buf" "$BIN/buf"
 }
 
-# Headless Chromium for the search page's browser test, from Debian's packages.
+# Headless Chromium and ChromeDriver for the search page's browser test (driven over
+# the WebDriver protocol), from Debian's packages.
 install_chromium() {
-  if command -v chromium >/dev/null 2>&1; then
+  if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
     return
   fi
-  log "installing chromium (apt-get)"
+  log "installing chromium and chromium-driver (apt-get)"
   local sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq >&2
-  $sudo apt-get install -y -qq --no-install-recommends chromium >&2
+  $sudo apt-get install -y -qq --no-install-recommends chromium chromium-driver >&2
 }
 
 install_buf

@@ -159,19 +159,25 @@ fn inputs_of(input: serde_json::Value) -> Result<Vec<String>, ApiError> {
     use serde_json::Value;
     match input {
         Value::String(text) => Ok(vec![text]),
+        Value::Array(items) if items.first().is_some_and(|first| first.is_number() || first.is_array()) => {
+            Err(ApiError::invalid(
+                "input",
+                "token arrays are not supported (the server tokenizes with its own model's tokenizer); send strings",
+            ))
+        }
         Value::Array(items) => items
             .into_iter()
             .enumerate()
             .map(|(index, item)| match item {
                 Value::String(text) => Ok(text),
-                Value::Number(_) | Value::Array(_) => Err(ApiError::invalid(
-                    "input",
-                    "token arrays are not supported (the server tokenizes with its own model's tokenizer); send strings",
-                )),
-                other => Err(ApiError::invalid(format!("input[{index}]"), format!("must be a string, not {}", kind(&other)))),
+                other => {
+                    Err(ApiError::invalid(format!("input[{index}]"), format!("must be a string, not {}", kind(&other))))
+                }
             })
             .collect(),
-        other => Err(ApiError::invalid("input", format!("must be a string or an array of strings, not {}", kind(&other)))),
+        other => {
+            Err(ApiError::invalid("input", format!("must be a string or an array of strings, not {}", kind(&other))))
+        }
     }
 }
 

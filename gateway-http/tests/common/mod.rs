@@ -1,0 +1,139 @@
+//! Shared by the HTTP tests: real embedwire-server processes (and the standalone
+//! gateway) on 127.0.0.1:0, and a reqwest client.
+
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use embedwire_bench::server_process::{ServerCommand, ServerProcess};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+/// The release build of embedwire-server (`cargo test --release --workspace` builds it).
+pub fn server_binary() -> PathBuf {
+    let path = workspace().join("target/release/embedwire-server");
+    assert!(path.is_file(), "{} is missing: run `cargo build --release --workspace`", path.display());
+    path
+}
+
+/// A running server with its HTTP base URL.
+pub struct Server {
+    pub process: ServerProcess,
+    pub url: String,
+}
+
+/// Starts a server with `args` after `--listen 127.0.0.1:0 --data-dir <fresh>`.
+pub async fn start_server(args: &[&str]) -> Server {
+    let command = ServerCommand { binary: server_binary(), args: args.iter().map(OsString::from).collect() };
+    let (process, _) = ServerProcess::start(&command).await.expect("server starts");
+    let url = format!("http://{}", process.address);
+    Server { process, url }
+}
+
+/// A pseudo-backend server: the transport without the model's cost.
+pub async fn pseudo_server() -> Server {
+    start_server(&["--backend", "pseudo"]).await
+}
+
+/// The standalone gateway in front of `upstreams`.
+pub struct Gateway {
+    child: Child,
+    pub url: String,
+}
+
+impl Gateway {
+    pub async fn start(upstreams: &[&str]) -> Gateway {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_embedwire-gateway"))
+            .args(["--listen", "127.0.0.1:0", "--upstream", &upstreams.join(","), "--cool-down", "30"])
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("gateway starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let address = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Some(line) = lines.next_line().await.expect("gateway log") {
+                if let Some(address) = line.split("listening on ").nth(1) {
+                    return address.trim().to_string();
+                }
+            }
+            panic!("the gateway exited before listening");
+        })
+        .await
+        .expect("the gateway listens within 20 s");
+        // Keep draining the log so the gateway never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Gateway { child, url: format!("http://{address}") }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// An HTTP/1.1 keep-alive client, as the existing gateways' benchmark uses.
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder().http1_only().timeout(Duration::from_secs(60)).build().expect("client")
+}
+
+/// POSTs `body` and returns the status and the parsed JSON answer.
+pub async fn post(url: &str, body: &Value) -> (u16, Value) {
+    let response = http().post(url).json(body).send().await.expect("request sent");
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    (status, serde_json::from_str(&text).unwrap_or_else(|_| panic!("{url} answered non-JSON: {text}")))
+}
+
+/// GETs `url` and returns the status and the parsed JSON answer.
+pub async fn get(url: &str) -> (u16, Value) {
+    let response = http().get(url).send().await.expect("request sent");
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    (status, serde_json::from_str(&text).unwrap_or_else(|_| panic!("{url} answered non-JSON: {text}")))
+}
+
+/// Ingests `documents` and polls the job until it ends; returns the final job.
+pub async fn ingest_and_wait(base: &str, documents: Value) -> Value {
+    let (status, job) = post(&format!("{base}/v1/ingest"), &json!({ "documents": documents })).await;
+    assert_eq!(status, 200, "{job}");
+    let job_id = job["job_id"].as_str().expect("job_id").to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, job) = get(&format!("{base}/v1/jobs/{job_id}")).await;
+        assert_eq!(status, 200, "{job}");
+        if job["status"] == "completed" || job["status"] == "failed" {
+            return job;
+        }
+        assert!(Instant::now() < deadline, "job still {} after 60 s", job["status"]);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The error body's message, for assertions.
+pub fn error_message(body: &Value) -> String {
+    body["error"]["message"].as_str().unwrap_or_default().to_string()
+}
+
+/// Floats of a JSON array.
+pub fn floats(value: &Value) -> Vec<f32> {
+    value.as_array().expect("array").iter().map(|v| v.as_f64().expect("number") as f32).collect()
+}
+
+/// Little-endian f32 values of `bytes`.
+pub fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
