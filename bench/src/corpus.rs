@@ -17,7 +17,27 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::Context;
+use clap::Parser;
+use embedwire_server::ServerConfig;
 use serde::{Deserialize, Serialize};
+
+/// The venv `make setup` creates, under the cache directory: its packages are
+/// pinned, so every set-up machine extracts the same corpus.
+const VENV_PYTHON: &str = "venv/bin/python";
+
+/// `explicit`, or the interpreter of the venv `make setup` creates.
+pub fn python_or_venv(explicit: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(python) = explicit {
+        return Ok(python.to_path_buf());
+    }
+    let server = ServerConfig::try_parse_from(["embedwire-server"]).map_err(|e| e.to_string())?;
+    let python = server.cache_dir().join(VENV_PYTHON);
+    if python.is_file() {
+        Ok(python)
+    } else {
+        Err(format!("no Python at {} (run `make setup`, or pass --python)", python.display()))
+    }
+}
 
 /// The extraction script, run with `python -I -B -c`.
 const SCRIPT: &str = include_str!("docstrings.py");

@@ -6,21 +6,41 @@
 //!
 //! The programs are `src/bin/embed_bench` (embedding throughput, latency, memory,
 //! cold start), `src/bin/search_bench` (ingest and search against Embed, on a real
-//! text corpus) and `src/bin/index_bench` (the vector index alone).
+//! text corpus), `src/bin/index_bench` (the vector index alone), `src/bin/ghz_suite`
+//! (ghz runs of the checked-in configs under `bench/ghz/`), `src/bin/wire_bench`
+//! (the same embeddings as gRPC bytes and dtypes against HTTP JSON, base64 and
+//! octet-stream) and `src/bin/gateway_bench` (the /v1 HTTP contract under the
+//! existing gateways' load pattern: embedwire against the Python baseline of
+//! `bench/baseline/`, and HTTP search against gRPC Search). `bench/run.sh` runs
+//! them all and `bench/report.py` turns their output into `bench/results/REPORT.md`.
 //!
 //! # Layout
 //! - [`server_binary`]: finds (or builds) the server binary to measure.
 //! - [`server_process`]: one server process: its flags, spawn on 127.0.0.1:0 with a
 //!   fresh data directory, address, health, stop.
+//! - [`http_process`]: any HTTP gateway process (embedwire or the baseline), ready
+//!   when /healthz says so; its cold start.
+//! - [`http_client`]: one HTTP/1.1 keep-alive connection of a load worker.
+//! - [`wire_count`]: TCP streams that count the bytes crossing them.
 //! - [`load`]: closed-loop clients sending one text per Embed or Search call, and
 //!   their latencies.
+//! - [`closed_loop`]: closed-loop workers for any call, every call timed, errors
+//!   counted.
+//! - [`corpus`]: the real text corpus (Python docstrings found on this machine).
+//! - [`memory`]: a process's RSS, once or sampled over a run.
 //! - [`latency`]: mean and percentiles.
 //! - [`cpu`]: CPU time of a process and of each of its threads, from /proc.
 //! - [`targets`]: figures against targets: the printed table and the summary CSV.
 
+pub mod closed_loop;
+pub mod corpus;
 pub mod cpu;
+pub mod http_client;
+pub mod http_process;
 pub mod latency;
 pub mod load;
+pub mod memory;
 pub mod server_binary;
 pub mod server_process;
 pub mod targets;
+pub mod wire_count;

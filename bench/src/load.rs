@@ -74,7 +74,8 @@ pub enum Stop {
 }
 
 impl Stop {
-    fn reached(&self, started: Instant, calls: usize) -> bool {
+    /// Whether a client that started at `started` and made `calls` calls stops.
+    pub fn reached(&self, started: Instant, calls: usize) -> bool {
         match self {
             Stop::After(time) => started.elapsed() >= *time,
             Stop::Calls(limit) => calls >= *limit,

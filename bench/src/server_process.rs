@@ -67,7 +67,7 @@ impl Drop for ServerProcess {
 }
 
 /// A data directory of its own for each server the bench starts.
-fn fresh_data_dir() -> PathBuf {
+pub fn fresh_data_dir() -> PathBuf {
     static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     std::env::temp_dir().join(format!("embedwire-bench-data-{}-{n}", std::process::id()))
@@ -106,7 +106,7 @@ impl ServerProcess {
         // this wait too, with its whole log already in the tail.
         let listening = tokio::time::timeout(READY_TIMEOUT, address_rx).await;
         let Ok(Ok(address)) = listening else {
-            return Err(failure(&stderr_tail, "did not log its address (exited, or too slow)"));
+            return Err(failure(&stderr_tail, "embedwire-server did not log its address (exited, or too slow)"));
         };
         let mut server = ServerProcess { child, pid, address, stderr_tail, data_dir };
         server.wait_serving().await?;
@@ -156,14 +156,14 @@ impl ServerProcess {
     }
 
     fn failure(&self, what: &str) -> anyhow::Error {
-        failure(&self.stderr_tail, what)
+        failure(&self.stderr_tail, &format!("embedwire-server {what}"))
     }
 }
 
 /// An error that says what went wrong and shows the server's last log lines.
-fn failure(tail: &Mutex<VecDeque<String>>, what: &str) -> anyhow::Error {
+pub(crate) fn failure(tail: &Mutex<VecDeque<String>>, what: &str) -> anyhow::Error {
     let tail = tail.lock().map(|t| t.iter().cloned().collect::<Vec<_>>().join("\n")).unwrap_or_default();
-    anyhow::anyhow!("embedwire-server {what}; its last log lines:\n{tail}")
+    anyhow::anyhow!("{what}; its last log lines:\n{tail}")
 }
 
 fn endpoint(address: SocketAddr) -> anyhow::Result<Endpoint> {
@@ -172,7 +172,7 @@ fn endpoint(address: SocketAddr) -> anyhow::Result<Endpoint> {
 
 /// Reads the server's log to its end (so the pipe never fills and blocks it), sends
 /// the address of the first "listening on" line, and keeps the last lines.
-async fn read_log(
+pub(crate) async fn read_log(
     stderr: BufReader<tokio::process::ChildStderr>,
     address: oneshot::Sender<SocketAddr>,
     tail: Arc<Mutex<VecDeque<String>>>,

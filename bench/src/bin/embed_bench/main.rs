@@ -17,7 +17,6 @@
 //! - [`config`]: the flags, and the amounts of work of a full or `--quick` run.
 //! - [`sentences`]: the deterministic 12-word input sentences.
 //! - [`in_process`]: the in-process ceiling.
-//! - [`memory`]: the server's RSS, once or its peak over a run.
 //! - [`report`]: targets, the final table and the CSV files.
 //!
 //! The server process, the client load, CPU time and latency summaries come from
@@ -25,7 +24,6 @@
 
 mod config;
 mod in_process;
-mod memory;
 mod report;
 mod sentences;
 
@@ -41,7 +39,7 @@ use embedwire_bench::{cpu, server_binary};
 
 use crate::config::{BenchConfig, ModelPaths, Plan};
 use crate::in_process::CeilingPlan;
-use crate::memory::{PeakRssSampler, mib, rss_bytes};
+use embedwire_bench::memory::{RssSampler, mib, rss_bytes};
 use crate::report::{CpuShare, Results, RunSetup, ServerMemory};
 
 /// Distinct sentences in rotation: enough that no batch or concurrent call repeats
@@ -213,13 +211,13 @@ async fn measure_throughput(
     }
     load::run(&channels, config.clients, texts.clone(), Rpc::Embed, Stop::After(plan.throughput_warmup)).await?;
 
-    let sampler = PeakRssSampler::start(server.pid, RSS_SAMPLE_INTERVAL);
+    let sampler = RssSampler::start(server.pid, RSS_SAMPLE_INTERVAL);
     let bench_pid = std::process::id();
     let cpu_before = (cpu::cpu_time(server.pid)?, cpu::cpu_time(bench_pid)?);
     let throughput = load::run(&channels, config.clients, texts, Rpc::Embed, Stop::After(plan.throughput_time)).await?;
     let cpu_after = (cpu::cpu_time(server.pid)?, cpu::cpu_time(bench_pid)?);
     let after = rss_bytes(server.pid)?;
-    let peak = sampler.finish(server.pid).await?;
+    let peak = sampler.finish(server.pid).await?.peak();
     let cpu = CpuShare {
         server_cores: cpu::cores(cpu_before.0, cpu_after.0, throughput.elapsed),
         bench_cores: cpu::cores(cpu_before.1, cpu_after.1, throughput.elapsed),

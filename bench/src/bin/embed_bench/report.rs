@@ -14,7 +14,7 @@ use embedwire_bench::load::LoadResult;
 use embedwire_bench::targets::{self, Bound, Row, csv_field};
 
 use crate::in_process::Ceiling;
-use crate::memory::mib;
+use embedwire_bench::memory::mib;
 
 /// Server throughput at least this fraction of the best in-process rate.
 const MIN_THROUGHPUT_RATIO: f64 = 0.90;

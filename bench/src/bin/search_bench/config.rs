@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use embedwire_server::ServerConfig;
 
 /// search-bench: measures in one run, with the real model, how ingest and search
 /// compare with plain Embed on the same texts (a corpus of Python docstrings found on
@@ -196,15 +195,6 @@ impl BenchConfig {
 
     /// The interpreter that extracts the corpus: explicit, or the venv of `make setup`.
     pub fn python(&self) -> Result<PathBuf, String> {
-        if let Some(python) = &self.python {
-            return Ok(python.clone());
-        }
-        let server = ServerConfig::try_parse_from(["embedwire-server"]).map_err(|e| e.to_string())?;
-        let python = server.cache_dir().join("venv/bin/python");
-        if python.is_file() {
-            Ok(python)
-        } else {
-            Err(format!("no Python at {} (run `make setup`, or pass --python)", python.display()))
-        }
+        embedwire_bench::corpus::python_or_venv(self.python.as_deref())
     }
 }

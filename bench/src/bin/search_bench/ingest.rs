@@ -12,7 +12,7 @@ use embedwire_proto::v1::{
 };
 use tonic::transport::Channel;
 
-use crate::corpus::Paragraph;
+use embedwire_bench::corpus::Paragraph;
 
 /// What one ingest did.
 #[derive(Debug, Clone)]

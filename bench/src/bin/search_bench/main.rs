@@ -22,18 +22,15 @@
 //!
 //! # Layout
 //! - [`config`]: the flags, and the amounts of work of a full or `--quick` run.
-//! - [`corpus`]: the docstring extraction (`docstrings.py`), its cache, and the
-//!   choice of documents and queries.
 //! - [`embed_corpus`]: the corpus through Embed, in calls from concurrent clients.
 //! - [`ingest`]: Ingest calls followed to COMPLETED with WatchJob; index counts.
 //! - [`padding`]: the model tokens each path costs, padding included (an estimate).
 //! - [`report`]: targets, the final table and the CSV file.
 //!
-//! The server process, the closed-loop clients, CPU readings and latency summaries
-//! come from the bench crate's library ([`embedwire_bench`]).
+//! The corpus, the server process, the closed-loop clients, CPU readings and latency
+//! summaries come from the bench crate's library ([`embedwire_bench`]).
 
 mod config;
-mod corpus;
 mod embed_corpus;
 mod ingest;
 mod padding;
@@ -53,7 +50,7 @@ use embedwire_server::ServerConfig;
 use tonic::transport::Channel;
 
 use crate::config::{BenchConfig, Plan};
-use crate::corpus::{Corpus, Paragraph};
+use embedwire_bench::corpus::{self, Corpus, Paragraph};
 use crate::embed_corpus::EmbedCorpusRun;
 use crate::ingest::IngestRun;
 use crate::padding::Batching;

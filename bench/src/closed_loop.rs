@@ -1,0 +1,158 @@
+//! A closed-loop load generator for any kind of call (HTTP or gRPC): N workers, each
+//! sending its next call when the previous answer has arrived, every call timed.
+//! HTTP and gRPC sides of a comparison run through this same code, so the only
+//! difference between them is the protocol. Unlike [`crate::load`], failed calls are
+//! recorded rather than ending the run: an overloaded gateway answering errors is a
+//! result to report (the run's `errors`), not a bench failure.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::latency::LatencySummary;
+use crate::load::Stop;
+
+/// One worker's way of making a call; `n` counts its calls from 0 (to rotate inputs).
+pub trait Caller: Send + 'static {
+    fn call(&mut self, n: usize) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// One timed call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    pub worker: usize,
+    /// When the call left, from the start of the run.
+    pub start: Duration,
+    pub latency: Duration,
+    pub ok: bool,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default)]
+pub struct ClosedLoopRun {
+    /// Every call, in order of the workers, then of their calls.
+    pub timings: Vec<Timing>,
+    /// From the start to the last answer.
+    pub elapsed: Duration,
+    /// The first failure, to show why calls failed.
+    pub first_error: Option<String>,
+}
+
+impl ClosedLoopRun {
+    /// Calls answered successfully.
+    pub fn ok(&self) -> usize {
+        self.timings.iter().filter(|t| t.ok).count()
+    }
+
+    /// Calls that failed.
+    pub fn errors(&self) -> usize {
+        self.timings.len() - self.ok()
+    }
+
+    /// Successful calls per second.
+    pub fn rate(&self) -> f64 {
+        self.ok() as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Latency of the successful calls.
+    pub fn latency(&self) -> LatencySummary {
+        LatencySummary::from_samples(self.timings.iter().filter(|t| t.ok).map(|t| t.latency).collect())
+    }
+
+    /// Several runs as one (rounds of the same measurement): calls pooled, times
+    /// added up.
+    pub fn combine(parts: &[ClosedLoopRun]) -> ClosedLoopRun {
+        ClosedLoopRun {
+            timings: parts.iter().flat_map(|part| part.timings.iter().copied()).collect(),
+            elapsed: parts.iter().map(|part| part.elapsed).sum(),
+            first_error: parts.iter().find_map(|part| part.first_error.clone()),
+        }
+    }
+
+    /// Per-call CSV: `worker,start_ms,latency_ms,ok`.
+    pub fn csv(&self) -> String {
+        let mut out = String::from("worker,start_ms,latency_ms,ok\n");
+        for t in &self.timings {
+            out.push_str(&format!(
+                "{},{:.3},{:.3},{}\n",
+                t.worker,
+                t.start.as_secs_f64() * 1e3,
+                t.latency.as_secs_f64() * 1e3,
+                u8::from(t.ok)
+            ));
+        }
+        out
+    }
+}
+
+/// Runs one task per caller until `stop` (checked before each call).
+pub async fn run<C: Caller>(callers: Vec<C>, stop: Stop) -> anyhow::Result<ClosedLoopRun> {
+    anyhow::ensure!(!callers.is_empty(), "no workers");
+    let started = Instant::now();
+    let tasks: Vec<_> = callers
+        .into_iter()
+        .enumerate()
+        .map(|(worker, mut caller)| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut timings = Vec::new();
+                let mut first_error = None;
+                for n in 0.. {
+                    if stop.reached(started, n) {
+                        break;
+                    }
+                    let start = started.elapsed();
+                    let call = Instant::now();
+                    let result = caller.call(n).await;
+                    let latency = call.elapsed();
+                    if let Err(error) = &result
+                        && first_error.is_none()
+                    {
+                        first_error = Some(format!("{error:#}"));
+                    }
+                    timings.push(Timing { worker, start, latency, ok: result.is_ok() });
+                }
+                (timings, first_error)
+            })
+        })
+        .collect();
+    let mut run = ClosedLoopRun::default();
+    for task in tasks {
+        let (timings, error) = task.await.context("worker task")?;
+        run.timings.extend(timings);
+        run.first_error = run.first_error.or(error);
+    }
+    run.elapsed = started.elapsed();
+    Ok(run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fails every third call.
+    struct Flaky;
+
+    impl Caller for Flaky {
+        async fn call(&mut self, n: usize) -> anyhow::Result<()> {
+            tokio::task::yield_now().await;
+            anyhow::ensure!(n % 3 != 2, "call {n} failed");
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn records_every_call_and_the_first_error() {
+        let run = run(vec![Flaky, Flaky], Stop::Calls(6)).await.unwrap();
+        assert_eq!(run.timings.len(), 12);
+        assert_eq!((run.ok(), run.errors()), (8, 4));
+        assert_eq!(run.first_error.as_deref(), Some("call 2 failed"));
+        assert_eq!(run.latency().count, 8);
+        let csv = run.csv();
+        assert_eq!(csv.lines().count(), 13);
+        assert!(csv.lines().nth(3).unwrap().starts_with("0,") && csv.lines().nth(3).unwrap().ends_with(",0"), "{csv}");
+        let both = ClosedLoopRun::combine(&[run.clone(), run.clone()]);
+        assert_eq!((both.ok(), both.errors(), both.elapsed), (16, 8, run.elapsed * 2));
+    }
+}
