@@ -66,7 +66,7 @@ impl Gateway {
         let address = tokio::time::timeout(Duration::from_secs(20), async {
             while let Some(line) = lines.next_line().await.expect("gateway log") {
                 if let Some(address) = line.split("listening on ").nth(1) {
-                    return address.trim().to_string();
+                    return address.split_whitespace().next().unwrap_or_default().to_string();
                 }
             }
             panic!("the gateway exited before listening");
