@@ -19,9 +19,11 @@ lint:
 	$(BIN)/buf lint
 
 ## test: lint, then every test of the workspace against the real model and binaries
-## (including a quick run of the benchmarks, so they cannot rot)
+## (including a quick run of the benchmarks, so they cannot rot), then the Python
+## client's tests (which also run the Go and Node examples)
 test: setup lint
 	cargo test --release --workspace
+	$(CACHE)/venv/bin/python -m pytest clients/python/tests -q
 
 ## bench: the benchmarks of bench/ (figures printed, CSV under bench/results)
 bench: setup
