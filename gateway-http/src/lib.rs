@@ -9,12 +9,15 @@
 //!   and [`router`], which assembles them.
 //! - [`upstream`]: the trait the handlers call; [`in_process`] and [`grpc_upstream`]
 //!   implement it.
+//! - [`access`]: API keys (read-only and read-write) and per-key rate limits, one
+//!   tower layer for every protocol on a port.
 //! - [`json`]: the body extractor that names the field at fault.
 //! - [`encoding`]: JSON floats, base64 and binary bodies from the wire's f32 bytes.
 //! - [`error`]: gRPC status to HTTP status, and the JSON error shapes.
 //! - [`metrics`]: request counters and latency histograms.
 //! - [`state`]: handler state and settings.
 
+pub mod access;
 pub mod encoding;
 pub mod error;
 pub mod grpc_upstream;

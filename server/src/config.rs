@@ -207,6 +207,59 @@ pub struct ServerConfig {
     /// Seconds in-flight requests get to finish after SIGINT/SIGTERM.
     #[arg(long, env = "EMBEDWIRE_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,
+
+    /// API keys with full access, comma-separated (at least 16 characters each). With
+    /// any key configured, every call but health, readiness (and metrics, unless
+    /// --metrics-require-key) needs `authorization: Bearer KEY`.
+    #[arg(long, env = "EMBEDWIRE_API_KEYS", value_delimiter = ',', hide_env_values = true)]
+    pub api_keys: Vec<String>,
+
+    /// API keys that can embed and search but not ingest or delete, comma-separated.
+    #[arg(long, env = "EMBEDWIRE_READ_ONLY_API_KEYS", value_delimiter = ',', hide_env_values = true)]
+    pub read_only_api_keys: Vec<String>,
+
+    /// A file of API keys, one per line: `KEY` (full access) or `KEY read-only`.
+    #[arg(long, env = "EMBEDWIRE_API_KEYS_FILE")]
+    pub api_keys_file: Option<PathBuf>,
+
+    /// Require an API key for /metrics too (when keys are configured).
+    #[arg(long, env = "EMBEDWIRE_METRICS_REQUIRE_KEY")]
+    pub metrics_require_key: bool,
+
+    /// Requests per second allowed per API key (token bucket); past it,
+    /// RESOURCE_EXHAUSTED / HTTP 429. Unlimited when unset. Needs API keys.
+    #[arg(long, env = "EMBEDWIRE_RATE_LIMIT_RPS")]
+    pub rate_limit_rps: Option<f64>,
+
+    /// Requests a key may send at once before the rate applies [default: one second's worth].
+    #[arg(long, env = "EMBEDWIRE_RATE_LIMIT_BURST")]
+    pub rate_limit_burst: Option<f64>,
+
+    /// PEM certificate chain: serve TLS (gRPC, gRPC-web and HTTP) instead of plaintext.
+    #[arg(long, env = "EMBEDWIRE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "EMBEDWIRE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Concurrent HTTP/2 streams (calls) per connection.
+    #[arg(long, env = "EMBEDWIRE_MAX_CONCURRENT_STREAMS", default_value_t = 256)]
+    pub max_concurrent_streams: u32,
+
+    /// Deadline in seconds for calls that bring none (grpc-timeout, when sent, wins).
+    #[arg(long, env = "EMBEDWIRE_REQUEST_TIMEOUT_SECS")]
+    pub request_timeout_secs: Option<f64>,
+
+    /// Seconds between HTTP/2 keepalive pings; a peer that does not answer within the
+    /// same time is disconnected, so dead connections do not hold streams.
+    #[arg(long, env = "EMBEDWIRE_HTTP2_KEEPALIVE_SECS", default_value_t = 60)]
+    pub http2_keepalive_secs: u64,
+
+    /// Close connections older than this many seconds (after a grace period), so that
+    /// clients rebalance across servers. Unlimited when unset.
+    #[arg(long, env = "EMBEDWIRE_MAX_CONNECTION_AGE_SECS")]
+    pub max_connection_age_secs: Option<u64>,
 }
 
 /// The model's name in the cache, used by the default --model-dir.
@@ -266,6 +319,16 @@ impl ServerConfig {
     }
 
     /// The grace period for in-flight work at shutdown.
+    /// The access rules: API keys, the metrics setting and the per-key rate.
+    pub fn access_policy(&self) -> Result<embedwire_gateway_http::access::AccessPolicy, String> {
+        use embedwire_gateway_http::access::{AccessPolicy, ApiKeys, RateLimit};
+        let keys = ApiKeys::load(&self.api_keys, &self.read_only_api_keys, self.api_keys_file.as_deref())?;
+        let rate_limit = self
+            .rate_limit_rps
+            .map(|rps| RateLimit { per_second: rps, burst: self.rate_limit_burst.unwrap_or(rps.max(1.0)) });
+        Ok(AccessPolicy { keys, metrics_open: !self.metrics_require_key, rate_limit })
+    }
+
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_secs)
     }
@@ -305,6 +368,31 @@ impl ServerConfig {
         }
         if self.chunk_overlap_tokens >= self.chunk_tokens {
             return Err("--chunk-overlap-tokens must be less than --chunk-tokens".into());
+        }
+        if let Some(rps) = self.rate_limit_rps
+            && !(rps.is_finite() && rps > 0.0)
+        {
+            return Err("--rate-limit-rps must be a positive number".into());
+        }
+        if let Some(burst) = self.rate_limit_burst
+            && !(burst.is_finite() && burst >= 1.0)
+        {
+            return Err("--rate-limit-burst must be at least 1".into());
+        }
+        if let Some(timeout) = self.request_timeout_secs
+            && !(timeout.is_finite() && timeout > 0.0)
+        {
+            return Err("--request-timeout-secs must be a positive number".into());
+        }
+        if self.max_concurrent_streams == 0 || self.http2_keepalive_secs == 0 {
+            return Err("--max-concurrent-streams and --http2-keepalive-secs must be at least 1".into());
+        }
+        if self.rate_limit_rps.is_some()
+            && self.api_keys.is_empty()
+            && self.read_only_api_keys.is_empty()
+            && self.api_keys_file.is_none()
+        {
+            return Err("--rate-limit-rps limits each API key: configure keys (--api-keys, ...) too".into());
         }
         if self.backend == BackendKind::Remote && self.upstream.is_empty() {
             return Err("--backend remote needs at least one --upstream address".into());

@@ -31,6 +31,7 @@ pub mod model;
 pub mod server;
 pub mod service;
 pub mod stats;
+pub mod tls;
 pub mod web_dispatch;
 pub mod wire;
 

@@ -4,10 +4,13 @@
 
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
+use embedwire_gateway_http::access::{AccessLayer, AccessPolicy};
 use embedwire_gateway_http::{GatewaySettings, InProcessUpstream, Readiness};
 use embedwire_proto::v1::embed_service_server::EmbedServiceServer;
 use embedwire_proto::v1::search_service_server::SearchServiceServer;
+use futures::FutureExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::service::Routes;
@@ -43,6 +46,10 @@ pub struct EmbedServer {
     engine: Arc<EmbeddingEngine>,
     /// Set once the backend is loaded and the store opened.
     corpus: Arc<OnceLock<Arc<Corpus>>>,
+    /// API keys and rate limits, checked before any route.
+    access: AccessPolicy,
+    /// Set when the port serves TLS.
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl EmbedServer {
@@ -59,7 +66,12 @@ impl EmbedServer {
             max_in_flight_inputs: config.max_in_flight_inputs,
         };
         let engine = Arc::new(EmbeddingEngine::new(limits, Arc::new(Stats::default())));
-        Ok(EmbedServer { config, engine, corpus: Arc::new(OnceLock::new()) })
+        let access = config.access_policy().map_err(Error::Config)?;
+        let tls = match (&config.tls_cert, &config.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::tls::acceptor(cert, key)?),
+            _ => None,
+        };
+        Ok(EmbedServer { config, engine, corpus: Arc::new(OnceLock::new()), access, tls })
     }
 
     /// The engine, for in-process callers (the HTTP layer, tests reading counters).
@@ -75,7 +87,7 @@ impl EmbedServer {
     /// Serves until `shutdown` resolves, then stops accepting work and gives in-flight
     /// requests up to the grace period to finish. Fails if the backend cannot load.
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
-        let EmbedServer { config, engine, corpus } = self;
+        let EmbedServer { config, engine, corpus, access, tls } = self;
         let (health, health_service) = tonic_health::server::health_reporter();
         set_health(&health, ServingStatus::NotServing).await;
 
@@ -118,8 +130,20 @@ impl EmbedServer {
             let _ = draining_tx.send(true);
         };
 
-        let serving = Server::builder()
+        let mut builder = Server::builder()
             .accept_http1(true)
+            .max_concurrent_streams(config.max_concurrent_streams)
+            .http2_keepalive_interval(Some(Duration::from_secs(config.http2_keepalive_secs)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(config.http2_keepalive_secs)));
+        if let Some(timeout) = config.request_timeout_secs {
+            builder = builder.timeout(Duration::from_secs_f64(timeout));
+        }
+        if let Some(age) = config.max_connection_age_secs {
+            builder = builder.max_connection_age(Duration::from_secs(age));
+        }
+        let router = builder
+            // Outermost: no protocol and no route gets past without the key it needs.
+            .layer(AccessLayer::new(access))
             .layer(crate::web_dispatch::GrpcWebDispatchLayer)
             .layer(tower::util::MapResponseLayer::new(rewrite_oversized_status))
             // HTTP/JSON routes (/v1/*, /embed, /healthz, ...) share the port: gRPC
@@ -129,10 +153,17 @@ impl EmbedServer {
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(embed_service)
-            .add_service(search_service)
+            .add_service(search_service);
+        let serving = match tls {
+            Some(acceptor) => {
+                router.serve_with_incoming_shutdown(crate::tls::incoming(listener, acceptor), signal).boxed()
+            }
             // Nagle's algorithm would hold small responses back for the peer's delayed
             // ACK (~40 ms); Server::tcp_nodelay only covers listeners tonic binds itself.
-            .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), signal);
+            None => router
+                .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), signal)
+                .boxed(),
+        };
 
         let grace = config.shutdown_grace();
         let grace_expired = async move {
