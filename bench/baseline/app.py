@@ -265,7 +265,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads")
     args = parser.parse_args()
     # Bound here, not by uvicorn, so that port 0 works and the real port is known.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP must be explicit: asyncio sets TCP_NODELAY on accepted sockets only
+    # when their proto says TCP, and without it every keep-alive answer written in
+    # two parts (headers, body) waits ~40 ms for the client's delayed ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
     host, port = sock.getsockname()

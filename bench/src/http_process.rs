@@ -92,7 +92,10 @@ impl HttpServerProcess {
         ));
         let listening = tokio::time::timeout(READY_TIMEOUT, address_rx).await;
         let Ok(Ok(address)) = listening else {
-            return Err(failure(&stderr_tail, &format!("{} did not log its address (exited, or too slow)", command.name)));
+            return Err(failure(
+                &stderr_tail,
+                &format!("{} did not log its address (exited, or too slow)", command.name),
+            ));
         };
         let mut process = HttpServerProcess {
             name: command.name.clone(),

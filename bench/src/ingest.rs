@@ -1,6 +1,6 @@
-//! The Ingest side: documents sent with `SearchService/Ingest` in calls of a fixed
-//! size, one after the other, each job followed with `WatchJob` from the moment it
-//! exists, and timed from the first call to the last job COMPLETED.
+//! Ingestion over gRPC: documents sent with `SearchService/Ingest` in calls of a
+//! fixed size, one after the other, each job followed with `WatchJob` from the
+//! moment it exists, and timed from the first call to the last job COMPLETED.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use embedwire_proto::v1::{
 };
 use tonic::transport::Channel;
 
-use embedwire_bench::corpus::Paragraph;
+use crate::corpus::Paragraph;
 
 /// What one ingest did.
 #[derive(Debug, Clone)]

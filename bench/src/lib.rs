@@ -27,6 +27,7 @@
 //! - [`closed_loop`]: closed-loop workers for any call, every call timed, errors
 //!   counted.
 //! - [`corpus`]: the real text corpus (Python docstrings found on this machine).
+//! - [`ingest`]: documents through gRPC Ingest, followed to COMPLETED.
 //! - [`memory`]: a process's RSS, once or sampled over a run.
 //! - [`latency`]: mean and percentiles.
 //! - [`cpu`]: CPU time of a process and of each of its threads, from /proc.
@@ -37,9 +38,11 @@ pub mod corpus;
 pub mod cpu;
 pub mod http_client;
 pub mod http_process;
+pub mod ingest;
 pub mod latency;
 pub mod load;
 pub mod memory;
+pub mod open_loop;
 pub mod server_binary;
 pub mod server_process;
 pub mod targets;

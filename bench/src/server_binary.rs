@@ -18,7 +18,13 @@ pub fn resolve(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
         return Ok(path.to_path_buf());
     }
     let own = std::env::current_exe().context("locating the running bench binary")?;
-    let dir = own.parent().context("the bench binary has no parent directory")?;
+    build_into(own.parent().context("the bench binary has no parent directory")?)
+}
+
+/// Builds the server with cargo in this crate's profile and returns the binary in
+/// `dir`, the profile's output directory (a test passes the directory of a bench
+/// binary, as its own executable lives in `deps/`).
+pub fn build_into(dir: &Path) -> anyhow::Result<PathBuf> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("the bench crate has no parent")?;
     let mut build = Command::new("cargo");
     build.current_dir(workspace).args(["build", "-p", "embedwire-server", "--bin", SERVER_BIN]);

@@ -39,8 +39,8 @@ use embedwire_bench::{cpu, server_binary};
 
 use crate::config::{BenchConfig, ModelPaths, Plan};
 use crate::in_process::CeilingPlan;
-use embedwire_bench::memory::{RssSampler, mib, rss_bytes};
 use crate::report::{CpuShare, Results, RunSetup, ServerMemory};
+use embedwire_bench::memory::{RssSampler, mib, rss_bytes};
 
 /// Distinct sentences in rotation: enough that no batch or concurrent call repeats
 /// a text, few enough to tokenize in a blink.

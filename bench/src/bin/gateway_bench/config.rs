@@ -142,7 +142,8 @@ impl BenchConfig {
         if self.sweep.as_ref().is_some_and(|sweep| sweep.is_empty() || sweep.contains(&0)) {
             return Err("--sweep must list concurrencies of at least 1".into());
         }
-        let seconds = [("--run-secs", self.run_secs), ("--sweep-secs", self.sweep_secs), ("--compare-secs", self.compare_secs)];
+        let seconds =
+            [("--run-secs", self.run_secs), ("--sweep-secs", self.sweep_secs), ("--compare-secs", self.compare_secs)];
         if let Some((flag, _)) = seconds.iter().find(|(_, value)| value.is_some_and(|s| !(s > 0.0 && s < 3600.0))) {
             return Err(format!("{flag} must be between 0 and 3600 seconds"));
         }

@@ -107,7 +107,8 @@ fn main() -> anyhow::Result<()> {
 /// embedwire-server with the real model; its HTTP layer answers on the same port.
 fn embedwire_command(config: &BenchConfig, binary: PathBuf) -> HttpServerCommand {
     let data_dir = fresh_data_dir();
-    let mut args: Vec<OsString> = vec!["--listen".into(), "127.0.0.1:0".into(), "--data-dir".into(), data_dir.clone().into()];
+    let mut args: Vec<OsString> =
+        vec!["--listen".into(), "127.0.0.1:0".into(), "--data-dir".into(), data_dir.clone().into()];
     let defaults = [("--backend", "onnx".to_string()), ("--intra-op-threads", config.intra_op_threads.to_string())];
     for (flag, value) in defaults {
         if !config.server_args.iter().any(|arg| arg == flag || arg.starts_with(&format!("{flag}="))) {
@@ -162,7 +163,12 @@ async fn measure_target(
     let from = Instant::now();
     let ingest = populate::ingest(&gateway, &corpus.documents, config.ingest_batch).await?;
     phase("ingest".into(), from);
-    println!("{name}: ingested {} documents in {:.1} s ({:.1} docs/s)", ingest.documents, ingest.elapsed.as_secs_f64(), ingest.rate());
+    println!(
+        "{name}: ingested {} documents in {:.1} s ({:.1} docs/s)",
+        ingest.documents,
+        ingest.elapsed.as_secs_f64(),
+        ingest.rate()
+    );
 
     let mut warmup = gateway.connect(ByteCounters::new()).await?;
     for _ in 0..WARMUP_CALLS {
@@ -234,7 +240,11 @@ async fn measure_http(
     Ok(Measured { concurrency, run, rss, cpu })
 }
 
-async fn http_callers(gateway: &HttpServerProcess, concurrency: usize, bodies: Arc<[Bytes]>) -> anyhow::Result<Vec<HttpSearch>> {
+async fn http_callers(
+    gateway: &HttpServerProcess,
+    concurrency: usize,
+    bodies: Arc<[Bytes]>,
+) -> anyhow::Result<Vec<HttpSearch>> {
     let counters = ByteCounters::new();
     let mut callers = Vec::with_capacity(concurrency);
     for k in 0..concurrency {
@@ -245,12 +255,21 @@ async fn http_callers(gateway: &HttpServerProcess, concurrency: usize, bodies: A
     Ok(callers)
 }
 
-async fn grpc_callers(gateway: &HttpServerProcess, concurrency: usize, queries: Arc<[String]>) -> anyhow::Result<Vec<GrpcSearch>> {
+async fn grpc_callers(
+    gateway: &HttpServerProcess,
+    concurrency: usize,
+    queries: Arc<[String]>,
+) -> anyhow::Result<Vec<GrpcSearch>> {
     let endpoint = Endpoint::from_shared(format!("http://{}", gateway.address))?.tcp_nodelay(true);
     let mut callers = Vec::with_capacity(concurrency);
     for k in 0..concurrency {
         let client = SearchServiceClient::new(endpoint.connect().await.context("gRPC connection")?);
-        callers.push(GrpcSearch { client, queries: queries.clone(), first: k * queries.len() / concurrency, top_k: TOP_K });
+        callers.push(GrpcSearch {
+            client,
+            queries: queries.clone(),
+            first: k * queries.len() / concurrency,
+            top_k: TOP_K,
+        });
     }
     Ok(callers)
 }
@@ -258,7 +277,12 @@ async fn grpc_callers(gateway: &HttpServerProcess, concurrency: usize, queries: 
 /// /v1/search against gRPC Search at the headline concurrency, the same query
 /// sentences in the same rotation, one connection per worker on both sides,
 /// alternating in rounds.
-async fn compare(gateway: &HttpServerProcess, config: &BenchConfig, plan: &Plan, queries: &[String]) -> anyhow::Result<Comparison> {
+async fn compare(
+    gateway: &HttpServerProcess,
+    config: &BenchConfig,
+    plan: &Plan,
+    queries: &[String],
+) -> anyhow::Result<Comparison> {
     let concurrency = config.concurrency;
     let texts: Arc<[String]> = queries.into();
     let bodies: Arc<[Bytes]> = queries.iter().map(|q| search_body(q, TOP_K)).collect();

@@ -59,7 +59,12 @@ pub async fn ingest(gateway: &HttpServerProcess, documents: &[Paragraph], batch:
             })).collect::<Vec<_>>()
         });
         let job: Job = connection.post_json("/v1/ingest", &body).await?.json().context("POST /v1/ingest")?;
-        anyhow::ensure!(job.total_documents == chunk.len() as u64, "job {} counts {} documents", job.job_id, job.total_documents);
+        anyhow::ensure!(
+            job.total_documents == chunk.len() as u64,
+            "job {} counts {} documents",
+            job.job_id,
+            job.total_documents
+        );
         jobs.push(job.job_id);
     }
     let requests = jobs.len();

@@ -92,15 +92,30 @@ fn rows(results: &Results) -> Vec<Row> {
         let name = t.target.name();
         let h = &t.headline;
         let latency = h.run.latency();
-        rows.push(Row::info(format!("{name} cold start (spawn to /healthz ok)"), t.cold_start.as_secs_f64(), "s", format!("{:.2} s", t.cold_start.as_secs_f64())));
+        rows.push(Row::info(
+            format!("{name} cold start (spawn to /healthz ok)"),
+            t.cold_start.as_secs_f64(),
+            "s",
+            format!("{:.2} s", t.cold_start.as_secs_f64()),
+        ));
         rows.push(Row::info(
             format!("{name} ingest {} docs via /v1/ingest", t.ingest.documents),
             t.ingest.rate(),
             "documents/s",
-            format!("{:.1} docs/s ({:.1} s, {} requests)", t.ingest.rate(), t.ingest.elapsed.as_secs_f64(), t.ingest.requests),
+            format!(
+                "{:.1} docs/s ({:.1} s, {} requests)",
+                t.ingest.rate(),
+                t.ingest.elapsed.as_secs_f64(),
+                t.ingest.requests
+            ),
         ));
         rows.push(Row::info(format!("{name} /v1/search c={}", h.concurrency), h.run.rate(), "requests/s", run_text(h)));
-        rows.push(Row::info(format!("{name} /v1/search c={} p50 / p95 / p99", h.concurrency), ms(latency.p95), "ms", latency_text(&latency)));
+        rows.push(Row::info(
+            format!("{name} /v1/search c={} p50 / p95 / p99", h.concurrency),
+            ms(latency.p95),
+            "ms",
+            latency_text(&latency),
+        ));
         rows.push(Row::info(
             format!("{name} RSS during c={} (peak / mean)", h.concurrency),
             mib(h.rss.peak()),
@@ -120,32 +135,78 @@ fn rows(results: &Results) -> Vec<Row> {
         let c = a.concurrency;
         let rps = a.run.rate() / b.run.rate().max(1e-9);
         rows.push(
-            Row::judged(format!("RPS c={c} embedwire / baseline"), rps, "x", format!("{rps:.2} x"), Bound::AtLeast(MIN_RPS_RATIO), format!(">= {MIN_RPS_RATIO:.1} x"))
-                .with_note(format!("{:.1} vs {:.1} req/s", a.run.rate(), b.run.rate())),
+            Row::judged(
+                format!("RPS c={c} embedwire / baseline"),
+                rps,
+                "x",
+                format!("{rps:.2} x"),
+                Bound::AtLeast(MIN_RPS_RATIO),
+                format!(">= {MIN_RPS_RATIO:.1} x"),
+            )
+            .with_note(format!("{:.1} vs {:.1} req/s", a.run.rate(), b.run.rate())),
         );
         let (pa, pb) = (a.run.latency().p95, b.run.latency().p95);
         let p95 = ratio(pa, pb);
         rows.push(
-            Row::judged(format!("p95 c={c} embedwire / baseline"), p95, "x", format!("{p95:.2} x"), Bound::AtMost(MAX_P95_RATIO), format!("<= {MAX_P95_RATIO:.1} x"))
-                .with_note(format!("{:.1} vs {:.1} ms", ms(pa), ms(pb))),
+            Row::judged(
+                format!("p95 c={c} embedwire / baseline"),
+                p95,
+                "x",
+                format!("{p95:.2} x"),
+                Bound::AtMost(MAX_P95_RATIO),
+                format!("<= {MAX_P95_RATIO:.1} x"),
+            )
+            .with_note(format!("{:.1} vs {:.1} ms", ms(pa), ms(pb))),
         );
         let rss = a.rss.peak() as f64 / (b.rss.peak() as f64).max(1.0);
         rows.push(
-            Row::judged(format!("RSS peak c={c} embedwire / baseline"), rss, "x", format!("{rss:.2} x"), Bound::AtMost(MAX_RSS_RATIO), format!("<= {MAX_RSS_RATIO:.1} x"))
-                .with_note(format!("{:.0} vs {:.0} MiB", mib(a.rss.peak()), mib(b.rss.peak()))),
+            Row::judged(
+                format!("RSS peak c={c} embedwire / baseline"),
+                rss,
+                "x",
+                format!("{rss:.2} x"),
+                Bound::AtMost(MAX_RSS_RATIO),
+                format!("<= {MAX_RSS_RATIO:.1} x"),
+            )
+            .with_note(format!("{:.0} vs {:.0} MiB", mib(a.rss.peak()), mib(b.rss.peak()))),
         );
         let cold = ratio(ours.cold_start, base.cold_start);
-        rows.push(Row::info("cold start embedwire / baseline", cold, "x", format!("{cold:.2} x ({:.2} vs {:.2} s)", ours.cold_start.as_secs_f64(), base.cold_start.as_secs_f64())));
+        rows.push(Row::info(
+            "cold start embedwire / baseline",
+            cold,
+            "x",
+            format!("{cold:.2} x ({:.2} vs {:.2} s)", ours.cold_start.as_secs_f64(), base.cold_start.as_secs_f64()),
+        ));
     }
     if let Some(comparison) = find(Target::Embedwire).and_then(|t| t.comparison.as_ref()) {
         let c = comparison.concurrency;
         let (http, grpc) = (comparison.http.rate(), comparison.grpc.rate());
         let r = http / grpc.max(1e-9);
-        rows.push(Row::info(format!("HTTP /v1/search c={c}, rotating queries"), http, "requests/s", format!("{http:.1} req/s, {}", latency_text(&comparison.http.latency()))));
-        rows.push(Row::info(format!("gRPC Search c={c}, same queries"), grpc, "requests/s", format!("{grpc:.1} req/s, {}", latency_text(&comparison.grpc.latency()))));
+        rows.push(Row::info(
+            format!("HTTP /v1/search c={c}, rotating queries"),
+            http,
+            "requests/s",
+            format!("{http:.1} req/s, {}", latency_text(&comparison.http.latency())),
+        ));
+        rows.push(Row::info(
+            format!("gRPC Search c={c}, same queries"),
+            grpc,
+            "requests/s",
+            format!("{grpc:.1} req/s, {}", latency_text(&comparison.grpc.latency())),
+        ));
         rows.push(
-            Row::judged(format!("HTTP /v1/search / gRPC Search c={c}"), r, "x", format!("{r:.2} x"), Bound::AtLeast(MIN_HTTP_GRPC_RATIO), format!(">= {MIN_HTTP_GRPC_RATIO:.1} x"))
-                .with_note(format!("server CPU {:.2} vs {:.2} cores", comparison.http_cpu.server_cores, comparison.grpc_cpu.server_cores)),
+            Row::judged(
+                format!("HTTP /v1/search / gRPC Search c={c}"),
+                r,
+                "x",
+                format!("{r:.2} x"),
+                Bound::AtLeast(MIN_HTTP_GRPC_RATIO),
+                format!(">= {MIN_HTTP_GRPC_RATIO:.1} x"),
+            )
+            .with_note(format!(
+                "server CPU {:.2} vs {:.2} cores",
+                comparison.http_cpu.server_cores, comparison.grpc_cpu.server_cores
+            )),
         );
     }
     rows
@@ -178,7 +239,9 @@ pub fn write_csv(dir: &Path, results: &Results) -> anyhow::Result<Vec<PathBuf>> 
     summary.push(Row::info("setup quick", f64::from(u8::from(results.quick)), "bool", String::new()));
     summary.push(Row::info("setup documents", results.documents as f64, "documents", String::new()));
     write("gateway_summary.csv".into(), targets::summary_csv(&summary))?;
-    let mut runs = String::from("target,run,concurrency,requests,errors,seconds,rps,p50_ms,p95_ms,p99_ms,rss_peak_mib,server_cores,bench_cores\n");
+    let mut runs = String::from(
+        "target,run,concurrency,requests,errors,seconds,rps,p50_ms,p95_ms,p99_ms,rss_peak_mib,server_cores,bench_cores\n",
+    );
     for t in &results.targets {
         let name = t.target.name();
         for (run, m) in t.sweep.iter().map(|m| ("sweep", m)).chain([("headline", &t.headline)]) {
@@ -226,7 +289,13 @@ pub fn write_csv(dir: &Path, results: &Results) -> anyhow::Result<Vec<PathBuf>> 
         }
         write(format!("rss_{name}.csv"), rss)?;
         let _ = writeln!(runs, "{name},cold_start,,,,{:.3},,,,,,,", t.cold_start.as_secs_f64());
-        let _ = writeln!(runs, "{name},ingest,,{},,{:.3},{:.3},,,,,,", t.ingest.documents, t.ingest.elapsed.as_secs_f64(), t.ingest.rate());
+        let _ = writeln!(
+            runs,
+            "{name},ingest,,{},,{:.3},{:.3},,,,,,",
+            t.ingest.documents,
+            t.ingest.elapsed.as_secs_f64(),
+            t.ingest.rate()
+        );
     }
     write("gateway_runs.csv".into(), runs)?;
     Ok(written)

@@ -23,7 +23,6 @@
 //! # Layout
 //! - [`config`]: the flags, and the amounts of work of a full or `--quick` run.
 //! - [`embed_corpus`]: the corpus through Embed, in calls from concurrent clients.
-//! - [`ingest`]: Ingest calls followed to COMPLETED with WatchJob; index counts.
 //! - [`padding`]: the model tokens each path costs, padding included (an estimate).
 //! - [`report`]: targets, the final table and the CSV file.
 //!
@@ -32,7 +31,6 @@
 
 mod config;
 mod embed_corpus;
-mod ingest;
 mod padding;
 mod report;
 
@@ -50,11 +48,11 @@ use embedwire_server::ServerConfig;
 use tonic::transport::Channel;
 
 use crate::config::{BenchConfig, Plan};
-use embedwire_bench::corpus::{self, Corpus, Paragraph};
 use crate::embed_corpus::EmbedCorpusRun;
-use crate::ingest::IngestRun;
 use crate::padding::Batching;
 use crate::report::{CorpusSummary, IndexCounts, Measured, ModelWorkEstimate, Results, RunSetup};
+use embedwire_bench::corpus::{self, Corpus, Paragraph};
+use embedwire_bench::ingest::{self, IngestRun};
 
 fn main() -> anyhow::Result<()> {
     let config = BenchConfig::parse();

@@ -12,8 +12,8 @@ use embedwire_bench::load::LoadResult;
 use embedwire_bench::targets::{self, Bound, Row};
 
 use crate::embed_corpus::EmbedCorpusRun;
-use crate::ingest::IngestRun;
 use crate::padding::ModelWork;
+use embedwire_bench::ingest::IngestRun;
 
 /// Ingest rate (documents/s to COMPLETED) at least this fraction of the Embed rate
 /// (texts/s) for the same texts.

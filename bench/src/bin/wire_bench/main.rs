@@ -90,11 +90,7 @@ fn chosen_variants(config: &BenchConfig) -> anyhow::Result<Vec<Variant>> {
     if config.variants.is_empty() {
         return Ok(variants::ALL.to_vec());
     }
-    config
-        .variants
-        .iter()
-        .map(|name| Variant::parse(name).with_context(|| format!("unknown variant {name}")))
-        .collect()
+    config.variants.iter().map(|name| Variant::parse(name).with_context(|| format!("unknown variant {name}"))).collect()
 }
 
 /// The server's flags. Admission is raised to the offered load when it exceeds the
@@ -130,7 +126,8 @@ async fn measure(
     }
 
     // The vectors the server's encode step starts from: one real answer.
-    let mut reference = VariantCaller::connect(Variant::Grpc(EmbeddingDtype::Float32), texts, address, ByteCounters::new()).await?;
+    let mut reference =
+        VariantCaller::connect(Variant::Grpc(EmbeddingDtype::Float32), texts, address, ByteCounters::new()).await?;
     let Decoded::Floats { values, dim, .. } = reference.answer().await?.decoded else {
         anyhow::bail!("FLOAT32 answered bits");
     };
@@ -155,7 +152,8 @@ async fn measure(
     let bodies_dir = config.results_dir.join("bodies");
     let captured: Vec<(Variant, Answer)> = probes.iter().map(|(v, p)| (*v, p.answer.clone())).collect();
     python_decode::write_bodies(&bodies_dir, &captured)?;
-    let python_figures = python_decode::run(python, &config.decode_script, &config.proto_dir, &bodies_dir, plan.python_secs)?;
+    let python_figures =
+        python_decode::run(python, &config.decode_script, &config.proto_dir, &bodies_dir, plan.python_secs)?;
 
     let loads = load(&runnable, texts, address, config.concurrency, plan, &server).await?;
     server.stop().await?;

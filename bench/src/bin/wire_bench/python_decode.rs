@@ -49,7 +49,13 @@ pub fn write_bodies(dir: &Path, answers: &[(Variant, Answer)]) -> anyhow::Result
 }
 
 /// Runs the script on `dir` and returns its figures by variant name.
-pub fn run(python: &Path, script: &Path, proto_dir: &Path, dir: &Path, seconds: f64) -> anyhow::Result<HashMap<String, PythonDecode>> {
+pub fn run(
+    python: &Path,
+    script: &Path,
+    proto_dir: &Path,
+    dir: &Path,
+    seconds: f64,
+) -> anyhow::Result<HashMap<String, PythonDecode>> {
     let output = Command::new(python)
         .arg(script)
         .arg("--dir")

@@ -119,7 +119,9 @@ pub enum Request {
 pub fn request(variant: Variant, texts: &[String]) -> Request {
     let json = |value: serde_json::Value| Bytes::from(serde_json::to_vec(&value).expect("plain JSON"));
     match variant {
-        Variant::Grpc(dtype) => Request::Grpc(EmbedRequest { inputs: texts.to_vec(), dtype: dtype as i32, ..Default::default() }),
+        Variant::Grpc(dtype) => {
+            Request::Grpc(EmbedRequest { inputs: texts.to_vec(), dtype: dtype as i32, ..Default::default() })
+        }
         Variant::HttpJson => Request::Http {
             path: "/v1/embeddings",
             body: json(serde_json::json!({"input": texts, "model": "bench", "encoding_format": "float"})),
@@ -135,7 +137,9 @@ pub fn request(variant: Variant, texts: &[String]) -> Request {
             body: json(serde_json::json!({"input": texts, "model": "bench"})),
             accept: Some("application/octet-stream"),
         },
-        Variant::HttpEmbedJson => Request::Http { path: "/embed", body: json(serde_json::json!({"texts": texts})), accept: None },
+        Variant::HttpEmbedJson => {
+            Request::Http { path: "/embed", body: json(serde_json::json!({"texts": texts})), accept: None }
+        }
     }
 }
 
@@ -180,7 +184,9 @@ fn flatten(rows: impl IntoIterator<Item = Vec<f32>>) -> anyhow::Result<Decoded> 
 /// Decodes an HTTP body of `variant` (headers give the octet-stream's shape).
 pub fn decode_http(variant: Variant, body: &[u8], dim_header: Option<&str>) -> anyhow::Result<Decoded> {
     match variant {
-        Variant::HttpJson => flatten(serde_json::from_slice::<FloatList>(body)?.data.into_iter().map(|item| item.embedding)),
+        Variant::HttpJson => {
+            flatten(serde_json::from_slice::<FloatList>(body)?.data.into_iter().map(|item| item.embedding))
+        }
         Variant::HttpEmbedJson => flatten(serde_json::from_slice::<EmbedJson>(body)?.embeddings),
         Variant::HttpBase64 => {
             let list: Base64List = serde_json::from_slice(body)?;
@@ -207,7 +213,11 @@ pub fn decode_grpc(response: &EmbedResponse) -> anyhow::Result<Decoded> {
     let dtype = vectors::effective_dtype(response.dtype());
     if dtype == EmbeddingDtype::Ubinary {
         let bytes_per_row = vectors::bytes_per_row(dtype, dim);
-        anyhow::ensure!(response.embeddings.len() == count * bytes_per_row, "UBINARY answer of {} bytes", response.embeddings.len());
+        anyhow::ensure!(
+            response.embeddings.len() == count * bytes_per_row,
+            "UBINARY answer of {} bytes",
+            response.embeddings.len()
+        );
         return Ok(Decoded::Bits { count, bytes_per_row, bits: response.embeddings.to_vec() });
     }
     let values = vectors::decode_rows(&response.embeddings, &response.row_scales, &response.values, count, dim, dtype)?;
@@ -264,16 +274,26 @@ enum Raw {
 
 impl VariantCaller {
     /// A worker with a fresh connection counted in `counters`.
-    pub async fn connect(variant: Variant, texts: &[String], address: SocketAddr, counters: Arc<ByteCounters>) -> anyhow::Result<Self> {
+    pub async fn connect(
+        variant: Variant,
+        texts: &[String],
+        address: SocketAddr,
+        counters: Arc<ByteCounters>,
+    ) -> anyhow::Result<Self> {
         let transport = match request(variant, texts) {
             Request::Grpc(request) => {
                 // The default 4 MiB limit is below a 1024-text FLOAT32_LIST answer.
-                let client = EmbedServiceClient::new(grpc_channel(address, counters).await?).max_decoding_message_size(64 << 20);
+                let client =
+                    EmbedServiceClient::new(grpc_channel(address, counters).await?).max_decoding_message_size(64 << 20);
                 Transport::Grpc { client, request }
             }
-            Request::Http { path, body, accept } => {
-                Transport::Http { connection: HttpConnection::open(address, counters).await?, variant, path, body, accept }
-            }
+            Request::Http { path, body, accept } => Transport::Http {
+                connection: HttpConnection::open(address, counters).await?,
+                variant,
+                path,
+                body,
+                accept,
+            },
         };
         Ok(VariantCaller { transport, expected: texts.len() })
     }
@@ -287,7 +307,8 @@ impl VariantCaller {
                 (Raw::Grpc(response), decoded)
             }
             Transport::Http { connection, variant, path, body, accept } => {
-                let answer = connection.send(Method::POST, path, Some((body.clone(), "application/json")), *accept).await?;
+                let answer =
+                    connection.send(Method::POST, path, Some((body.clone(), "application/json")), *accept).await?;
                 answer.ensure_success()?;
                 let decoded = decode_http(*variant, &answer.body, answer.header("x-embedding-dimensions"))?;
                 (Raw::Http(answer), decoded)
@@ -326,7 +347,8 @@ mod tests {
     fn decodes_each_http_body_to_the_same_vectors() {
         let rows = [[0.5f32, -0.25, 1.0], [0.0, 2.0, -1.5]];
         let bytes: Vec<u8> = rows.iter().flatten().flat_map(|v| v.to_le_bytes()).collect();
-        let floats = serde_json::json!({"data": rows.iter().map(|r| serde_json::json!({"embedding": r})).collect::<Vec<_>>()});
+        let floats =
+            serde_json::json!({"data": rows.iter().map(|r| serde_json::json!({"embedding": r})).collect::<Vec<_>>()});
         let engine = base64::engine::general_purpose::STANDARD;
         let b64 = serde_json::json!({"data": rows.iter().map(|r| {
             let row: Vec<u8> = r.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -345,7 +367,9 @@ mod tests {
     #[test]
     fn decodes_grpc_messages_of_every_dtype() {
         let values = [0.5f32, -0.25, 1.0, 0.0, 2.0, -1.5, 0.1, 0.2];
-        for dtype in [EmbeddingDtype::Float32, EmbeddingDtype::Float16, EmbeddingDtype::Int8, EmbeddingDtype::Float32List] {
+        for dtype in
+            [EmbeddingDtype::Float32, EmbeddingDtype::Float16, EmbeddingDtype::Int8, EmbeddingDtype::Float32List]
+        {
             let rows = vectors::encode_rows(&values, 4, dtype);
             let response = EmbedResponse {
                 dim: 4,
@@ -356,14 +380,21 @@ mod tests {
                 values: rows.values,
                 ..Default::default()
             };
-            let Decoded::Floats { count, dim, values: back } = decode_grpc_message(&response.encode_to_vec()).unwrap() else {
+            let Decoded::Floats { count, dim, values: back } = decode_grpc_message(&response.encode_to_vec()).unwrap()
+            else {
                 panic!("{dtype:?} decoded to bits");
             };
             assert_eq!((count, dim), (2, 4));
             assert!(back.iter().zip(values).all(|(a, b)| (a - b).abs() < 0.02), "{dtype:?}: {back:?}");
         }
         let bits = vectors::encode_rows(&values, 8, EmbeddingDtype::Ubinary).bytes;
-        let response = EmbedResponse { dim: 8, count: 1, dtype: EmbeddingDtype::Ubinary as i32, embeddings: bits.clone().into(), ..Default::default() };
+        let response = EmbedResponse {
+            dim: 8,
+            count: 1,
+            dtype: EmbeddingDtype::Ubinary as i32,
+            embeddings: bits.clone().into(),
+            ..Default::default()
+        };
         assert_eq!(decode_grpc(&response).unwrap(), Decoded::Bits { count: 1, bytes_per_row: 1, bits });
         assert_eq!(Variant::parse("http_octet_stream"), Some(Variant::HttpOctet));
     }

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# bench/run.sh [--quick]: every benchmark of bench/, one after the other (each alone
+# on the machine), then bench/results/REPORT.md with its plots (bench/report.py).
+#
+#   embed-bench     the server against the in-process ONNX Runtime ceiling
+#   wire-bench      gRPC dtypes against HTTP JSON floats, base64, octet-stream
+#   ghz-suite       Embed 1/32/256, EmbedStream, Search under ghz, pseudo and onnx
+#   gateway-bench   /v1/search: embedwire against the Python baseline; HTTP vs gRPC
+#   index-bench     exact and HNSW search at 100k vectors (1M: run it on its own)
+#
+# Full run: about 15 minutes on 2 cores, results in bench/results/. --quick: every
+# piece for a few seconds, results in $BENCH_RESULTS_DIR (default
+# target/bench-quick), so a quick run never overwrites the real figures. The
+# search-bench (about 6 minutes) is not part of this run: ./target/release/search-bench.
+#
+# Builds the server and the bench first (BENCH_NO_BUILD=1 skips that, to measure
+# the binaries already in target/release; BENCH_SERVER_BIN names another server
+# binary). Needs `make setup` (model, ONNX Runtime,
+# ghz, the venv). Exits non-zero if any
+# step failed; the report is written anyway and says which sections are missing.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+QUICK=""
+if [[ "${1:-}" == "--quick" ]]; then
+    QUICK="--quick"
+elif [[ -n "${1:-}" ]]; then
+    echo "usage: bench/run.sh [--quick]" >&2
+    exit 2
+fi
+CACHE="${EMBEDWIRE_CACHE:-$HOME/.cache/embedwire}"
+PYTHON="$CACHE/venv/bin/python"
+BIN=./target/release
+if [[ -n "$QUICK" ]]; then
+    RESULTS="${BENCH_RESULTS_DIR:-target/bench-quick}"
+else
+    RESULTS="${BENCH_RESULTS_DIR:-bench/results}"
+fi
+mkdir -p "$RESULTS/logs"
+INFO="$RESULTS/run_info.csv"
+echo "step,seconds,load_before,load_after,status" > "$INFO"
+FAILED=0
+
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# step NAME OUTPUTS... -- COMMAND...: removes the step's old outputs (a failed step
+# must not leave last run's figures in the report), runs it with its output in
+# logs/NAME.log, and records its time and the machine's load around it.
+step() {
+    local name="$1"
+    shift
+    while [[ "$1" != "--" ]]; do
+        rm -rf "${RESULTS:?}/$1"
+        shift
+    done
+    shift
+    local before started status
+    before="$(load)"
+    started=$(date +%s.%N)
+    echo "=== $name: $*"
+    "$@" 2>&1 | tee "$RESULTS/logs/$name.log"
+    status=${PIPESTATUS[0]}
+    echo "$name,$(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $started }"),$before,$(load),$status" >> "$INFO"
+    if [[ $status -ne 0 ]]; then
+        echo "=== $name FAILED ($status); see $RESULTS/logs/$name.log" >&2
+        FAILED=1
+    fi
+}
+
+started=$(date +%s)
+if [[ -z "${BENCH_NO_BUILD:-}" ]]; then
+    echo "=== build"
+    # Two builds, as the bench programs build the server themselves: building both
+    # packages at once would unify their dependencies' features into a third
+    # variant of every shared crate, compiled for nothing.
+    cargo build --release -p embedwire-server --bin embedwire-server || exit 1
+    cargo build --release -p embedwire-bench || exit 1
+fi
+SERVER=(--server-bin "${BENCH_SERVER_BIN:-$BIN/embedwire-server}")
+
+step embed-bench embed_bench.csv embed_bench_summary.csv -- \
+    "$BIN/embed-bench" $QUICK "${SERVER[@]}" --results-dir "$RESULTS"
+step wire-bench wire -- \
+    "$BIN/wire-bench" $QUICK "${SERVER[@]}" --results-dir "$RESULTS/wire"
+step ghz-suite ghz -- \
+    "$BIN/ghz-suite" $QUICK "${SERVER[@]}" --results-dir "$RESULTS/ghz"
+step gateway-bench gateway -- \
+    "$BIN/gateway-bench" $QUICK "${SERVER[@]}" --results-dir "$RESULTS/gateway"
+if [[ -n "$QUICK" ]]; then
+    step index-bench index_bench.csv -- "$BIN/index-bench" --quick --results-dir "$RESULTS"
+else
+    step index-bench index_bench.csv -- "$BIN/index-bench" --sizes 100000 --results-dir "$RESULTS"
+fi
+
+echo "=== report"
+"$PYTHON" bench/report.py --results "$RESULTS" $QUICK || FAILED=1
+echo "=== bench/run.sh $QUICK: $(( $(date +%s) - started )) s, results in $RESULTS"
+exit $FAILED

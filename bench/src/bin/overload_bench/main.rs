@@ -1,0 +1,186 @@
+//! overload-bench: what the real server (real model) does when offered three times
+//! the Embed calls it can answer, and which admission limit keeps both of the
+//! issue's overload targets:
+//!
+//! 1. the maximum: 64 closed-loop clients, one text (a docstring sentence) per
+//!    Embed call, for 10 s, on a server with default flags: answered calls/s;
+//! 2. the unloaded p99: on the same server, Embed offered open loop at 50% of
+//!    that maximum for 10 s; the p99 of the answered calls (the definition is
+//!    printed with the figures);
+//! 3. the overload: for each admission limit (--max-in-flight-inputs: the
+//!    server's default, 256, 128, 64, 32, 16), a fresh server offered 3 x the maximum,
+//!    open loop, for 20 s: calls leave on schedule whatever the answers, so a
+//!    queue in the server shows up as latency. Rejections (RESOURCE_EXHAUSTED)
+//!    and accepted calls are timed apart; targets: rejection p99 <= 5 ms,
+//!    accepted p99 <= 2 x the unloaded p99. Goodput is answered calls/s over the
+//!    run, the queue's drain included.
+//!
+//! Latency runs from the moment a call leaves the client to its answer; how late
+//! the generator sent the calls (its own lag on a machine it shares with the
+//! server) is printed beside it. A MISS is a result, not a failure: the exit
+//! status is non-zero only when the bench could not run.
+//!
+//! # Layout
+//! - [`config`]: the flags, and the amounts of work of a full or `--quick` run.
+//! - [`runs`]: the open-loop Embed call and the summary of one run.
+//! - [`report`]: the rows of the table and the CSV files.
+
+mod config;
+mod report;
+mod runs;
+
+use std::ffi::OsString;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Parser;
+use embedwire_bench::corpus;
+use embedwire_bench::cpu::{CpuUse, CpuWindow};
+use embedwire_bench::latency::ms;
+use embedwire_bench::load::{self, Rpc, Stop};
+use embedwire_bench::server_binary;
+use embedwire_bench::server_process::{ServerCommand, ServerProcess};
+use embedwire_bench::targets;
+use tonic::transport::Channel;
+
+use crate::config::{BenchConfig, Plan};
+use crate::report::{Baseline, LimitRun};
+use crate::runs::{EmbedOne, OpenRun};
+
+/// Query sentences used as the Embed texts.
+const TEXTS: usize = 500;
+/// Closed-loop clients of the warm-up.
+const WARMUP_CLIENTS: usize = 16;
+
+fn main() -> anyhow::Result<()> {
+    let config = BenchConfig::parse();
+    config.validate().map_err(anyhow::Error::msg)?;
+    let plan = config.plan().map_err(anyhow::Error::msg)?;
+    let python = config.python().map_err(anyhow::Error::msg)?;
+    let started = Instant::now();
+    let server_bin = server_binary::resolve(config.server_bin.as_deref())?;
+    println!(
+        "overload-bench{}: limits {:?} (server default {}), {:.1}x the maximum for {:.0} s each, server flags: [{}]",
+        if config.quick { " --quick" } else { "" },
+        plan.limits,
+        plan.default_limit,
+        config.factor,
+        plan.overload_time.as_secs_f64(),
+        config.server_args.join(" ")
+    );
+    let docstrings = corpus::docstrings(&python, &config.cache_dir, false)?;
+    let texts: Arc<[String]> = corpus::select(&docstrings, 0, 0, TEXTS)?.queries.into();
+    drop(docstrings);
+
+    let runtime = tokio::runtime::Runtime::new()?;
+    let (baseline, runs) = runtime.block_on(measure(&config, &plan, &server_bin, texts))?;
+    let rows = report::rows(&baseline, &runs);
+    println!();
+    println!("{}", baseline.definition());
+    print!("{}", targets::table(&rows));
+    let passing: Vec<usize> = runs.iter().filter(|run| run.passes(&baseline)).map(|run| run.limit).collect();
+    println!("limits meeting both overload targets: {passing:?}");
+    let paths = report::write_csv(&config.results_dir, &rows, &report::runs_csv(&baseline, &runs))?;
+    for path in paths {
+        println!("wrote {}", path.display());
+    }
+    println!("run time {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The baseline on a default server, then one overload run per limit.
+async fn measure(
+    config: &BenchConfig,
+    plan: &Plan,
+    server_bin: &std::path::Path,
+    texts: Arc<[String]>,
+) -> anyhow::Result<(Baseline, Vec<LimitRun>)> {
+    let command = ServerCommand::new(server_bin.to_path_buf(), Vec::new(), &config.server_args);
+    let (server, channels) = start_warm(&command, config, plan, &texts, plan.default_limit).await?;
+    let cpu = CpuWindow::start(server.pid)?;
+    let max = load::run(&channels, config.max_clients, texts.clone(), Rpc::Embed, Stop::After(plan.max_time)).await?;
+    println!(
+        "max: {:.0} Embed calls/s ({} clients, closed loop; p50 {:.1} ms, p99 {:.1} ms)\n  cpu: {}",
+        max.rate(),
+        config.max_clients,
+        ms(max.latency.p50),
+        ms(max.latency.p99),
+        cpu.finish()?
+    );
+    let call = Arc::new(EmbedOne::new(&channels, texts.clone()));
+    let cpu = CpuWindow::start(server.pid)?;
+    let unloaded = runs::run(call, max.rate() * config.unloaded_fraction, plan.unloaded_time).await?;
+    print_run("unloaded", &unloaded, &cpu.finish()?);
+    server.stop().await?;
+    let baseline = Baseline {
+        max_rate: max.rate(),
+        max_latency: max.latency,
+        max_clients: config.max_clients,
+        unloaded,
+        unloaded_fraction: config.unloaded_fraction,
+        limit: plan.default_limit,
+    };
+
+    let mut runs = Vec::new();
+    for &limit in &plan.limits {
+        let per_request = limit.min(plan.default_inputs_per_request);
+        let defaults: Vec<(&str, OsString)> = vec![
+            ("--max-in-flight-inputs", limit.to_string().into()),
+            ("--max-inputs-per-request", per_request.to_string().into()),
+        ];
+        let command = ServerCommand::new(server_bin.to_path_buf(), defaults, &config.server_args);
+        let (server, channels) = start_warm(&command, config, plan, &texts, limit).await?;
+        let call = Arc::new(EmbedOne::new(&channels, texts.clone()));
+        let cpu = CpuWindow::start(server.pid)?;
+        let run = runs::run(call, baseline.max_rate * config.factor, plan.overload_time).await?;
+        print_run(&format!("overload, limit {limit}"), &run, &cpu.finish()?);
+        server.stop().await?;
+        runs.push(LimitRun { limit, default: limit == plan.default_limit, run });
+    }
+    Ok((baseline, runs))
+}
+
+/// A fresh server, its connections, and a few untimed calls so first-batch
+/// allocations stay out of the figures (from fewer clients than its admission
+/// `limit`, so none is refused).
+async fn start_warm(
+    command: &ServerCommand,
+    config: &BenchConfig,
+    plan: &Plan,
+    texts: &Arc<[String]>,
+    limit: usize,
+) -> anyhow::Result<(ServerProcess, Vec<Channel>)> {
+    let (server, _) = ServerProcess::start(command).await?;
+    let mut channels = Vec::with_capacity(config.connections);
+    for _ in 0..config.connections {
+        channels.push(server.connect().await?);
+    }
+    let clients = WARMUP_CLIENTS.min(limit);
+    let per_client = plan.warmup_calls.div_ceil(clients);
+    load::run(&channels, clients, texts.clone(), Rpc::Embed, Stop::Calls(per_client)).await?;
+    Ok((server, channels))
+}
+
+/// One run's figures as it ends, and where the CPU went meanwhile (the machine is
+/// shared: a server short of cores shows here).
+fn print_run(what: &str, run: &OpenRun, cpu: &CpuUse) {
+    println!(
+        "{what}: offered {:.0} calls/s, {} sent; {} accepted (p50 {:.1} / p99 {:.1} ms), {} rejected (p50 {:.2} / \
+         p99 {:.2} ms), {} other errors; goodput {:.0} calls/s; generator lag p99 {:.1} ms",
+        run.offered,
+        run.sent,
+        run.accepted.count,
+        ms(run.accepted.p50),
+        ms(run.accepted.p99),
+        run.rejected,
+        ms(run.rejections.p50),
+        ms(run.rejections.p99),
+        run.failed,
+        run.goodput(),
+        ms(run.lag.p99)
+    );
+    println!("  cpu: {cpu}");
+    if let Some(error) = &run.first_error {
+        println!("  first error: {error}");
+    }
+}
