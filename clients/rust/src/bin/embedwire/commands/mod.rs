@@ -1,0 +1,49 @@
+//! One module per subcommand; each prints its result as text or, with `--json`,
+//! as one JSON document (JSON lines for `embed`).
+
+pub mod embed;
+pub mod health;
+pub mod info;
+pub mod ingest;
+pub mod job;
+pub mod search;
+
+use std::io::Write;
+
+use embedwire_client::Job;
+use serde_json::{Value, json};
+
+/// A job as JSON, the same shape for `ingest` and `job`.
+pub fn job_json(job: &Job) -> Value {
+    json!({
+        "id": job.id,
+        "status": job.status.as_str(),
+        "total_documents": job.total_documents,
+        "processed_documents": job.processed_documents,
+        "failed_documents": job.failed_documents,
+        "error": job.error,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+    })
+}
+
+/// A job in one line, for people.
+pub fn job_line(job: &Job) -> String {
+    let mut line = format!(
+        "job {}: {}, {}/{} documents indexed, {} failed",
+        job.id, job.status, job.processed_documents, job.total_documents, job.failed_documents
+    );
+    if let Some(error) = &job.error {
+        line.push_str(&format!(" ({error})"));
+    }
+    line
+}
+
+/// Prints `value` as one line of JSON on stdout.
+pub fn print_json(value: &Value) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, value)?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
+}
