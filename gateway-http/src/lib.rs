@@ -32,6 +32,6 @@ pub use error::ApiError;
 pub use grpc_upstream::{GrpcUpstream, GrpcUpstreamSettings};
 pub use in_process::InProcessUpstream;
 pub use routes::docs::openapi_json;
-pub use routes::router;
+pub use routes::{router, router_with_metrics};
 pub use state::GatewaySettings;
 pub use upstream::{Readiness, Upstream};

@@ -91,6 +91,7 @@ impl TokenBudgetBatcher {
                 remaining: sequences.len(),
                 reply: Some(reply),
             }),
+            submitted: Instant::now(),
         });
         self.queue.push(
             priority,
@@ -101,8 +102,7 @@ impl TokenBudgetBatcher {
 
     /// Sequences waiting for the model now.
     pub fn queue_depth(&self) -> usize {
-        let state = self.queue.lock();
-        state.interactive.len() + state.bulk.len()
+        self.queue.len()
     }
 }
 
@@ -118,6 +118,8 @@ impl Drop for TokenBudgetBatcher {
 /// One request's output being filled in by the model thread.
 struct Job {
     state: Mutex<JobState>,
+    /// When the request was queued, for the queue-wait histogram.
+    submitted: Instant,
 }
 
 struct JobState {
@@ -191,6 +193,12 @@ impl SequenceQueue {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Sequences waiting, both priorities.
+    fn len(&self) -> usize {
+        let state = self.lock();
+        state.interactive.len() + state.bulk.len()
+    }
+
     fn push(&self, priority: Priority, sequences: impl Iterator<Item = QueuedSequence>) {
         let mut state = self.lock();
         match priority {
@@ -262,6 +270,7 @@ fn run_model_thread<M: BatchModel>(mut model: M, queue: &SequenceQueue, limits: 
     let mut previous_batch_size = 1;
     let window_size = limits.max_batch_size * BATCHES_PER_WINDOW;
     while let Some(window) = queue.take_window(window_size, previous_batch_size, limits) {
+        stats.queue_depth.store(queue.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let mut live = drop_abandoned(window, stats);
         live.sort_by_key(|s| s.ids.len());
         for batch in split_under_budget(live, limits) {
@@ -310,8 +319,16 @@ fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence], stats: &Sta
     Stats::add(&stats.sequences, batch.len() as u64);
     Stats::add(&stats.padded_tokens, (longest * batch.len()) as u64);
     Stats::add(&stats.real_tokens, ids.iter().map(|s| s.len() as u64).sum());
+    stats.batch_size.observe(batch.len() as f64);
+    stats.batch_tokens.observe((longest * batch.len()) as f64);
+    let started = Instant::now();
+    for sequence in batch {
+        stats.queue_wait_seconds.observe(started.saturating_duration_since(sequence.job.submitted).as_secs_f64());
+    }
     let dim = model.dim();
-    match model.embed_batch(&ids) {
+    let result = model.embed_batch(&ids);
+    stats.inference_seconds.observe(started.elapsed().as_secs_f64());
+    match result {
         Ok(values) if values.len() == batch.len() * dim => {
             for (sequence, vector) in batch.iter().zip(values.chunks_exact(dim)) {
                 sequence.job.fill_row(sequence.row, vector);

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use embedwire_gateway_http::access::{AccessLayer, AccessPolicy};
+use embedwire_gateway_http::metrics::{GrpcMetricsLayer, HttpMetrics};
 use embedwire_gateway_http::{GatewaySettings, InProcessUpstream, Readiness};
 use embedwire_proto::v1::embed_service_server::EmbedServiceServer;
 use embedwire_proto::v1::search_service_server::SearchServiceServer;
@@ -112,7 +113,9 @@ impl EmbedServer {
             },
         ));
         let search_api = Arc::new(SearchApi::new(corpus.clone()));
-        let http_routes = http_routes(&config, api.clone(), search_api.clone(), engine.clone(), corpus.clone());
+        let metrics = Arc::new(HttpMetrics::default());
+        let http_routes =
+            http_routes(&config, api.clone(), search_api.clone(), engine.clone(), corpus.clone(), metrics.clone());
         let embed_service = EmbedServiceServer::from_arc(api)
             .max_decoding_message_size(config.max_request_bytes)
             .max_encoding_message_size(config.max_response_bytes);
@@ -142,7 +145,8 @@ impl EmbedServer {
             builder = builder.max_connection_age(Duration::from_secs(age));
         }
         let router = builder
-            // Outermost: no protocol and no route gets past without the key it needs.
+            .layer(GrpcMetricsLayer::new(metrics))
+            // No protocol and no route gets past without the key it needs.
             .layer(AccessLayer::new(access))
             .layer(crate::web_dispatch::GrpcWebDispatchLayer)
             .layer(tower::util::MapResponseLayer::new(rewrite_oversized_status))
@@ -203,16 +207,17 @@ fn http_routes(
     search: Arc<SearchApi>,
     engine: Arc<EmbeddingEngine>,
     corpus: Arc<OnceLock<Arc<Corpus>>>,
+    metrics: Arc<HttpMetrics>,
 ) -> Routes {
     let ready_corpus = corpus.clone();
     let readiness = Arc::new(move || match ready_corpus.get() {
         Some(_) => Readiness { ready: true, detail: String::new() },
         None => Readiness { ready: false, detail: "the model and index are loading".into() },
     });
-    let metrics = Arc::new(move || crate::metrics::render(engine.stats(), &corpus));
-    let upstream = Arc::new(InProcessUpstream::new(embed, search, readiness, metrics));
+    let server_metrics = Arc::new(move || crate::metrics::render(engine.stats(), &corpus));
+    let upstream = Arc::new(InProcessUpstream::new(embed, search, readiness, server_metrics));
     let settings = GatewaySettings { max_body_bytes: config.max_request_bytes, ..GatewaySettings::default() };
-    Routes::from(embedwire_gateway_http::router(upstream, settings))
+    Routes::from(embedwire_gateway_http::router_with_metrics(upstream, settings, metrics))
 }
 
 /// Loads the configured backend, opens the corpus, starts the job runner, and

@@ -4,8 +4,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Monotonic counters; every field counts since the server started.
-#[derive(Debug, Default)]
+use prometheus_client::metrics::histogram::Histogram;
+
+/// Counters and histograms; every field counts since the server started.
+#[derive(Debug)]
 pub struct Stats {
     /// Embed calls (and stream requests) that reached the engine.
     pub requests: AtomicU64,
@@ -21,6 +23,39 @@ pub struct Stats {
     pub real_tokens: AtomicU64,
     /// Sequences dropped before reaching the model because their caller had gone.
     pub dropped_sequences: AtomicU64,
+    /// Sequences waiting for the model when the last batch was formed.
+    pub queue_depth: AtomicU64,
+    /// Documents stored durably by ingest jobs.
+    pub ingested_documents: AtomicU64,
+    /// Sequences per model batch.
+    pub batch_size: Histogram,
+    /// Tokens per model batch, padding included.
+    pub batch_tokens: Histogram,
+    /// Seconds the model took per batch.
+    pub inference_seconds: Histogram,
+    /// Seconds a sequence waited in the queue before its batch started.
+    pub queue_wait_seconds: Histogram,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        let seconds = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0];
+        Stats {
+            requests: AtomicU64::default(),
+            rejected_overload: AtomicU64::default(),
+            batches: AtomicU64::default(),
+            sequences: AtomicU64::default(),
+            padded_tokens: AtomicU64::default(),
+            real_tokens: AtomicU64::default(),
+            dropped_sequences: AtomicU64::default(),
+            queue_depth: AtomicU64::default(),
+            ingested_documents: AtomicU64::default(),
+            batch_size: Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
+            batch_tokens: Histogram::new([64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0]),
+            inference_seconds: Histogram::new(seconds),
+            queue_wait_seconds: Histogram::new(seconds),
+        }
+    }
 }
 
 impl Stats {

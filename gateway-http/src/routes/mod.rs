@@ -24,7 +24,15 @@ use crate::upstream::Upstream;
 /// router sits beside the gRPC services, and an unknown gRPC method must still look
 /// like gRPC to the caller.
 pub fn router<U: Upstream>(upstream: Arc<U>, settings: GatewaySettings) -> Router {
-    let metrics = Arc::new(HttpMetrics::default());
+    router_with_metrics(upstream, settings, Arc::new(HttpMetrics::default()))
+}
+
+/// [`router`], recording into `metrics` (shared with the gRPC side of the port).
+pub fn router_with_metrics<U: Upstream>(
+    upstream: Arc<U>,
+    settings: GatewaySettings,
+    metrics: Arc<HttpMetrics>,
+) -> Router {
     let state = AppState { upstream, metrics: metrics.clone(), settings: Arc::new(settings.clone()) };
     let mut router = Router::new()
         .route("/v1/ingest", post(v1::ingest::<U>))

@@ -228,8 +228,10 @@ impl Corpus {
         let _gate = self.write_gate.lock().await;
         let corpus = self.clone();
         let EmbeddedBatch { job_id, indexed, failed } = batch;
+        let stored = indexed.len() as u64;
         let (changes, job) = blocking(move || corpus.store.commit_indexed(&job_id, indexed, &failed)).await?;
         self.apply(changes);
+        crate::stats::Stats::add(&self.engine.stats().ingested_documents, stored);
         self.jobs.publish(job);
         Ok(())
     }
