@@ -20,6 +20,7 @@ use embedwire_proto::v1::{
     EmbedRequest, EmbedResponse, GetIndexStatsRequest, GetIndexStatsResponse, GetJobRequest, GetJobResponse,
     InfoRequest, InfoResponse, IngestRequest, IngestResponse, SearchRequest, SearchResponse,
 };
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 use tonic_health::pb::HealthCheckRequest;
@@ -41,6 +42,8 @@ pub struct GrpcUpstreamSettings {
     pub request_timeout: Duration,
     /// Largest message accepted from or sent to an upstream.
     pub max_message_bytes: usize,
+    /// Key presented to the upstreams, when they require one.
+    pub api_key: Option<String>,
 }
 
 /// One upstream server.
@@ -63,6 +66,8 @@ pub struct GrpcUpstream {
     /// Round-robin position for embed calls.
     next: AtomicUsize,
     settings: GrpcUpstreamSettings,
+    /// `Bearer KEY` for the upstreams, parsed once.
+    authorization: Option<MetadataValue<Ascii>>,
 }
 
 /// Whether a failed call may be sent to another upstream.
@@ -94,7 +99,24 @@ impl GrpcUpstream {
                 Ok(Member { address: address.clone(), channel: endpoint.connect_lazy(), down_until: Mutex::new(None) })
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(GrpcUpstream { members, next: AtomicUsize::new(0), settings })
+        let authorization = settings
+            .api_key
+            .as_ref()
+            .map(|key| {
+                MetadataValue::try_from(format!("Bearer {key}"))
+                    .map_err(|_| "the upstream API key is not valid ASCII".to_string())
+            })
+            .transpose()?;
+        Ok(GrpcUpstream { members, next: AtomicUsize::new(0), settings, authorization })
+    }
+
+    /// `message` as a request carrying the upstream key.
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(value) = &self.authorization {
+            request.metadata_mut().insert("authorization", value.clone());
+        }
+        request
     }
 
     fn embed_client(&self, channel: Channel) -> EmbedServiceClient<Channel> {
@@ -180,7 +202,7 @@ fn is_connect_failure(status: &Status) -> bool {
 impl Upstream for GrpcUpstream {
     async fn embed(&self, request: EmbedRequest) -> Result<EmbedResponse, Status> {
         self.call(self.round_robin(), Retry::Idempotent, |channel| {
-            let request = request.clone();
+            let request = self.request(request.clone());
             let mut client = self.embed_client(channel);
             async move { client.embed(request).await.map(tonic::Response::into_inner) }
         })
@@ -189,15 +211,16 @@ impl Upstream for GrpcUpstream {
 
     async fn info(&self) -> Result<InfoResponse, Status> {
         self.call(self.primary_first(), Retry::Idempotent, |channel| {
+            let request = self.request(InfoRequest {});
             let mut client = self.embed_client(channel);
-            async move { client.info(InfoRequest {}).await.map(tonic::Response::into_inner) }
+            async move { client.info(request).await.map(tonic::Response::into_inner) }
         })
         .await
     }
 
     async fn ingest(&self, request: IngestRequest) -> Result<IngestResponse, Status> {
         self.call(self.primary_first(), Retry::OnlyIfNotSent, |channel| {
-            let request = request.clone();
+            let request = self.request(request.clone());
             let mut client = self.search_client(channel);
             async move { client.ingest(request).await.map(tonic::Response::into_inner) }
         })
@@ -209,9 +232,9 @@ impl Upstream for GrpcUpstream {
         for index in self.primary_first() {
             let found = self
                 .call(vec![index], Retry::Idempotent, |channel| {
-                    let job_id = job_id.clone();
+                    let request = self.request(GetJobRequest { job_id: job_id.clone() });
                     let mut client = self.search_client(channel);
-                    async move { client.get_job(GetJobRequest { job_id }).await.map(tonic::Response::into_inner) }
+                    async move { client.get_job(request).await.map(tonic::Response::into_inner) }
                 })
                 .await;
             match found {
@@ -225,7 +248,7 @@ impl Upstream for GrpcUpstream {
 
     async fn search(&self, request: SearchRequest) -> Result<SearchResponse, Status> {
         self.call(self.primary_first(), Retry::Idempotent, |channel| {
-            let request = request.clone();
+            let request = self.request(request.clone());
             let mut client = self.search_client(channel);
             async move { client.search(request).await.map(tonic::Response::into_inner) }
         })
@@ -234,8 +257,9 @@ impl Upstream for GrpcUpstream {
 
     async fn index_stats(&self) -> Result<GetIndexStatsResponse, Status> {
         self.call(self.primary_first(), Retry::Idempotent, |channel| {
+            let request = self.request(GetIndexStatsRequest {});
             let mut client = self.search_client(channel);
-            async move { client.get_index_stats(GetIndexStatsRequest {}).await.map(tonic::Response::into_inner) }
+            async move { client.get_index_stats(request).await.map(tonic::Response::into_inner) }
         })
         .await
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::serve::ListenerExt;
 use clap::Parser;
+use embedwire_gateway_http::access::{AccessLayer, AccessPolicy, ApiKeys};
 use embedwire_gateway_http::{GatewaySettings, GrpcUpstream, GrpcUpstreamSettings, router};
 
 /// Settings of the standalone gateway; every flag has an env twin.
@@ -37,6 +38,22 @@ struct GatewayConfig {
     /// Largest gRPC message to or from an upstream, in bytes.
     #[arg(long, env = "EMBEDWIRE_GATEWAY_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024 * 1024)]
     max_message_bytes: usize,
+    /// API keys with full access, comma-separated; with any key configured, every route
+    /// but /healthz, /readyz (and /metrics unless --metrics-require-key) needs one.
+    #[arg(long, env = "EMBEDWIRE_API_KEYS", value_delimiter = ',', hide_env_values = true)]
+    api_keys: Vec<String>,
+    /// API keys that can embed and search but not ingest, comma-separated.
+    #[arg(long, env = "EMBEDWIRE_READ_ONLY_API_KEYS", value_delimiter = ',', hide_env_values = true)]
+    read_only_api_keys: Vec<String>,
+    /// A file of API keys, one per line: `KEY` or `KEY read-only`.
+    #[arg(long, env = "EMBEDWIRE_API_KEYS_FILE")]
+    api_keys_file: Option<std::path::PathBuf>,
+    /// Require an API key for /metrics too.
+    #[arg(long, env = "EMBEDWIRE_METRICS_REQUIRE_KEY")]
+    metrics_require_key: bool,
+    /// The key the gateway presents to its upstreams (`authorization: Bearer KEY`).
+    #[arg(long, env = "EMBEDWIRE_UPSTREAM_API_KEY", hide_env_values = true)]
+    upstream_api_key: Option<String>,
 }
 
 impl GatewayConfig {
@@ -68,12 +85,17 @@ async fn main() -> anyhow::Result<()> {
         cool_down: Duration::from_secs_f64(config.cool_down),
         request_timeout: Duration::from_secs_f64(config.request_timeout),
         max_message_bytes: config.max_message_bytes,
+        api_key: config.upstream_api_key.clone(),
     })
     .map_err(anyhow::Error::msg)?;
+    let keys = ApiKeys::load(&config.api_keys, &config.read_only_api_keys, config.api_keys_file.as_deref())
+        .map_err(anyhow::Error::msg)?;
+    let access = AccessPolicy { keys, metrics_open: !config.metrics_require_key, rate_limit: None };
     let app = router(
         Arc::new(upstream),
         GatewaySettings { max_body_bytes: config.max_body_bytes, ..GatewaySettings::default() },
-    );
+    )
+    .layer(AccessLayer::new(access));
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;

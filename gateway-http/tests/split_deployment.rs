@@ -69,3 +69,31 @@ async fn gateway_balances_two_servers_and_survives_one_dying() {
     let (status, _) = get(&format!("{base}/readyz")).await;
     assert_eq!(status, 503);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_checks_its_own_keys_and_presents_one_upstream() {
+    const UPSTREAM_KEY: &str = "upstream-key-0123456789";
+    const CLIENT_KEY: &str = "client-key-0123456789";
+    let server = common::start_server(&["--backend", "pseudo", "--api-keys", UPSTREAM_KEY]).await;
+    let keyed =
+        Gateway::start_with(&[&server.url], &["--api-keys", CLIENT_KEY, "--upstream-api-key", UPSTREAM_KEY]).await;
+    let unkeyed = Gateway::start_with(&[&server.url], &["--api-keys", CLIENT_KEY]).await;
+    let body = json!({"texts": ["hello"]});
+    let send = |url: String, key: Option<&'static str>| {
+        let request = http().post(url).json(&body);
+        let request = match key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        };
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(send(format!("{}/embed", keyed.url), None).await, 401, "the gateway wants its own key");
+    assert_eq!(send(format!("{}/embed", keyed.url), Some(CLIENT_KEY)).await, 200);
+    assert_eq!(
+        send(format!("{}/embed", unkeyed.url), Some(CLIENT_KEY)).await,
+        401,
+        "the upstream refuses a gateway without its key"
+    );
+    let (status, _) = get(&format!("{}/healthz", keyed.url)).await;
+    assert_eq!(status, 200, "health stays open");
+}

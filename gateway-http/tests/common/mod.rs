@@ -52,8 +52,14 @@ pub struct Gateway {
 
 impl Gateway {
     pub async fn start(upstreams: &[&str]) -> Gateway {
+        Self::start_with(upstreams, &[]).await
+    }
+
+    /// The gateway with extra flags.
+    pub async fn start_with(upstreams: &[&str], args: &[&str]) -> Gateway {
         let mut child = Command::new(env!("CARGO_BIN_EXE_embedwire-gateway"))
             .args(["--listen", "127.0.0.1:0", "--upstream", &upstreams.join(","), "--cool-down", "30"])
+            .args(args)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
