@@ -200,11 +200,11 @@ fn is_connect_failure(status: &Status) -> bool {
 }
 
 impl Upstream for GrpcUpstream {
-    async fn embed(&self, request: EmbedRequest) -> Result<EmbedResponse, Status> {
+    async fn embed(&self, request: EmbedRequest) -> Result<tonic::Response<EmbedResponse>, Status> {
         self.call(self.round_robin(), Retry::Idempotent, |channel| {
             let request = self.request(request.clone());
             let mut client = self.embed_client(channel);
-            async move { client.embed(request).await.map(tonic::Response::into_inner) }
+            async move { client.embed(request).await }
         })
         .await
     }

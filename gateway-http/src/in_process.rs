@@ -34,8 +34,8 @@ impl<E: EmbedService, S: SearchService> InProcessUpstream<E, S> {
 }
 
 impl<E: EmbedService, S: SearchService> Upstream for InProcessUpstream<E, S> {
-    async fn embed(&self, request: EmbedRequest) -> Result<EmbedResponse, Status> {
-        self.embed.embed(Request::new(request)).await.map(Response::into_inner)
+    async fn embed(&self, request: EmbedRequest) -> Result<Response<EmbedResponse>, Status> {
+        self.embed.embed(Request::new(request)).await
     }
 
     async fn info(&self) -> Result<InfoResponse, Status> {

@@ -22,8 +22,11 @@ pub struct Readiness {
 
 /// The embedwire.v1 calls the HTTP layer needs.
 pub trait Upstream: Send + Sync + 'static {
-    /// `EmbedService/Embed`.
-    fn embed(&self, request: EmbedRequest) -> impl Future<Output = Result<EmbedResponse, Status>> + Send;
+    /// `EmbedService/Embed`, with the response metadata (the server's timing).
+    fn embed(
+        &self,
+        request: EmbedRequest,
+    ) -> impl Future<Output = Result<tonic::Response<EmbedResponse>, Status>> + Send;
     /// `EmbedService/Info`.
     fn info(&self) -> impl Future<Output = Result<InfoResponse, Status>> + Send;
     /// `SearchService/Ingest`.

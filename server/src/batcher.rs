@@ -55,7 +55,16 @@ pub enum Priority {
 }
 
 /// The answer to one submitted request: `count * dim` values in submission order.
-pub type BatchReply = oneshot::Receiver<Result<Vec<f32>>>;
+pub type BatchReply = oneshot::Receiver<Result<(Vec<f32>, BatchTiming)>>;
+
+/// Where a request's time went, for the timing metadata of its response.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BatchTiming {
+    /// From queueing to the start of its first batch.
+    pub queue: Duration,
+    /// Model time of the batches that held its inputs (shared with their other inputs).
+    pub inference: Duration,
+}
 
 /// Owns the model thread; dropping it finishes queued work and stops the thread.
 pub struct TokenBudgetBatcher {
@@ -82,7 +91,7 @@ impl TokenBudgetBatcher {
     pub fn submit(&self, sequences: Vec<Vec<u32>>, priority: Priority) -> BatchReply {
         let (reply, receiver) = oneshot::channel();
         if sequences.is_empty() {
-            let _ = reply.send(Ok(Vec::new()));
+            let _ = reply.send(Ok((Vec::new(), BatchTiming::default())));
             return receiver;
         }
         let job = Arc::new(Job {
@@ -90,6 +99,8 @@ impl TokenBudgetBatcher {
                 values: vec![0.0; sequences.len() * self.dim],
                 remaining: sequences.len(),
                 reply: Some(reply),
+                first_batch_started: None,
+                inference: Duration::ZERO,
             }),
             submitted: Instant::now(),
         });
@@ -128,7 +139,11 @@ struct JobState {
     /// Sequences not embedded yet.
     remaining: usize,
     /// Taken when the job is answered; None afterwards.
-    reply: Option<oneshot::Sender<Result<Vec<f32>>>>,
+    reply: Option<oneshot::Sender<Result<(Vec<f32>, BatchTiming)>>>,
+    /// When the first batch holding one of its inputs started.
+    first_batch_started: Option<Instant>,
+    /// Model time of the batches that held its inputs so far.
+    inference: Duration,
 }
 
 impl Job {
@@ -151,8 +166,17 @@ impl Job {
             && let Some(reply) = state.reply.take()
         {
             let values = std::mem::take(&mut state.values);
-            let _ = reply.send(Ok(values));
+            let queue =
+                state.first_batch_started.map_or(Duration::ZERO, |t| t.saturating_duration_since(self.submitted));
+            let _ = reply.send(Ok((values, BatchTiming { queue, inference: state.inference })));
         }
+    }
+
+    /// Records a batch holding some of its inputs: when it started and how long it ran.
+    fn count_batch(&self, started: Instant, took: Duration) {
+        let mut state = self.lock();
+        state.first_batch_started.get_or_insert(started);
+        state.inference += took;
     }
 
     fn fail(&self, error: &Error) {
@@ -327,7 +351,17 @@ fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence], stats: &Sta
     }
     let dim = model.dim();
     let result = model.embed_batch(&ids);
-    stats.inference_seconds.observe(started.elapsed().as_secs_f64());
+    let took = started.elapsed();
+    stats.inference_seconds.observe(took.as_secs_f64());
+    // Each request counts the batch once, however many of its inputs it held.
+    let mut counted: Vec<*const Job> = Vec::new();
+    for sequence in batch {
+        let job = Arc::as_ptr(&sequence.job);
+        if !counted.contains(&job) {
+            counted.push(job);
+            sequence.job.count_batch(started, took);
+        }
+    }
     match result {
         Ok(values) if values.len() == batch.len() * dim => {
             for (sequence, vector) in batch.iter().zip(values.chunks_exact(dim)) {
@@ -407,7 +441,8 @@ mod tests {
             lengths.iter().enumerate().map(|(i, &len)| sequence(len, i as u32 + 10)).collect(),
             Priority::Interactive,
         );
-        let values = reply.await.unwrap().unwrap();
+        let (values, timing) = reply.await.unwrap().unwrap();
+        assert!(timing.inference > Duration::ZERO || values.is_empty());
         let expected: Vec<f32> =
             lengths.iter().enumerate().flat_map(|(i, &len)| [len as f32, i as f32 + 10.0]).collect();
         assert_eq!(values, expected);
@@ -455,8 +490,8 @@ mod tests {
         drop(abandoned); // the caller goes away while its work waits
         let kept = batcher.submit(vec![sequence(2, 3)], Priority::Interactive);
         release.send(()).unwrap();
-        assert_eq!(blocker.await.unwrap().unwrap(), vec![1.0, 0.0]);
-        assert_eq!(kept.await.unwrap().unwrap(), vec![2.0, 3.0]);
+        assert_eq!(blocker.await.unwrap().unwrap().0, vec![1.0, 0.0]);
+        assert_eq!(kept.await.unwrap().unwrap().0, vec![2.0, 3.0]);
         assert_eq!(Stats::get(&stats.dropped_sequences), 2);
         assert_eq!(Stats::get(&stats.sequences), 2);
     }

@@ -53,6 +53,8 @@ pub struct Embeddings {
     pub token_counts: Vec<u32>,
     /// The model that made them.
     pub model_id: String,
+    /// Queue and model time, for the response's timing metadata.
+    pub timing: crate::batcher::BatchTiming,
 }
 
 /// Validation, admission and post-processing around the backend.
@@ -133,7 +135,13 @@ impl EmbeddingEngine {
         if options.normalize {
             l2_normalize_rows(&mut values, dim);
         }
-        Ok(Embeddings { dim, values, token_counts: raw.token_counts, model_id: backend.info().model_id.clone() })
+        Ok(Embeddings {
+            dim,
+            values,
+            token_counts: raw.token_counts,
+            model_id: backend.info().model_id.clone(),
+            timing: raw.timing,
+        })
     }
 
     /// Units to chunk `text` by and units per token (see `Backend::chunking_units`).

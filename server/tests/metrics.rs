@@ -28,8 +28,20 @@ async fn metrics_count_calls_batches_and_ingest() {
     let texts = sentences(8, 12);
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     for _ in 0..3 {
-        client.embed(embed_request(&refs)).await.unwrap();
+        let response = client.embed(embed_request(&refs)).await.unwrap();
+        // Each answer says where its time went.
+        let ms = |name: &str| -> f64 { response.metadata().get(name).unwrap().to_str().unwrap().parse().unwrap() };
+        assert!(ms("x-embedwire-inference-ms") > 0.0, "model time reported");
+        assert!(ms("x-embedwire-queue-ms") >= 0.0);
+        assert!(ms("x-embedwire-total-ms") >= ms("x-embedwire-inference-ms"), "the whole call includes its model time");
     }
+    let http_answer = reqwest::Client::new()
+        .post(format!("{}/v1/embeddings", server.address))
+        .json(&serde_json::json!({"input": "timed"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(http_answer.headers().contains_key("x-embedwire-inference-ms"), "HTTP answers carry the timing too");
     let bad = client.embed(embed_request(&["fine", ""])).await.unwrap_err();
     assert_eq!(bad.code(), Code::InvalidArgument);
     let channel = tonic::transport::Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap();

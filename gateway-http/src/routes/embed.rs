@@ -9,7 +9,7 @@ use embedwire_proto::v1::{EmbedRequest, EmbeddingDtype};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::encoding::{FloatRows, binary_response, json_response, wants_binary};
+use crate::encoding::{FloatRows, binary_response, json_response, wants_binary, with_timing};
 use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::state::AppState;
@@ -40,14 +40,17 @@ pub async fn embed<U: Upstream>(
     JsonBody(body): JsonBody<EmbedBody>,
 ) -> Result<Response, ApiError> {
     let request = EmbedRequest { inputs: body.texts, dtype: EmbeddingDtype::Float32.into(), ..EmbedRequest::default() };
-    let reply =
+    let answer =
         state.upstream.embed(request).await.map_err(|status| ApiError::from(status).renamed("inputs", "texts"))?;
+    let metadata = answer.metadata().clone();
+    let reply = answer.into_inner();
     if wants_binary(&headers) {
-        return Ok(binary_response(reply.embeddings, reply.count, reply.dim));
+        return Ok(with_timing(binary_response(reply.embeddings, reply.count, reply.dim), &metadata));
     }
     #[derive(Serialize)]
     struct Reply<'a> {
         embeddings: FloatRows<'a>,
     }
-    Ok(json_response(&Reply { embeddings: FloatRows { bytes: &reply.embeddings, dim: reply.dim as usize } }))
+    let body = Reply { embeddings: FloatRows { bytes: &reply.embeddings, dim: reply.dim as usize } };
+    Ok(with_timing(json_response(&body), &metadata))
 }

@@ -13,7 +13,7 @@ use embedwire_proto::v1::{EmbedRequest, EmbeddingDtype};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::encoding::{FloatRow, binary_response, json_response, row_bytes, wants_binary};
+use crate::encoding::{FloatRow, binary_response, json_response, row_bytes, wants_binary, with_timing};
 use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::state::AppState;
@@ -128,10 +128,12 @@ pub async fn embeddings<U: Upstream>(
         dtype: EmbeddingDtype::Float32.into(),
         ..EmbedRequest::default()
     };
-    let reply =
+    let answer =
         state.upstream.embed(request).await.map_err(|status| ApiError::from(status).renamed("inputs", "input"))?;
+    let metadata = answer.metadata().clone();
+    let reply = answer.into_inner();
     if wants_binary(&headers) {
-        return Ok(binary_response(reply.embeddings, reply.count, reply.dim));
+        return Ok(with_timing(binary_response(reply.embeddings, reply.count, reply.dim), &metadata));
     }
     let dim = reply.dim as usize;
     let data = (0..reply.count as usize)
@@ -151,7 +153,7 @@ pub async fn embeddings<U: Upstream>(
         model: reply.model.clone(),
         usage: UsageBody { prompt_tokens: usage.prompt_tokens, total_tokens: usage.total_tokens },
     };
-    Ok(json_response(&answer))
+    Ok(with_timing(json_response(&answer), &metadata))
 }
 
 /// `input` as texts: a string, or an array of strings.

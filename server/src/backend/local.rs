@@ -101,9 +101,9 @@ impl LocalBackend {
         check_truncation(&tokenized, truncate, self.info.max_input_tokens)?;
         let token_counts = token_counts(&tokenized);
         let reply = self.batcher.submit(tokenized.into_iter().map(|t| t.ids).collect(), priority);
-        let values =
+        let (values, timing) =
             reply.await.map_err(|_| Error::Unavailable("the model stopped (server shutting down)".into()))??;
-        Ok(RawEmbeddings { values, token_counts })
+        Ok(RawEmbeddings { values, token_counts, timing })
     }
 
     /// Byte offsets of the tokens of `text`, untruncated.

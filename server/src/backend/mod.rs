@@ -8,7 +8,7 @@
 pub mod local;
 pub mod remote;
 
-use crate::batcher::Priority;
+use crate::batcher::{BatchTiming, Priority};
 use crate::corpus::chunker::word_offsets;
 use crate::error::{Error, Result};
 use crate::model::pseudo::PseudoModel;
@@ -24,6 +24,8 @@ pub struct RawEmbeddings {
     pub values: Vec<f32>,
     /// Tokens of each input after truncation, special tokens included.
     pub token_counts: Vec<u32>,
+    /// Queue and model time (zero where there is no queue: pseudo, remote).
+    pub timing: BatchTiming,
 }
 
 /// A loaded backend.
@@ -58,7 +60,7 @@ impl Backend {
                 for (text, row) in texts.iter().zip(values.chunks_exact_mut(info.dim)) {
                     model.embed_one(text, row);
                 }
-                Ok(RawEmbeddings { values, token_counts: token_counts(&tokenized) })
+                Ok(RawEmbeddings { values, token_counts: token_counts(&tokenized), timing: BatchTiming::default() })
             }
             Backend::Remote(remote) => remote.embed(texts, truncate).await,
         }

@@ -11,6 +11,7 @@ use embedwire_proto::v1::{
 use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::batcher::BatchTiming;
 use crate::engine::EmbeddingEngine;
 use crate::error::{Error, Result};
 use crate::wire;
@@ -41,12 +42,18 @@ impl EmbedApi {
     }
 }
 
-/// Validates, embeds and encodes one request.
-async fn embed_one(engine: &EmbeddingEngine, request: EmbedRequest) -> Result<EmbedResponse> {
+/// Validates, embeds and encodes one request; also says where its time went.
+async fn embed_timed(engine: &EmbeddingEngine, request: EmbedRequest) -> Result<(EmbedResponse, BatchTiming)> {
     let dtype = wire::dtype_of(&request)?;
     let options = wire::embed_options(&request);
     let embeddings = engine.embed(request.inputs, options).await?;
-    Ok(wire::embed_response(embeddings, dtype))
+    let timing = embeddings.timing;
+    Ok((wire::embed_response(embeddings, dtype), timing))
+}
+
+/// [`embed_timed`] without the timing (stream answers have no per-message metadata).
+async fn embed_one(engine: &EmbeddingEngine, request: EmbedRequest) -> Result<EmbedResponse> {
+    Ok(embed_timed(engine, request).await?.0)
 }
 
 /// Answers one stream message; its failure is reported in-band, tagged with its id.
@@ -73,7 +80,11 @@ type ResponseStream = Pin<Box<dyn Stream<Item = Result<EmbedStreamResponse, Stat
 #[tonic::async_trait]
 impl EmbedService for EmbedApi {
     async fn embed(&self, request: Request<EmbedRequest>) -> Result<Response<EmbedResponse>, Status> {
-        Ok(Response::new(embed_one(&self.engine, request.into_inner()).await?))
+        let started = std::time::Instant::now();
+        let (reply, timing) = embed_timed(&self.engine, request.into_inner()).await?;
+        let mut response = Response::new(reply);
+        wire::add_timing_metadata(response.metadata_mut(), timing, started.elapsed());
+        Ok(response)
     }
 
     type EmbedStreamStream = ResponseStream;

@@ -104,7 +104,7 @@ pub fn embed_response(embeddings: Embeddings, dtype: EmbeddingDtype) -> EmbedRes
 pub fn raw_embeddings_from_wire(response: EmbedResponse, count: usize, dim: usize) -> Result<RawEmbeddings> {
     let values = vectors::decode_rows(&response.embeddings, &[], &[], count, dim, EmbeddingDtype::Float32)
         .map_err(|e| Error::Upstream(e.to_string()))?;
-    Ok(RawEmbeddings { values, token_counts: response.token_counts })
+    Ok(RawEmbeddings { values, token_counts: response.token_counts, timing: Default::default() })
 }
 
 /// One tokenization on the wire.
@@ -166,4 +166,25 @@ pub fn model_info_from_wire(info: InfoResponse) -> Result<ModelInfo> {
 
 fn saturate(value: usize) -> u32 {
     u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+/// Response metadata saying where an Embed call's time went, in milliseconds (as TEI's
+/// `x-queue-time` / `x-inference-time` headers do): `x-embedwire-queue-ms` (waiting
+/// for the first batch), `x-embedwire-inference-ms` (model time of its batches) and
+/// `x-embedwire-total-ms` (the whole call inside the server).
+pub fn add_timing_metadata(
+    metadata: &mut tonic::metadata::MetadataMap,
+    timing: crate::batcher::BatchTiming,
+    total: std::time::Duration,
+) {
+    let entries = [
+        ("x-embedwire-queue-ms", timing.queue),
+        ("x-embedwire-inference-ms", timing.inference),
+        ("x-embedwire-total-ms", total),
+    ];
+    for (name, duration) in entries {
+        if let Ok(value) = format!("{:.3}", duration.as_secs_f64() * 1e3).parse() {
+            metadata.insert(name, value);
+        }
+    }
 }
