@@ -59,16 +59,16 @@ pub struct BenchConfig {
     #[arg(long, env = "GATEWAY_BENCH_SWEEP", value_delimiter = ',')]
     pub sweep: Option<Vec<usize>>,
 
-    /// Seconds of the headline run [default: 15, --quick: 1].
+    /// Seconds of the headline run [default: 10, --quick: 1].
     #[arg(long, env = "GATEWAY_BENCH_RUN_SECS")]
     pub run_secs: Option<f64>,
 
-    /// Seconds of each sweep step [default: 4, --quick: 0.5].
+    /// Seconds of each sweep step [default: 3, --quick: 0.5].
     #[arg(long, env = "GATEWAY_BENCH_SWEEP_SECS")]
     pub sweep_secs: Option<f64>,
 
     /// Seconds of each side of the HTTP-against-gRPC search comparison, split in
-    /// alternating rounds [default: 12, --quick: 1].
+    /// alternating rounds [default: 9, --quick: 1].
     #[arg(long, env = "GATEWAY_BENCH_COMPARE_SECS")]
     pub compare_secs: Option<f64>,
 
@@ -158,9 +158,9 @@ impl BenchConfig {
         Plan {
             documents: self.documents.unwrap_or(if self.quick { 300 } else { 10_000 }),
             sweep: self.sweep.clone().unwrap_or_else(|| if self.quick { vec![1, 16] } else { vec![1, 4, 16, 64] }),
-            run_time: pick(self.run_secs, 15.0, 1.0),
-            sweep_time: pick(self.sweep_secs, 4.0, 0.5),
-            compare_time: pick(self.compare_secs, 12.0, 1.0),
+            run_time: pick(self.run_secs, 10.0, 1.0),
+            sweep_time: pick(self.sweep_secs, 3.0, 0.5),
+            compare_time: pick(self.compare_secs, 9.0, 1.0),
             compare_warmup: pick(None, 1.0, 0.2),
         }
     }

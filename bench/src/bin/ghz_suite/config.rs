@@ -52,7 +52,7 @@ pub struct SuiteConfig {
     pub configs: Vec<String>,
 
     /// Seconds each ghz run sends calls; calls in flight at the end are waited for
-    /// [default: 3, --quick: 0.3].
+    /// [default: 2, --quick: 0.3].
     #[arg(long, env = "GHZ_SUITE_RUN_SECS")]
     pub run_secs: Option<f64>,
 
@@ -125,7 +125,7 @@ impl SuiteConfig {
         let quick = self.quick;
         Plan {
             concurrency: self.concurrency.clone().unwrap_or_else(|| if quick { vec![1, 16] } else { vec![1, 16, 64] }),
-            run_time: Duration::from_secs_f64(self.run_secs.unwrap_or(if quick { 0.3 } else { 3.0 })),
+            run_time: Duration::from_secs_f64(self.run_secs.unwrap_or(if quick { 0.3 } else { 2.0 })),
             search_documents: self.search_documents.unwrap_or(if quick { 100 } else { 2000 }),
             warmup: Duration::from_secs_f64(if quick { 0.2 } else { 1.0 }),
             duration_stop: if quick { "close" } else { "wait" },

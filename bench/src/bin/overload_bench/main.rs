@@ -3,14 +3,16 @@
 //! issue's overload targets:
 //!
 //! 1. the maximum: 64 closed-loop clients, one text (a docstring sentence) per
-//!    Embed call, for 10 s, on a server with default flags: answered calls/s;
+//!    Embed call, for 10 s, on a reference server with default flags: answered
+//!    calls/s;
 //! 2. the unloaded p99: on the same server, Embed offered open loop at 50% of
 //!    that maximum for 10 s; the p99 of the answered calls (the definition is
 //!    printed with the figures);
 //! 3. the overload: for each admission limit (--max-in-flight-inputs: the
-//!    server's default, 256, 128, 64, 32, 16), a fresh server offered 3 x the maximum,
-//!    open loop, for 20 s: calls leave on schedule whatever the answers, so a
-//!    queue in the server shows up as latency. Rejections (RESOURCE_EXHAUSTED)
+//!    server's default, 256, 128, 64, 32, 16), steps 1 and 2 again on the
+//!    reference server, then a fresh server with that limit offered 3 x the
+//!    maximum just measured, open loop, for 20 s: calls leave on schedule
+//!    whatever the answers, so a queue in the server shows up as latency. Rejections (RESOURCE_EXHAUSTED)
 //!    and accepted calls are timed apart; targets: rejection p99 <= 5 ms,
 //!    accepted p99 <= 2 x the unloaded p99. Goodput is answered calls/s over the
 //!    run, the queue's drain included.
@@ -68,61 +70,43 @@ fn main() -> anyhow::Result<()> {
         plan.overload_time.as_secs_f64(),
         config.server_args.join(" ")
     );
+    println!("{} at the start", load_average());
     let docstrings = corpus::docstrings(&python, &config.cache_dir, false)?;
     let texts: Arc<[String]> = corpus::select(&docstrings, 0, 0, TEXTS)?.queries.into();
     drop(docstrings);
 
     let runtime = tokio::runtime::Runtime::new()?;
-    let (baseline, runs) = runtime.block_on(measure(&config, &plan, &server_bin, texts))?;
-    let rows = report::rows(&baseline, &runs);
+    let runs = runtime.block_on(measure(&config, &plan, &server_bin, texts))?;
+    let rows = report::rows(&runs);
     println!();
-    println!("{}", baseline.definition());
+    println!("{}", report::definition(config.unloaded_fraction));
     print!("{}", targets::table(&rows));
-    let passing: Vec<usize> = runs.iter().filter(|run| run.passes(&baseline)).map(|run| run.limit).collect();
+    let passing: Vec<usize> = runs.iter().filter(|run| run.passes()).map(|run| run.limit).collect();
     println!("limits meeting both overload targets: {passing:?}");
-    let paths = report::write_csv(&config.results_dir, &rows, &report::runs_csv(&baseline, &runs))?;
+    let paths = report::write_csv(&config.results_dir, &rows, &report::runs_csv(&runs))?;
     for path in paths {
         println!("wrote {}", path.display());
     }
-    println!("run time {:.1} s", started.elapsed().as_secs_f64());
+    println!("run time {:.1} s; {}", started.elapsed().as_secs_f64(), load_average());
     Ok(())
 }
 
-/// The baseline on a default server, then one overload run per limit.
+/// For each limit: the baseline, measured again on the server with default flags
+/// (kept running for this), then the overload on a fresh server with the limit.
+/// Measuring the baseline right before each overload keeps "3 x the maximum" and
+/// "the unloaded p99" true to the machine of the moment, which other work on a
+/// shared machine changes from minute to minute.
 async fn measure(
     config: &BenchConfig,
     plan: &Plan,
     server_bin: &std::path::Path,
     texts: Arc<[String]>,
-) -> anyhow::Result<(Baseline, Vec<LimitRun>)> {
+) -> anyhow::Result<Vec<LimitRun>> {
     let command = ServerCommand::new(server_bin.to_path_buf(), Vec::new(), &config.server_args);
-    let (server, channels) = start_warm(&command, config, plan, &texts, plan.default_limit).await?;
-    let cpu = CpuWindow::start(server.pid)?;
-    let max = load::run(&channels, config.max_clients, texts.clone(), Rpc::Embed, Stop::After(plan.max_time)).await?;
-    println!(
-        "max: {:.0} Embed calls/s ({} clients, closed loop; p50 {:.1} ms, p99 {:.1} ms)\n  cpu: {}",
-        max.rate(),
-        config.max_clients,
-        ms(max.latency.p50),
-        ms(max.latency.p99),
-        cpu.finish()?
-    );
-    let call = Arc::new(EmbedOne::new(&channels, texts.clone()));
-    let cpu = CpuWindow::start(server.pid)?;
-    let unloaded = runs::run(call, max.rate() * config.unloaded_fraction, plan.unloaded_time).await?;
-    print_run("unloaded", &unloaded, &cpu.finish()?);
-    server.stop().await?;
-    let baseline = Baseline {
-        max_rate: max.rate(),
-        max_latency: max.latency,
-        max_clients: config.max_clients,
-        unloaded,
-        unloaded_fraction: config.unloaded_fraction,
-        limit: plan.default_limit,
-    };
-
+    let (reference, reference_channels) = start_warm(&command, config, plan, &texts, plan.default_limit).await?;
     let mut runs = Vec::new();
     for &limit in &plan.limits {
+        let baseline = measure_baseline(config, plan, &reference, &reference_channels, &texts).await?;
         let per_request = limit.min(plan.default_inputs_per_request);
         let defaults: Vec<(&str, OsString)> = vec![
             ("--max-in-flight-inputs", limit.to_string().into()),
@@ -133,11 +117,40 @@ async fn measure(
         let call = Arc::new(EmbedOne::new(&channels, texts.clone()));
         let cpu = CpuWindow::start(server.pid)?;
         let run = runs::run(call, baseline.max_rate * config.factor, plan.overload_time).await?;
-        print_run(&format!("overload, limit {limit}"), &run, &cpu.finish()?);
+        let cpu = cpu.finish()?;
+        print_run(&format!("overload, limit {limit}"), &run, &cpu);
         server.stop().await?;
-        runs.push(LimitRun { limit, default: limit == plan.default_limit, run });
+        let default = limit == plan.default_limit;
+        runs.push(LimitRun { limit, default, baseline, run, server_cores: cpu.server_cores });
     }
-    Ok((baseline, runs))
+    reference.stop().await?;
+    Ok(runs)
+}
+
+/// The maximum (closed loop) and the unloaded latency (open loop at a fraction of
+/// it) on the reference server.
+async fn measure_baseline(
+    config: &BenchConfig,
+    plan: &Plan,
+    server: &ServerProcess,
+    channels: &[Channel],
+    texts: &Arc<[String]>,
+) -> anyhow::Result<Baseline> {
+    let cpu = CpuWindow::start(server.pid)?;
+    let max = load::run(channels, config.max_clients, texts.clone(), Rpc::Embed, Stop::After(plan.max_time)).await?;
+    println!(
+        "max: {:.0} Embed calls/s ({} clients, closed loop; p50 {:.1} ms, p99 {:.1} ms)\n  cpu: {}",
+        max.rate(),
+        config.max_clients,
+        ms(max.latency.p50),
+        ms(max.latency.p99),
+        cpu.finish()?
+    );
+    let call = Arc::new(EmbedOne::new(channels, texts.clone()));
+    let cpu = CpuWindow::start(server.pid)?;
+    let unloaded = runs::run(call, max.rate() * config.unloaded_fraction, plan.unloaded_time).await?;
+    print_run("unloaded", &unloaded, &cpu.finish()?);
+    Ok(Baseline { max_rate: max.rate(), max_latency: max.latency, max_clients: config.max_clients, unloaded })
 }
 
 /// A fresh server, its connections, and a few untimed calls so first-batch
@@ -183,4 +196,11 @@ fn print_run(what: &str, run: &OpenRun, cpu: &CpuUse) {
     if let Some(error) = &run.first_error {
         println!("  first error: {error}");
     }
+}
+
+/// The machine's load averages, printed at the start and the end: the machine is
+/// shared, and other work running meanwhile is part of what the figures mean.
+fn load_average() -> String {
+    let loads = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    format!("load average {}", loads.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
 }

@@ -1,6 +1,6 @@
 //! The overload's figures: the rows of the final table (judged against the
 //! issue's targets, for every admission limit tried), the summary CSV and a CSV
-//! with one line per run.
+//! with one line per limit.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -16,7 +16,8 @@ const MAX_REJECTION_P99_MS: f64 = 5.0;
 /// Most accepted p99 under overload, as a multiple of the unloaded p99.
 const MAX_ACCEPTED_P99_RATIO: f64 = 2.0;
 
-/// The reference figures every overload run is compared with.
+/// The reference figures an overload run is compared with, measured just before
+/// it on a server with default flags.
 #[derive(Debug, Clone)]
 pub struct Baseline {
     /// Embed calls/s at saturation, closed loop.
@@ -24,33 +25,32 @@ pub struct Baseline {
     /// Its latency (closed loop: for context only).
     pub max_latency: LatencySummary,
     pub max_clients: usize,
-    /// The open-loop run at `unloaded_fraction` of the maximum.
+    /// The open-loop run at a fraction of the maximum.
     pub unloaded: OpenRun,
-    pub unloaded_fraction: f64,
-    /// --max-in-flight-inputs of the baseline's server (its default).
-    pub limit: usize,
 }
 
-impl Baseline {
-    /// The definition printed with the unloaded p99.
-    pub fn definition(&self) -> String {
-        format!(
-            "unloaded p99 = p99 latency of answered Embed calls (one text each) offered open loop at {:.0}% of the \
-             measured maximum ({:.0} calls/s), on a server with default flags",
-            self.unloaded_fraction * 100.0,
-            self.max_rate * self.unloaded_fraction
-        )
-    }
+/// The definition printed with the figures.
+pub fn definition(unloaded_fraction: f64) -> String {
+    format!(
+        "unloaded p99 = p99 latency of answered Embed calls (one text each) offered open loop at {:.0}% of the \
+         maximum (closed loop, measured just before), on a server with default flags; measured again before each \
+         limit's overload run",
+        unloaded_fraction * 100.0
+    )
 }
 
-/// One overload run under one admission limit.
+/// One overload run under one admission limit, with its baseline.
 #[derive(Debug, Clone)]
 pub struct LimitRun {
     /// --max-in-flight-inputs of the server.
     pub limit: usize,
     /// Whether it is the server's default.
     pub default: bool,
+    pub baseline: Baseline,
     pub run: OpenRun,
+    /// Cores the overloaded server used (2 is all of a 2-core machine; less means
+    /// other work took the rest).
+    pub server_cores: f64,
 }
 
 impl LimitRun {
@@ -63,53 +63,58 @@ impl LimitRun {
         if self.run.rejections.count == 0 { f64::INFINITY } else { ms(self.run.rejections.p99) }
     }
 
+    fn unloaded_p99_ms(&self) -> f64 {
+        ms(self.baseline.unloaded.accepted.p99)
+    }
+
     /// Whether both targets are met.
-    pub fn passes(&self, baseline: &Baseline) -> bool {
+    pub fn passes(&self) -> bool {
         self.rejection_p99_ms() <= MAX_REJECTION_P99_MS
-            && ms(self.run.accepted.p99) <= MAX_ACCEPTED_P99_RATIO * ms(baseline.unloaded.accepted.p99)
+            && ms(self.run.accepted.p99) <= MAX_ACCEPTED_P99_RATIO * self.unloaded_p99_ms()
     }
 }
 
-/// The rows of the table.
-pub fn rows(baseline: &Baseline, runs: &[LimitRun]) -> Vec<Row> {
-    let unloaded_p99 = ms(baseline.unloaded.accepted.p99);
-    let mut rows = vec![
-        Row::info(
-            format!("max Embed throughput (1 text/call, closed loop, {} clients)", baseline.max_clients),
+/// The rows of the table: per limit, its baseline, the overload and the targets.
+pub fn rows(runs: &[LimitRun]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for limit in runs {
+        let (label, run, baseline) = (limit.label(), &limit.run, &limit.baseline);
+        let unloaded_p99 = limit.unloaded_p99_ms();
+        rows.push(Row::info(
+            format!("max Embed throughput, before {label}"),
             baseline.max_rate,
             "calls/s",
             format!(
-                "{:.0} calls/s (p50 {:.1} / p99 {:.1} ms)",
+                "{:.0} calls/s (1 text/call, {} clients closed loop: p50 {:.1} / p99 {:.1} ms)",
                 baseline.max_rate,
+                baseline.max_clients,
                 ms(baseline.max_latency.p50),
                 ms(baseline.max_latency.p99)
             ),
-        ),
-        Row::info(
-            format!("unloaded p99 (open loop, {:.0}% of max)", baseline.unloaded_fraction * 100.0),
+        ));
+        rows.push(Row::info(
+            format!("unloaded p99, before {label}"),
             unloaded_p99,
             "ms",
             format!(
-                "{unloaded_p99:.2} ms (p50 {:.2} ms; {} calls, {} rejected, {} errors)",
+                "{unloaded_p99:.2} ms (p50 {:.2} ms at {:.0} calls/s; {} rejected, {} errors)",
                 ms(baseline.unloaded.accepted.p50),
-                baseline.unloaded.accepted.count,
+                baseline.unloaded.offered,
                 baseline.unloaded.rejected,
                 baseline.unloaded.failed
             ),
-        ),
-    ];
-    for limit in runs {
-        let (label, run) = (limit.label(), &limit.run);
+        ));
         rows.push(Row::info(
             format!("offered, {label}"),
             run.offered,
             "calls/s",
             format!(
-                "{:.0} calls/s ({:.1}x max), {} sent, generator lag p99 {:.1} ms",
+                "{:.0} calls/s ({:.1}x max), {} sent, generator lag p99 {:.1} ms, server {:.2} cores",
                 run.offered,
                 run.offered / baseline.max_rate,
                 run.sent,
-                ms(run.lag.p99)
+                ms(run.lag.p99),
+                limit.server_cores
             ),
         ));
         rows.push(Row::info(
@@ -158,17 +163,23 @@ pub fn rows(baseline: &Baseline, runs: &[LimitRun]) -> Vec<Row> {
     rows
 }
 
-/// One line per open-loop run: the unloaded one, then each limit's overload.
-pub fn runs_csv(baseline: &Baseline, runs: &[LimitRun]) -> String {
+/// One line per limit: its baseline, then its overload run.
+pub fn runs_csv(runs: &[LimitRun]) -> String {
     let mut out = String::from(
-        "phase,limit,default,offered_per_s,sent,accepted,rejected,errors,rejected_p50_ms,rejected_p99_ms,\
-         accepted_p50_ms,accepted_p99_ms,goodput_per_s,lag_p99_ms,held_back\n",
+        "limit,default,max_per_s,unloaded_p50_ms,unloaded_p99_ms,offered_per_s,sent,accepted,rejected,errors,\
+         rejected_p50_ms,rejected_p99_ms,accepted_p50_ms,accepted_p99_ms,goodput_per_s,lag_p99_ms,held_back,\
+         server_cores\n",
     );
-    let mut line = |phase: &str, limit: String, default: bool, run: &OpenRun| {
+    for limit in runs {
+        let (run, baseline) = (&limit.run, &limit.baseline);
         let _ = writeln!(
             out,
-            "{phase},{limit},{},{:.1},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.1},{:.3},{}",
-            u8::from(default),
+            "{},{},{:.1},{:.3},{:.3},{:.1},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.1},{:.3},{},{:.2}",
+            limit.limit,
+            u8::from(limit.default),
+            baseline.max_rate,
+            ms(baseline.unloaded.accepted.p50),
+            ms(baseline.unloaded.accepted.p99),
             run.offered,
             run.sent,
             run.accepted.count,
@@ -180,12 +191,9 @@ pub fn runs_csv(baseline: &Baseline, runs: &[LimitRun]) -> String {
             ms(run.accepted.p99),
             run.goodput(),
             ms(run.lag.p99),
-            run.held_back
+            run.held_back,
+            limit.server_cores
         );
-    };
-    line("unloaded", baseline.limit.to_string(), true, &baseline.unloaded);
-    for limit in runs {
-        line("overload", limit.limit.to_string(), limit.default, &limit.run);
     }
     out
 }

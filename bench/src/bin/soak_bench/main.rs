@@ -90,6 +90,7 @@ fn main() -> anyhow::Result<()> {
         config.mix,
         command.args.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
     );
+    println!("{} at the start", load_average());
     let docstrings = corpus::docstrings(&python, &config.cache_dir, false)?;
     let corpus = corpus::select(&docstrings, plan.documents, plan.ingest_texts, QUERIES)?;
     drop(docstrings);
@@ -106,7 +107,7 @@ fn main() -> anyhow::Result<()> {
     for path in paths {
         println!("wrote {}", path.display());
     }
-    println!("run time {:.1} s", started.elapsed().as_secs_f64());
+    println!("run time {:.1} s; {}", started.elapsed().as_secs_f64(), load_average());
     Ok(())
 }
 
@@ -298,4 +299,11 @@ async fn check_ingest(
         drained_secs.map_or("not drained in time".into(), |s| format!("drained in {s:.1} s"))
     );
     Ok(check)
+}
+
+/// The machine's load averages, printed at the start and the end: the machine is
+/// shared, and other work running meanwhile is part of what the figures mean.
+fn load_average() -> String {
+    let loads = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    format!("load average {}", loads.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
 }
