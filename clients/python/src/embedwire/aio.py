@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _health, _wire
 from ._bulk import RowAssembler, batch_bounds
-from ._config import DEFAULT_TIMEOUT, build_config
+from ._config import DEFAULT_TIMEOUT, ClientConfig, build_config
 from ._endpoints import Endpoint, RoundRobin, make_endpoints
 from .errors import EmbedwireError, UnavailableError, from_rpc_error, status_of
 from .retry import RetryPolicy, is_retryable
@@ -75,10 +75,23 @@ class AsyncClient:
             retry=retry,
             channel_options_=channel_options,
         )
+        self._open(self._config)
+
+    @classmethod
+    def _from_config(cls, config: ClientConfig) -> "AsyncClient":
+        """An AsyncClient with an already checked configuration (the blocking client
+        builds one on its private event loop to run ``embed_many``)."""
+        client = cls.__new__(cls)
+        client._config = config
+        client._open(config)
+        return client
+
+    def _open(self, config: ClientConfig) -> None:
+        """Opens the channels (inside the running event loop, which grpc.aio binds)."""
         self._endpoints: list[Endpoint[grpc.aio.Channel]] = make_endpoints(
-            self._config.addresses,
-            root_certificates=self._config.root_certificates,
-            options=self._config.options,
+            config.addresses,
+            root_certificates=config.root_certificates,
+            options=config.options,
             aio=True,
         )
         self._round_robin = RoundRobin(len(self._endpoints))

@@ -2,19 +2,20 @@
 
 Every unary call goes through :meth:`Client._call`, which picks the next address (round
 robin), fails over to the other addresses on UNAVAILABLE and backs off on
-RESOURCE_EXHAUSTED, all within the call's deadline. ``embed_many`` runs its batches on
-gRPC futures from the calling thread: the calls overlap inside gRPC's C core while
-Python only builds requests and copies answers into place.
+RESOURCE_EXHAUSTED, all within the call's deadline. ``embed_many`` with several batches in
+flight runs :class:`AsyncClient`'s implementation on a private event loop thread that
+the client starts at the first such call (``_loop``): one bulk path for both clients
+(order, retries, errors), and grpc.aio's per-call cost rather than that of sync gRPC
+futures, whose completion callbacks hop between gRPC's threads and the caller's.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import queue
+import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import grpc
 import numpy as np
@@ -22,7 +23,9 @@ import numpy as np
 from . import _health, _wire
 from ._bulk import RowAssembler, batch_bounds
 from ._config import DEFAULT_TIMEOUT, build_config
+from ._loop import BackgroundLoop
 from ._endpoints import Endpoint, RoundRobin, make_endpoints
+from .aio import AsyncClient
 from .errors import EmbedwireError, UnavailableError, from_rpc_error, status_of
 from .retry import RetryPolicy, is_retryable
 from .types import (
@@ -96,6 +99,10 @@ class Client:
             aio=False,
         )
         self._round_robin = RoundRobin(len(self._endpoints))
+        # The private event loop and the grpc.aio twin of this client that run
+        # embed_many's concurrent batches; started by the first such call.
+        self._background: tuple[BackgroundLoop, AsyncClient] | None = None
+        self._background_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -103,6 +110,11 @@ class Client:
         """Closes every channel; calls in flight are cancelled."""
         for endpoint in self._endpoints:
             endpoint.channel.close()
+        with self._background_lock:
+            background, self._background = self._background, None
+        if background is not None:
+            loop, twin = background
+            loop.close(twin.close)
 
     def __enter__(self) -> "Client":
         return self
@@ -147,6 +159,25 @@ class Client:
                 log.info("retrying %s after %s (attempt %d, pause %.3fs)", method, error, attempt, pause)
                 if pause:
                     time.sleep(pause)
+
+    def _async_twin(self) -> tuple[BackgroundLoop, AsyncClient]:
+        """The private event loop and an AsyncClient on it with this client's
+        configuration (same addresses, credentials, metadata, retry policy, channel
+        options), created at the first call."""
+        with self._background_lock:
+            if self._background is None:
+                loop = BackgroundLoop()
+                config = self._config
+
+                async def open_twin() -> AsyncClient:
+                    return AsyncClient._from_config(config)
+
+                try:
+                    self._background = (loop, loop.call(open_twin))
+                except BaseException:
+                    loop.close()
+                    raise
+            return self._background
 
     def _stream_endpoint(self) -> Endpoint[grpc.Channel]:
         return self._endpoints[self._round_robin.next_start()]
@@ -222,8 +253,8 @@ class Client:
             max_concurrent_requests: calls in flight at once.
             normalize, dimensions, truncate, dtype: as for :meth:`embed` (not int8,
                 whose per-row scales would be lost).
-            timeout: deadline of each batch call (a batch sent again after a
-                retryable failure gets a new one).
+            timeout: deadline of each batch, its retries included (as for one
+                :meth:`embed` call).
 
         Returns:
             A new, writable (len(texts), dim) array.
@@ -240,76 +271,29 @@ class Client:
         if not items:
             return _wire.empty_vectors(dtype, dimensions or self.info().dim)
         call_timeout = self._timeout(timeout)
-        rows = RowAssembler(len(items))
-
         bounds = list(batch_bounds(len(items), batch_size))
-
-        def request(start: int, stop: int) -> embed_pb2.EmbedRequest:
-            return _wire.embed_request(
+        if len(bounds) > 1 and max_concurrent_requests > 1:
+            loop, twin = self._async_twin()
+            return loop.run(
+                twin.embed_many(
+                    items,
+                    batch_size=batch_size,
+                    max_concurrent_requests=max_concurrent_requests,
+                    normalize=normalize,
+                    dimensions=dimensions,
+                    truncate=truncate,
+                    dtype=dtype,
+                    timeout=call_timeout,
+                )
+            )
+        # One call at a time: plain blocking calls, no event loop to start.
+        rows = RowAssembler(len(items))
+        for start, stop in bounds:
+            request = _wire.embed_request(
                 items[start:stop], normalize=normalize, truncate=truncate, dimensions=dimensions, dtype=dtype
             )
-
-        if len(bounds) == 1 or max_concurrent_requests == 1:
-            for start, stop in bounds:
-                rows.put(start, stop, _wire.decode_vectors(self._call("Embed", request(start, stop), call_timeout)))
-        else:
-            self._embed_pipelined(bounds, request, rows, max_concurrent_requests, call_timeout)
+            rows.put(start, stop, _wire.decode_vectors(self._call("Embed", request, call_timeout)))
         return rows.result()
-
-    def _embed_pipelined(
-        self,
-        bounds: list[tuple[int, int]],
-        request: Callable[[int, int], embed_pb2.EmbedRequest],
-        rows: RowAssembler,
-        window: int,
-        timeout: float | None,
-    ) -> None:
-        """Keeps ``window`` Embed calls in flight with gRPC futures, no threads of our own.
-
-        gRPC's completion callback only queues the finished call; this thread decodes
-        it into its rows and sends the next batch. (A thread per call measured ~25%
-        more client CPU: GIL hand-offs and per-thread malloc arenas.) A batch whose
-        call failed with a retryable code is sent again through ``_call``, blocking
-        the pipeline while it backs off: the right reaction to an overloaded server.
-        """
-        finished: queue.SimpleQueue[tuple[int, int, embed_pb2.EmbedRequest, Endpoint[grpc.Channel], Any]]
-        finished = queue.SimpleQueue()
-        in_flight: set[Any] = set()
-        todo = iter(bounds)
-
-        def send(start: int, stop: int) -> None:
-            endpoint = self._endpoints[self._round_robin.next_start()]
-            message = request(start, stop)
-            future = endpoint.methods["Embed"].future(message, timeout=timeout, metadata=self._config.metadata)
-            in_flight.add(future)
-            future.add_done_callback(lambda f: finished.put((start, stop, message, endpoint, f)))
-
-        try:
-            for start, stop in itertools.islice(todo, window):
-                send(start, stop)
-            while in_flight:
-                start, stop, message, endpoint, future = finished.get()
-                in_flight.discard(future)
-                try:
-                    response = future.result()
-                except grpc.RpcError as err:
-                    code, _ = status_of(err)
-                    error = from_rpc_error(err, method="Embed", address=endpoint.address.text)
-                    if not is_retryable(code, idempotent=True) or self._config.retry.max_attempts == 1:
-                        raise error from err
-                    # UNAVAILABLE: _call starts at another address at once. Overload:
-                    # give the server a moment before the first retry.
-                    pause = 0.0 if code == grpc.StatusCode.UNAVAILABLE else self._config.retry.pause(1)
-                    log.info("retrying Embed after %s (pause %.3fs)", error, pause)
-                    time.sleep(pause)
-                    response = self._call("Embed", message, timeout)
-                rows.put(start, stop, _wire.decode_vectors(response))
-                following = next(todo, None)
-                if following is not None:
-                    send(*following)
-        finally:
-            for future in list(in_flight):
-                future.cancel()
 
     def tokenize(
         self, texts: Sequence[str], *, truncate: bool | None = None, timeout: float | None = _UNSET
