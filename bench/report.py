@@ -163,8 +163,10 @@ def why_missed(rep, source, figure):
             cpu = (f"server CPU during the run: embedwire {num(e['server_cores']):.2f} cores, baseline "
                    f"{num(b['server_cores']):.2f} cores; ")
         if "RSS" in figure:
-            return (cpu + "embedwire's RSS is mostly ONNX Runtime (model weights, its arena of activation "
-                    "buffers kept between batches) and the index; see the RSS-over-time plot. " + load("gateway-bench"))
+            return (cpu + rss_story(rep, "embedwire") + " " + rss_story(rep, "baseline") + " The step early in "
+                    "the ingest is ONNX Runtime's memory arena growing to the size of the bulk batches (both "
+                    "gateways run ONNX Runtime with its arena on); the growth after it is the documents. "
+                    + load("gateway-bench"))
         return cpu + load("gateway-bench")
     if source == "gateway-bench" and "gRPC" in figure:
         return ("both sides run the same model on the same index; the difference is the HTTP/1.1 + JSON "
@@ -176,10 +178,35 @@ def why_missed(rep, source, figure):
             return (f"server {num(g['server_cores']):.2f} / bench {num(g['bench_cores']):.2f} cores under gRPC, "
                     f"{num(j['server_cores']):.2f} / {num(j['bench_cores']):.2f} under JSON; " + load("wire-bench"))
     if source == "embed-bench":
-        return load("embed-bench")
+        summary = {r["figure"]: r for r in read_csv(rep.path("embed_bench_summary.csv")) or []}
+        cpu = summary.get("throughput CPU server / bench")
+        ceiling = summary.get("in-process ceiling (best)")
+        text = ""
+        if cpu and ceiling:
+            text = (f"the ceiling ({num(ceiling['measured']):.0f}/s) and the server run are measured one after the "
+                    f"other, and the server got {num(cpu['measured']):.2f} of the 2 cores in its run; ")
+        return text + load("embed-bench") + " (other processes competing shift one side more than the other)"
     if source == "index-bench":
         return load("index-bench")
     return ""
+
+
+def rss_story(rep, target):
+    """How a gateway's RSS grew: when healthy, after ingest, at its peak."""
+    rss = read_csv(rep.path("gateway", f"rss_{target}.csv")) or []
+    if not rss:
+        return ""
+    first = num(rss[0]["rss_mib"])
+    ingest = [num(r["rss_mib"]) for r in rss if r["phase"] == "ingest"]
+    summary = {r["figure"]: r for r in read_csv(rep.path("gateway", "gateway_summary.csv")) or []}
+    docs = num(summary.get("setup documents", {}).get("measured"), 0)
+    peak = max(num(r["rss_mib"]) for r in rss)
+    text = f"{target}: {first:.0f} MiB when healthy"
+    if ingest:
+        early = ingest[min(len(ingest) - 1, max(1, len(ingest) // 20))]
+        text += (f", {early:.0f} MiB early in the ingest, {ingest[-1]:.0f} MiB after it "
+                 f"({(ingest[-1] - early) * 1024 / max(docs, 1):.1f} KiB per document after that)")
+    return text + f", peak {peak:.0f} MiB."
 
 
 def targets_section(rep):

@@ -56,7 +56,7 @@ pub struct SuiteConfig {
     #[arg(long, env = "GHZ_SUITE_RUN_SECS")]
     pub run_secs: Option<f64>,
 
-    /// Documents ingested before the Search runs [default: 2000, --quick: 100].
+    /// Documents ingested before the Search runs [default: 1000, --quick: 100].
     #[arg(long, env = "GHZ_SUITE_SEARCH_DOCUMENTS")]
     pub search_documents: Option<usize>,
 
@@ -126,7 +126,7 @@ impl SuiteConfig {
         Plan {
             concurrency: self.concurrency.clone().unwrap_or_else(|| if quick { vec![1, 16] } else { vec![1, 16, 64] }),
             run_time: Duration::from_secs_f64(self.run_secs.unwrap_or(if quick { 0.3 } else { 2.0 })),
-            search_documents: self.search_documents.unwrap_or(if quick { 100 } else { 2000 }),
+            search_documents: self.search_documents.unwrap_or(if quick { 100 } else { 1000 }),
             warmup: Duration::from_secs_f64(if quick { 0.2 } else { 1.0 }),
             duration_stop: if quick { "close" } else { "wait" },
         }

@@ -55,7 +55,7 @@ pub struct BenchConfig {
     #[arg(long, env = "WIRE_BENCH_VARIANTS", value_delimiter = ',')]
     pub variants: Vec<String>,
 
-    /// Seconds of load per variant, split over the rounds [default: 6, --quick: 0.4].
+    /// Seconds of load per variant, split over the rounds [default: 5, --quick: 0.4].
     #[arg(long, env = "WIRE_BENCH_RUN_SECS")]
     pub run_secs: Option<f64>,
 
@@ -65,7 +65,7 @@ pub struct BenchConfig {
     pub rounds: Option<usize>,
 
     /// Seconds of the one-client run per variant that measures server CPU per call
-    /// [default: 1.5, --quick: 0.2].
+    /// [default: 1, --quick: 0.2].
     #[arg(long, env = "WIRE_BENCH_PROBE_SECS")]
     pub probe_secs: Option<f64>,
 
@@ -141,9 +141,9 @@ impl BenchConfig {
             Duration::from_secs_f64(explicit.unwrap_or(if self.quick { quick } else { full }))
         };
         Plan {
-            run_time: pick(self.run_secs, 6.0, 0.4),
+            run_time: pick(self.run_secs, 5.0, 0.4),
             rounds: self.rounds.unwrap_or(if self.quick { 1 } else { 2 }),
-            probe_time: pick(self.probe_secs, 1.5, 0.2),
+            probe_time: pick(self.probe_secs, 1.0, 0.2),
             warmup: pick(None, 0.5, 0.1),
             micro_time: pick(None, 0.3, 0.05),
             python_secs: if self.quick { 0.05 } else { 0.3 },
