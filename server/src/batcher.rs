@@ -418,7 +418,16 @@ mod tests {
 
     #[test]
     fn split_respects_size_and_padded_token_budget() {
-        let job = Arc::new(Job { state: Mutex::new(JobState { values: vec![], remaining: 0, reply: None }) });
+        let job = Arc::new(Job {
+            state: Mutex::new(JobState {
+                values: vec![],
+                remaining: 0,
+                reply: None,
+                first_batch_started: None,
+                inference: Duration::ZERO,
+            }),
+            submitted: Instant::now(),
+        });
         let sorted: Vec<QueuedSequence> = [2, 2, 3, 3, 3, 10]
             .iter()
             .map(|&len| QueuedSequence { job: job.clone(), row: 0, ids: vec![1; len] })
