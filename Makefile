@@ -4,7 +4,7 @@ CACHE ?= $(or $(EMBEDWIRE_CACHE),$(HOME)/.cache/embedwire)
 BIN := $(CACHE)/bin
 ARGS ?=
 
-.PHONY: setup run test lint bench
+.PHONY: setup run test lint bench bench-long
 
 ## setup: install the model, ONNX Runtime and dev tools; build the workspace (release)
 setup:
@@ -25,8 +25,17 @@ test: setup lint
 	cargo test --release --workspace
 	$(CACHE)/venv/bin/python -m pytest clients/python/tests -q
 
-## bench: the benchmarks of bench/ (figures printed, CSV under bench/results)
+## bench: every benchmark of bench/run.sh (about 20 minutes: embed, wire, ghz, gateway
+## and index at 100k) with bench/results/REPORT.md and its plots, then the Rust vs
+## Python client bench
 bench: setup
-	./target/release/embed-bench
+	bash bench/run.sh
+	bash bench/client_bench.sh
+
+## bench-long: the benchmarks kept out of `make bench` for time: search-bench (~6 min),
+## overload-bench, soak-bench (10 min) and index-bench at 1M vectors (~20 min)
+bench-long: setup
 	./target/release/search-bench
-	./target/release/index-bench
+	./target/release/overload-bench
+	./target/release/soak-bench
+	./target/release/index-bench --sizes 1000000
