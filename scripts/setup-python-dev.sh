@@ -16,7 +16,8 @@ client_files=()
 if [ -f "$ROOT/clients/python/pyproject.toml" ]; then
   mapfile -t client_files < <(cd "$ROOT" && git ls-files clients/python/pyproject.toml 'proto/*.proto' 2>/dev/null || true)
 fi
-want="$( (cat "$DEV" "$PINS"; for f in "${client_files[@]}"; do cat "$ROOT/$f"; done) | sha256sum | cut -d' ' -f1)"
+# The checkout's path is part of the stamp: the editable install points into it.
+want="$( (echo "$ROOT"; cat "$DEV" "$PINS"; for f in "${client_files[@]}"; do cat "$ROOT/$f"; done) | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; then
   exit 0
 fi
