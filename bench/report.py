@@ -8,7 +8,7 @@ this script with the venv Python):
 - gateway/gateway_runs.csv, gateway/gateway_summary.csv, gateway/rss_*.csv
   (gateway-bench: embedwire against the Python baseline; HTTP against gRPC search);
 - ghz/ghz_summary.csv (ghz-suite);
-- index_bench.csv (index-bench);
+- index/index_bench.csv (index-bench at 100k);
 - run_info.csv (bench/run.sh: each step's time and the machine's load around it).
 
 A missing input leaves its section saying so; the report never invents a figure.
@@ -130,6 +130,12 @@ def header(rep, quick):
 # --------------------------------------------------------------------------- targets
 
 
+def index_rows(rep):
+    """index-bench's CSV of this run: run.sh keeps it in index/, apart from the
+    index_bench.csv of a separate 1M run."""
+    return read_csv(rep.path("index", "index_bench.csv")) or read_csv(rep.path("index_bench.csv"))
+
+
 def collect_targets(rep):
     """Every judged row of the programs' summary CSVs."""
     sources = [
@@ -142,7 +148,7 @@ def collect_targets(rep):
             if row.get("result") in ("PASS", "MISS"):
                 limit = f"{row['comparison']} {num(row['limit']):g}"
                 rep.targets.append([source, row["figure"], f"{num(row['measured']):.3g} {row['unit']}", limit, row["result"]])
-    for row in read_csv(rep.path("index_bench.csv")) or []:
+    for row in index_rows(rep) or []:
         if row.get("result") in ("PASS", "MISS"):
             rep.targets.append(
                 ["index-bench", f"{row['figure']} ({row['size']})", f"{num(row['value']):.4g} {row['unit']}", row["target"], row["result"]]
@@ -441,7 +447,7 @@ def ghz_section(rep):
 
 def index_section(rep):
     rep.add("## Vector index (index-bench)\n\n")
-    rows = read_csv(rep.path("index_bench.csv"))
+    rows = index_rows(rep)
     if not rows:
         rep.add("index-bench did not run.\n\n")
         return

@@ -86,10 +86,11 @@ step ghz-suite ghz -- \
     "$BIN/ghz-suite" $QUICK "${SERVER[@]}" --results-dir "$RESULTS/ghz"
 step gateway-bench gateway -- \
     "$BIN/gateway-bench" $QUICK "${SERVER[@]}" --results-dir "$RESULTS/gateway"
+# In index/, so that the index_bench.csv of a separate 1M run stays as it is.
 if [[ -n "$QUICK" ]]; then
-    step index-bench index_bench.csv -- "$BIN/index-bench" --quick --results-dir "$RESULTS"
+    step index-bench index -- "$BIN/index-bench" --quick --results-dir "$RESULTS/index"
 else
-    step index-bench index_bench.csv -- "$BIN/index-bench" --sizes 100000 --results-dir "$RESULTS"
+    step index-bench index -- "$BIN/index-bench" --sizes 100000 --results-dir "$RESULTS/index"
 fi
 
 echo "=== report"

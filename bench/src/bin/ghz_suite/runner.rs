@@ -1,7 +1,7 @@
 //! One ghz run: the checked-in config, with the host, concurrency (one connection
 //! per worker), duration and what happens to the calls in flight when it ends
-//! (`--duration-stop`) added on the command line. ghz's JSON report is kept without its per-call
-//! details, which would make each file megabytes.
+//! (`--duration-stop`) added on the command line. ghz's JSON report is kept without
+//! its per-call details and the call data (megabytes, and in the config already).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -95,6 +95,10 @@ pub async fn run(
     std::fs::remove_file(&raw)?;
     if let Some(object) = value.as_object_mut() {
         object.remove("details");
+        // The call data is the checked-in config's, repeated in every report.
+        if let Some(options) = object.get_mut("options").and_then(Value::as_object_mut) {
+            options.remove("data");
+        }
     }
     std::fs::write(summary, serde_json::to_string_pretty(&value)?)?;
     let report: Report = serde_json::from_value(value)?;
