@@ -12,6 +12,9 @@ QUICK=""
 [[ "${1:-}" == "--quick" ]] && QUICK=1
 CACHE="${EMBEDWIRE_CACHE:-$HOME/.cache/embedwire}"
 PYTHON="$CACHE/venv/bin/python"
+# The Python client of this checkout, whatever checkout the venv's editable install
+# points to.
+export PYTHONPATH="$PWD/clients/python/src${PYTHONPATH:+:$PYTHONPATH}"
 RESULTS="${BENCH_RESULTS_DIR:-bench/results}/clients"
 COUNT=$([[ -n "$QUICK" ]] && echo 2000 || echo 100000)
 ROUNDS=$([[ -n "$QUICK" ]] && echo 1 || echo 3)
