@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
 use crate::stats::Stats;
+use crate::work_ahead::WorkAhead;
 
 /// A model the batcher can drive: token id sequences in, one pooled vector each out.
 pub trait BatchModel: Send + 'static {
@@ -69,6 +70,7 @@ pub struct BatchTiming {
 /// Owns the model thread; dropping it finishes queued work and stops the thread.
 pub struct TokenBudgetBatcher {
     queue: Arc<SequenceQueue>,
+    work_ahead: Arc<WorkAhead>,
     dim: usize,
     worker: Option<JoinHandle<()>>,
 }
@@ -77,13 +79,14 @@ impl TokenBudgetBatcher {
     /// Starts the model thread for `model`.
     pub fn start<M: BatchModel>(model: M, limits: BatchLimits, stats: Arc<Stats>) -> Result<Self> {
         let queue = Arc::new(SequenceQueue::default());
+        let work_ahead = Arc::new(WorkAhead::default());
         let dim = model.dim();
-        let worker_queue = queue.clone();
+        let (worker_queue, worker_work_ahead) = (queue.clone(), work_ahead.clone());
         let worker = std::thread::Builder::new()
             .name("embedwire-model".into())
-            .spawn(move || run_model_thread(model, &worker_queue, limits, &stats))
+            .spawn(move || run_model_thread(model, &worker_queue, limits, &stats, &worker_work_ahead))
             .map_err(|e| Error::Config(format!("starting the model thread: {e}")))?;
-        Ok(TokenBudgetBatcher { queue, dim, worker: Some(worker) })
+        Ok(TokenBudgetBatcher { queue, work_ahead, dim, worker: Some(worker) })
     }
 
     /// Queues the sequences of one request. The reply comes when all are embedded,
@@ -104,9 +107,16 @@ impl TokenBudgetBatcher {
             }),
             submitted: Instant::now(),
         });
+        let interactive = priority == Priority::Interactive;
+        if interactive {
+            self.work_ahead.add(sequences.iter().map(|ids| ids.len() as u64).sum());
+        }
         self.queue.push(
             priority,
-            sequences.into_iter().enumerate().map(|(row, ids)| QueuedSequence { job: job.clone(), row, ids }),
+            sequences
+                .into_iter()
+                .enumerate()
+                .map(|(row, ids)| QueuedSequence { job: job.clone(), row, ids, interactive }),
         );
         receiver
     }
@@ -114,6 +124,11 @@ impl TokenBudgetBatcher {
     /// Sequences waiting for the model now.
     pub fn queue_depth(&self) -> usize {
         self.queue.len()
+    }
+
+    /// Interactive work queued or running, and the model's recent speed.
+    pub fn work_ahead(&self) -> &WorkAhead {
+        &self.work_ahead
     }
 }
 
@@ -191,6 +206,13 @@ struct QueuedSequence {
     /// The sequence's row in its job's output.
     row: usize,
     ids: Vec<u32>,
+    /// Counted in the work ahead (interactive priority).
+    interactive: bool,
+}
+
+/// Interactive tokens among `sequences`.
+fn interactive_tokens<'a>(sequences: impl IntoIterator<Item = &'a QueuedSequence>) -> u64 {
+    sequences.into_iter().filter(|s| s.interactive).map(|s| s.ids.len() as u64).sum()
 }
 
 #[derive(Default)]
@@ -290,29 +312,39 @@ fn one_batch_of(queue: &VecDeque<QueuedSequence>, limits: BatchLimits) -> usize 
 /// keeping new arrivals waiting behind a long backlog.
 const BATCHES_PER_WINDOW: usize = 4;
 
-fn run_model_thread<M: BatchModel>(mut model: M, queue: &SequenceQueue, limits: BatchLimits, stats: &Stats) {
+fn run_model_thread<M: BatchModel>(
+    mut model: M,
+    queue: &SequenceQueue,
+    limits: BatchLimits,
+    stats: &Stats,
+    work_ahead: &WorkAhead,
+) {
     let mut previous_batch_size = 1;
     let window_size = limits.max_batch_size * BATCHES_PER_WINDOW;
     while let Some(window) = queue.take_window(window_size, previous_batch_size, limits) {
         stats.queue_depth.store(queue.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        let mut live = drop_abandoned(window, stats);
+        let mut live = drop_abandoned(window, stats, work_ahead);
         live.sort_by_key(|s| s.ids.len());
         for batch in split_under_budget(live, limits) {
             // Callers may have left while earlier batches of this window ran.
-            let batch = drop_abandoned(batch, stats);
+            let batch = drop_abandoned(batch, stats, work_ahead);
             if batch.is_empty() {
                 continue;
             }
-            run_batch(&mut model, &batch, stats);
+            let (padded_tokens, took) = run_batch(&mut model, &batch, stats);
+            work_ahead.observe_batch(padded_tokens, took);
+            work_ahead.remove(interactive_tokens(&batch));
             previous_batch_size = batch.len();
         }
     }
 }
 
 /// Keeps the sequences someone still waits for, counting the others as dropped.
-fn drop_abandoned(sequences: Vec<QueuedSequence>, stats: &Stats) -> Vec<QueuedSequence> {
+fn drop_abandoned(sequences: Vec<QueuedSequence>, stats: &Stats, work_ahead: &WorkAhead) -> Vec<QueuedSequence> {
     let before = sequences.len();
-    let live: Vec<QueuedSequence> = sequences.into_iter().filter(|s| !s.job.is_abandoned()).collect();
+    let (live, dropped): (Vec<QueuedSequence>, Vec<QueuedSequence>) =
+        sequences.into_iter().partition(|s| !s.job.is_abandoned());
+    work_ahead.remove(interactive_tokens(&dropped));
     Stats::add(&stats.dropped_sequences, (before - live.len()) as u64);
     live
 }
@@ -336,7 +368,8 @@ fn split_under_budget(sorted: Vec<QueuedSequence>, limits: BatchLimits) -> Vec<V
     batches
 }
 
-fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence], stats: &Stats) {
+/// Runs one batch and answers its jobs; returns its padded tokens and model time.
+fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence], stats: &Stats) -> (usize, Duration) {
     let ids: Vec<&[u32]> = batch.iter().map(|s| s.ids.as_slice()).collect();
     let longest = ids.iter().map(|s| s.len()).max().unwrap_or(0);
     Stats::add(&stats.batches, 1);
@@ -377,6 +410,7 @@ fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence], stats: &Sta
             batch.iter().for_each(|s| s.job.fail(&error));
         }
     }
+    (longest * batch.len(), took)
 }
 
 #[cfg(test)]
@@ -430,7 +464,7 @@ mod tests {
         });
         let sorted: Vec<QueuedSequence> = [2, 2, 3, 3, 3, 10]
             .iter()
-            .map(|&len| QueuedSequence { job: job.clone(), row: 0, ids: vec![1; len] })
+            .map(|&len| QueuedSequence { job: job.clone(), row: 0, ids: vec![1; len], interactive: true })
             .collect();
         let sizes: Vec<Vec<usize>> = split_under_budget(sorted, limits(3, 9))
             .iter()
@@ -503,5 +537,6 @@ mod tests {
         assert_eq!(kept.await.unwrap().unwrap().0, vec![2.0, 3.0]);
         assert_eq!(Stats::get(&stats.dropped_sequences), 2);
         assert_eq!(Stats::get(&stats.sequences), 2);
+        assert_eq!(batcher.work_ahead().tokens(), 0, "embedded and dropped tokens both leave the work ahead");
     }
 }

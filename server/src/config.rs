@@ -108,6 +108,14 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_MAX_BATCH_WAIT_US", default_value_t = 2000)]
     pub max_batch_wait_us: u64,
 
+    /// Longest expected wait for the model, in milliseconds, that a new Embed or
+    /// search is admitted to: the interactive tokens queued ahead of it times the
+    /// model's recent time per token. Past it the call gets RESOURCE_EXHAUSTED at
+    /// once, so under overload the calls the server accepts stay fast (0: no bound).
+    /// Background ingestion is never refused by it.
+    #[arg(long, env = "EMBEDWIRE_MAX_QUEUE_MS", default_value_t = 500)]
+    pub max_queue_ms: u64,
+
     /// Inputs admitted (queued or running) at once; past it, RESOURCE_EXHAUSTED.
     #[arg(long, env = "EMBEDWIRE_MAX_IN_FLIGHT_INPUTS", default_value_t = 4096)]
     pub max_in_flight_inputs: usize,

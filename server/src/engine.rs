@@ -125,7 +125,11 @@ impl EmbeddingEngine {
         let _admission = self.admission.try_admit(texts.len()).inspect_err(|_| {
             Stats::add(&self.stats.rejected_overload, 1);
         })?;
-        let raw = backend.embed(texts, options.truncate, options.priority).await?;
+        let raw = backend.embed(texts, options.truncate, options.priority).await.inspect_err(|error| {
+            if matches!(error, Error::ResourceExhausted(_)) {
+                Stats::add(&self.stats.rejected_overload, 1);
+            }
+        })?;
         let full_dim = backend.info().dim;
         let mut values = if dim == full_dim {
             raw.values

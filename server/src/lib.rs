@@ -12,6 +12,7 @@
 //! - [`index`]: vector indexes (exact SIMD scan, HNSW).
 //! - [`engine`]: the request pipeline: validation, admission, backend, options.
 //! - [`admission`]: the bound on in-flight inputs (RESOURCE_EXHAUSTED past it).
+//! - [`work_ahead`]: the expected wait for the model, for admission by queue time.
 //! - [`backend`]: onnx (local model), pseudo (hash vectors) and remote (upstreams).
 //! - [`batcher`]: dynamic batching under a token budget on the model thread.
 //! - [`model`]: model files, tokenizer, ONNX Runtime, pooling, pseudo vectors.
@@ -33,6 +34,7 @@ pub mod service;
 pub mod stats;
 pub mod tls;
 pub mod web_dispatch;
+pub mod work_ahead;
 pub mod wire;
 
 pub use config::ServerConfig;

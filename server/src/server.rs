@@ -329,6 +329,7 @@ fn local_model_config(config: &ServerConfig) -> LocalModelConfig {
             max_wait: config.max_batch_wait(),
             max_bulk_batch_tokens: config.max_bulk_batch_tokens,
         },
+        max_queue_wait: (config.max_queue_ms > 0).then(|| Duration::from_millis(config.max_queue_ms)),
     }
 }
 

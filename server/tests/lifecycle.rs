@@ -126,6 +126,32 @@ async fn overload_is_refused_at_once_with_resource_exhausted() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_call_that_would_wait_past_the_queue_bound_is_refused_at_once() {
+    // The in-flight bound is far away: only the expected wait can refuse.
+    let flags = [ONNX, &["--max-queue-ms", "5", "--max-batch-size", "8", "--max-in-flight-inputs", "4096"]].concat();
+    let server = InProcessServer::start(&flags).await;
+    // Before any batch the model's speed is unknown and nothing is refused.
+    server.client().await.embed(embed_request(&["the model's speed is measured on this one"])).await.unwrap();
+
+    // 64 texts of ~250 tokens: seconds of work, admitted because nothing waits ahead.
+    let mut busy_client = server.client().await;
+    let texts = long_texts(64);
+    let busy =
+        tokio::spawn(async move { busy_client.embed(EmbedRequest { inputs: texts, ..Default::default() }).await });
+    eventually("the big request to be queued", || server.engine.queue_depth() > 0).await;
+
+    let status = server.client().await.embed(embed_request(&["one more"])).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert!(status.message().contains("--max-queue-ms"), "the message names the setting: {}", status.message());
+    assert!(!busy.is_finished(), "refused at once, while the work ahead still ran");
+    assert_eq!(server.engine.stats().rejected_overload.load(Ordering::SeqCst), 1);
+
+    assert_eq!(busy.await.unwrap().expect("admitted work completes").into_inner().count, 64);
+    server.client().await.embed(embed_request(&["room again"])).await.expect("the queue drained");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn work_of_a_cancelled_request_never_reaches_the_model() {
     let server = InProcessServer::start(&[ONNX, &["--max-batch-size", "4"]].concat()).await;
     let mut request = tonic::Request::new(EmbedRequest { inputs: long_texts(64), ..Default::default() });

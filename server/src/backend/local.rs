@@ -2,6 +2,7 @@
 //! their sequences join the dynamic batcher that feeds the model thread.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{RawEmbeddings, check_truncation, token_counts};
 use crate::batcher::{BatchLimits, BatchModel, Priority, TokenBudgetBatcher};
@@ -25,6 +26,8 @@ pub struct LocalModelConfig {
     pub onnx: OnnxSettings,
     /// Batch formation.
     pub batch: BatchLimits,
+    /// Longest expected wait for the model an interactive request is admitted to.
+    pub max_queue_wait: Option<Duration>,
 }
 
 /// Tokenizer + batcher + model thread.
@@ -32,6 +35,7 @@ pub struct LocalBackend {
     tokenizer: Arc<TextTokenizer>,
     batcher: TokenBudgetBatcher,
     info: ModelInfo,
+    max_queue_wait: Option<Duration>,
 }
 
 impl BatchModel for OnnxModel {
@@ -61,7 +65,8 @@ impl LocalBackend {
         let files = ModelFiles::read(&config.model_dir)?;
         let environment = init_runtime(&config.ort_library)?;
         let tokenizer = TextTokenizer::from_file(&files.tokenizer_path, files.max_input_tokens)?;
-        let model = OnnxModel::load(environment, &files, config.onnx)?;
+        let mut model = OnnxModel::load(environment, &files, config.onnx)?;
+        warm_up(&mut model, &tokenizer)?;
         let info = ModelInfo {
             model_id: config.model_id.clone(),
             dim: model.dim(),
@@ -75,7 +80,7 @@ impl LocalBackend {
             ..config.batch
         };
         let batcher = TokenBudgetBatcher::start(model, batch, stats)?;
-        Ok(LocalBackend { tokenizer: Arc::new(tokenizer), batcher, info })
+        Ok(LocalBackend { tokenizer: Arc::new(tokenizer), batcher, info, max_queue_wait: config.max_queue_wait })
     }
 
     /// The served model.
@@ -90,6 +95,11 @@ impl LocalBackend {
 
     /// Tokenizes, batches with concurrent requests, and waits for the vectors.
     pub async fn embed(&self, texts: Vec<String>, truncate: bool, priority: Priority) -> Result<RawEmbeddings> {
+        // Before tokenizing: under overload most calls are refused, and each
+        // refusal should cost as little CPU as possible, which the model needs.
+        if priority == Priority::Interactive {
+            self.admit_by_queue_time()?;
+        }
         let tokenized = if texts.len() <= INLINE_TOKENIZE_LIMIT {
             self.tokenize(&texts)?
         } else {
@@ -106,6 +116,25 @@ impl LocalBackend {
         Ok(RawEmbeddings { values, token_counts, timing })
     }
 
+    /// Refuses new interactive work while the work ahead of it would keep it waiting
+    /// longer than the bound. Only the work ahead counts, not the request's own: a
+    /// large request on an idle server is always admitted, and then the ones after
+    /// it are refused until it has run.
+    fn admit_by_queue_time(&self) -> Result<()> {
+        let (Some(bound), Some(wait)) = (self.max_queue_wait, self.batcher.work_ahead().expected_wait()) else {
+            return Ok(());
+        };
+        if wait <= bound {
+            return Ok(());
+        }
+        Err(Error::ResourceExhausted(format!(
+            "server overloaded: about {} ms of model work is queued ahead, more than the {} ms bound \
+             (--max-queue-ms); retry later",
+            wait.as_millis(),
+            bound.as_millis()
+        )))
+    }
+
     /// Byte offsets of the tokens of `text`, untruncated.
     pub fn token_offsets(&self, text: &str) -> Result<Vec<(usize, usize)>> {
         self.tokenizer.token_offsets(text)
@@ -115,6 +144,15 @@ impl LocalBackend {
     pub fn tokenize(&self, texts: &[String]) -> Result<Vec<TokenizedText>> {
         tokenize_all(&self.tokenizer, texts)
     }
+}
+
+/// Runs one small batch before serving: ONNX Runtime's first run allocates and
+/// plans, and costs many times a normal batch. Better at start than in the first
+/// caller's latency, or in the speed estimate that admission goes by.
+fn warm_up(model: &mut OnnxModel, tokenizer: &TextTokenizer) -> Result<()> {
+    let text = tokenizer.tokenize("a short sentence to warm the model up")?;
+    model.embed_batch(&[text.ids.as_slice(), text.ids.as_slice()])?;
+    Ok(())
 }
 
 fn tokenize_all(tokenizer: &TextTokenizer, texts: &[String]) -> Result<Vec<TokenizedText>> {

@@ -6,9 +6,11 @@
 //! concurrency 1, 16 and 64, a few seconds each. ghz's JSON summaries go to
 //! `bench/results/ghz/<backend>/`, one line per run to `ghz_summary.csv`.
 //!
-//! The server's admission limit (--max-in-flight-inputs) is raised to the largest
-//! offered load (64 x 256 texts), so that every cell measures throughput rather
-//! than RESOURCE_EXHAUSTED answers; any error ghz sees is still reported.
+//! The server's admission limits are lifted: --max-in-flight-inputs is raised to the
+//! largest offered load (64 x 256 texts) and the queue-time bound (--max-queue-ms)
+//! is off, so that every cell measures throughput at saturation rather than
+//! RESOURCE_EXHAUSTED answers; any error ghz sees is still reported. (The
+//! overload-bench measures admission itself.)
 //!
 //! # Layout
 //! - [`config`]: the flags and the amounts of work of a full or `--quick` run.
@@ -107,6 +109,7 @@ fn server_command(
         ("--backend", backend.name().into()),
         ("--intra-op-threads", config.intra_op_threads.to_string().into()),
         ("--max-in-flight-inputs", offered.max(4096).to_string().into()),
+        ("--max-queue-ms", "0".into()),
     ];
     ServerCommand::new(binary, defaults, &config.server_args)
 }

@@ -1,16 +1,16 @@
 //! overload-bench: what the real server (real model) does when offered three times
-//! the Embed calls it can answer, and which admission limit keeps both of the
+//! the Embed calls it can answer, and which queue-time bound keeps both of the
 //! issue's overload targets:
 //!
-//! 1. the maximum: 64 closed-loop clients, one text (a docstring sentence) per
-//!    Embed call, for 10 s, on a reference server with default flags: answered
-//!    calls/s;
+//! 1. the maximum: 256 closed-loop clients, one text (a docstring sentence) per
+//!    Embed call, for 10 s, on a reference server with default flags but no
+//!    queue-time bound (`--max-queue-ms 0`): answered calls/s;
 //! 2. the unloaded p99: on the same server, Embed offered open loop at 50% of
 //!    that maximum for 10 s; the p99 of the answered calls (the definition is
 //!    printed with the figures);
-//! 3. the overload: for each admission limit (--max-in-flight-inputs: the
-//!    server's default, 256, 128, 64, 32, 16), steps 1 and 2 again on the
-//!    reference server, then a fresh server with that limit offered 3 x the
+//! 3. the overload: for each queue-time bound (--max-queue-ms: the server's
+//!    default, 50, 20, 15, 10, 5), steps 1 and 2 again on the
+//!    reference server, then a fresh server with that bound offered 3 x the
 //!    maximum just measured, open loop, for 20 s: calls leave on schedule
 //!    whatever the answers, so a queue in the server shows up as latency. Rejections (RESOURCE_EXHAUSTED)
 //!    and accepted calls are timed apart; targets: rejection p99 <= 5 ms,
@@ -46,13 +46,19 @@ use embedwire_bench::targets;
 use tonic::transport::Channel;
 
 use crate::config::{BenchConfig, Plan};
-use crate::report::{Baseline, LimitRun};
+use crate::report::{Baseline, BoundRun};
 use crate::runs::{EmbedOne, OpenRun};
 
 /// Query sentences used as the Embed texts.
 const TEXTS: usize = 500;
-/// Closed-loop clients of the warm-up.
-const WARMUP_CLIENTS: usize = 16;
+/// Closed-loop clients of the warm-up: one, so that nothing is ever queued ahead
+/// of a call and no queue-time bound refuses it.
+const WARMUP_CLIENTS: usize = 1;
+/// Concurrent calls one client connection carries. The server announces no
+/// SETTINGS_MAX_CONCURRENT_STREAMS (tonic's default), and the HTTP/2 client then
+/// keeps its initial limit of 100 streams (hyper's default); calls beyond it wait
+/// in the client, where the server's admission control never sees them.
+const STREAMS_PER_CONNECTION: usize = 100;
 
 fn main() -> anyhow::Result<()> {
     let config = BenchConfig::parse();
@@ -62,10 +68,11 @@ fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let server_bin = server_binary::resolve(config.server_bin.as_deref())?;
     println!(
-        "overload-bench{}: limits {:?} (server default {}), {:.1}x the maximum for {:.0} s each, server flags: [{}]",
+        "overload-bench{}: --max-queue-ms bounds {:?} (server default {}), {:.1}x the maximum for {:.0} s each, \
+         server flags: [{}]",
         if config.quick { " --quick" } else { "" },
-        plan.limits,
-        plan.default_limit,
+        plan.bounds_ms,
+        plan.default_bound_ms,
         config.factor,
         plan.overload_time.as_secs_f64(),
         config.server_args.join(" ")
@@ -81,8 +88,8 @@ fn main() -> anyhow::Result<()> {
     println!();
     println!("{}", report::definition(config.unloaded_fraction));
     print!("{}", targets::table(&rows));
-    let passing: Vec<usize> = runs.iter().filter(|run| run.passes()).map(|run| run.limit).collect();
-    println!("limits meeting both overload targets: {passing:?}");
+    let passing: Vec<u64> = runs.iter().filter(|run| run.passes()).map(|run| run.bound_ms).collect();
+    println!("--max-queue-ms bounds meeting both overload targets: {passing:?}");
     let paths = report::write_csv(&config.results_dir, &rows, &report::runs_csv(&runs))?;
     for path in paths {
         println!("wrote {}", path.display());
@@ -91,8 +98,8 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// For each limit: the baseline, measured again on the server with default flags
-/// (kept running for this), then the overload on a fresh server with the limit.
+/// For each bound: the baseline, measured again on the reference server (kept
+/// running for this), then the overload on a fresh server with the bound.
 /// Measuring the baseline right before each overload keeps "3 x the maximum" and
 /// "the unloaded p99" true to the machine of the moment, which other work on a
 /// shared machine changes from minute to minute.
@@ -101,27 +108,28 @@ async fn measure(
     plan: &Plan,
     server_bin: &std::path::Path,
     texts: Arc<[String]>,
-) -> anyhow::Result<Vec<LimitRun>> {
-    let command = ServerCommand::new(server_bin.to_path_buf(), Vec::new(), &config.server_args);
-    let (reference, reference_channels) = start_warm(&command, config, plan, &texts, plan.default_limit).await?;
+) -> anyhow::Result<Vec<BoundRun>> {
+    // The reference measures the capacity itself: no queue-time bound refuses its
+    // closed-loop clients, however deep their queue.
+    let unbounded: Vec<(&str, OsString)> = vec![("--max-queue-ms", "0".into())];
+    let command = ServerCommand::new(server_bin.to_path_buf(), unbounded, &config.server_args);
+    let (reference, reference_channels) = start_warm(&command, config.connections, plan, &texts).await?;
     let mut runs = Vec::new();
-    for &limit in &plan.limits {
+    for &bound_ms in &plan.bounds_ms {
         let baseline = measure_baseline(config, plan, &reference, &reference_channels, &texts).await?;
-        let per_request = limit.min(plan.default_inputs_per_request);
-        let defaults: Vec<(&str, OsString)> = vec![
-            ("--max-in-flight-inputs", limit.to_string().into()),
-            ("--max-inputs-per-request", per_request.to_string().into()),
-        ];
+        let defaults: Vec<(&str, OsString)> = vec![("--max-queue-ms", bound_ms.to_string().into())];
         let command = ServerCommand::new(server_bin.to_path_buf(), defaults, &config.server_args);
-        let (server, channels) = start_warm(&command, config, plan, &texts, limit).await?;
+        let offered = baseline.max_rate * config.factor;
+        let connections = config.connections.max(connections_for(offered, bound_ms));
+        let (server, channels) = start_warm(&command, connections, plan, &texts).await?;
         let call = Arc::new(EmbedOne::new(&channels, texts.clone()));
         let cpu = CpuWindow::start(server.pid)?;
-        let run = runs::run(call, baseline.max_rate * config.factor, plan.overload_time).await?;
+        let run = runs::run(call, offered, plan.overload_time).await?;
         let cpu = cpu.finish()?;
-        print_run(&format!("overload, limit {limit}"), &run, &cpu);
+        print_run(&format!("overload, --max-queue-ms {bound_ms}"), &run, &cpu);
         server.stop().await?;
-        let default = limit == plan.default_limit;
-        runs.push(LimitRun { limit, default, baseline, run, server_cores: cpu.server_cores });
+        let default = bound_ms == plan.default_bound_ms;
+        runs.push(BoundRun { bound_ms, default, baseline, run, server_cores: cpu.server_cores });
     }
     reference.stop().await?;
     Ok(runs)
@@ -153,25 +161,31 @@ async fn measure_baseline(
     Ok(Baseline { max_rate: max.rate(), max_latency: max.latency, max_clients: config.max_clients, unloaded })
 }
 
-/// A fresh server, its connections, and a few untimed calls so first-batch
-/// allocations stay out of the figures (from fewer clients than its admission
-/// `limit`, so none is refused).
+/// A fresh server, `connections` connections to it, and a few untimed calls so
+/// first-batch allocations stay out of the figures (from a few clients, so none
+/// is refused).
 async fn start_warm(
     command: &ServerCommand,
-    config: &BenchConfig,
+    connections: usize,
     plan: &Plan,
     texts: &Arc<[String]>,
-    limit: usize,
 ) -> anyhow::Result<(ServerProcess, Vec<Channel>)> {
     let (server, _) = ServerProcess::start(command).await?;
-    let mut channels = Vec::with_capacity(config.connections);
-    for _ in 0..config.connections {
+    let mut channels = Vec::with_capacity(connections);
+    for _ in 0..connections {
         channels.push(server.connect().await?);
     }
-    let clients = WARMUP_CLIENTS.min(limit);
-    let per_client = plan.warmup_calls.div_ceil(clients);
-    load::run(&channels, clients, texts.clone(), Rpc::Embed, Stop::Calls(per_client)).await?;
+    let per_client = plan.warmup_calls.div_ceil(WARMUP_CLIENTS);
+    load::run(&channels, WARMUP_CLIENTS, texts.clone(), Rpc::Embed, Stop::Calls(per_client)).await?;
     Ok((server, channels))
+}
+
+/// Connections enough for the server to see every call of the overload at once:
+/// twice the calls in flight when each accepted call waits its bound and a
+/// little more (Little's law), so no call waits for a stream in the client.
+fn connections_for(offered_per_s: f64, bound_ms: u64) -> usize {
+    let in_flight = offered_per_s * (bound_ms as f64 + 100.0) / 1000.0;
+    2 * (in_flight.ceil() as usize).div_ceil(STREAMS_PER_CONNECTION)
 }
 
 /// One run's figures as it ends, and where the CPU went meanwhile (the machine is

@@ -1,6 +1,6 @@
 //! The overload's figures: the rows of the final table (judged against the
-//! issue's targets, for every admission limit tried), the summary CSV and a CSV
-//! with one line per limit.
+//! issue's targets, for every queue-time bound tried), the summary CSV and a CSV
+//! with one line per bound.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,7 +17,7 @@ const MAX_REJECTION_P99_MS: f64 = 5.0;
 const MAX_ACCEPTED_P99_RATIO: f64 = 2.0;
 
 /// The reference figures an overload run is compared with, measured just before
-/// it on a server with default flags.
+/// it on a reference server (default flags, queue-time bound off).
 #[derive(Debug, Clone)]
 pub struct Baseline {
     /// Embed calls/s at saturation, closed loop.
@@ -33,17 +33,17 @@ pub struct Baseline {
 pub fn definition(unloaded_fraction: f64) -> String {
     format!(
         "unloaded p99 = p99 latency of answered Embed calls (one text each) offered open loop at {:.0}% of the \
-         maximum (closed loop, measured just before), on a server with default flags; measured again before each \
-         limit's overload run",
+         maximum (closed loop, measured just before), on a server with default flags but no queue-time bound; \
+         measured again before each bound's overload run",
         unloaded_fraction * 100.0
     )
 }
 
-/// One overload run under one admission limit, with its baseline.
+/// One overload run under one queue-time bound, with its baseline.
 #[derive(Debug, Clone)]
-pub struct LimitRun {
-    /// --max-in-flight-inputs of the server.
-    pub limit: usize,
+pub struct BoundRun {
+    /// --max-queue-ms of the server.
+    pub bound_ms: u64,
     /// Whether it is the server's default.
     pub default: bool,
     pub baseline: Baseline,
@@ -53,9 +53,9 @@ pub struct LimitRun {
     pub server_cores: f64,
 }
 
-impl LimitRun {
+impl BoundRun {
     fn label(&self) -> String {
-        format!("limit {}{}", self.limit, if self.default { " (default)" } else { "" })
+        format!("queue bound {} ms{}", self.bound_ms, if self.default { " (default)" } else { "" })
     }
 
     /// The rejection p99 as judged: a run without rejections has none to be fast.
@@ -74,12 +74,12 @@ impl LimitRun {
     }
 }
 
-/// The rows of the table: per limit, its baseline, the overload and the targets.
-pub fn rows(runs: &[LimitRun]) -> Vec<Row> {
+/// The rows of the table: per bound, its baseline, the overload and the targets.
+pub fn rows(runs: &[BoundRun]) -> Vec<Row> {
     let mut rows = Vec::new();
-    for limit in runs {
-        let (label, run, baseline) = (limit.label(), &limit.run, &limit.baseline);
-        let unloaded_p99 = limit.unloaded_p99_ms();
+    for bound in runs {
+        let (label, run, baseline) = (bound.label(), &bound.run, &bound.baseline);
+        let unloaded_p99 = bound.unloaded_p99_ms();
         rows.push(Row::info(
             format!("max Embed throughput, before {label}"),
             baseline.max_rate,
@@ -114,7 +114,7 @@ pub fn rows(runs: &[LimitRun]) -> Vec<Row> {
                 run.offered / baseline.max_rate,
                 run.sent,
                 ms(run.lag.p99),
-                limit.server_cores
+                bound.server_cores
             ),
         ));
         rows.push(Row::info(
@@ -131,7 +131,7 @@ pub fn rows(runs: &[LimitRun]) -> Vec<Row> {
         ));
         rows.push(Row::judged(
             format!("rejection latency, {label}"),
-            limit.rejection_p99_ms(),
+            bound.rejection_p99_ms(),
             "ms",
             if run.rejections.count == 0 {
                 "no rejections".into()
@@ -163,20 +163,20 @@ pub fn rows(runs: &[LimitRun]) -> Vec<Row> {
     rows
 }
 
-/// One line per limit: its baseline, then its overload run.
-pub fn runs_csv(runs: &[LimitRun]) -> String {
+/// One line per bound: its baseline, then its overload run.
+pub fn runs_csv(runs: &[BoundRun]) -> String {
     let mut out = String::from(
-        "limit,default,max_per_s,unloaded_p50_ms,unloaded_p99_ms,offered_per_s,sent,accepted,rejected,errors,\
+        "queue_bound_ms,default,max_per_s,unloaded_p50_ms,unloaded_p99_ms,offered_per_s,sent,accepted,rejected,errors,\
          rejected_p50_ms,rejected_p99_ms,accepted_p50_ms,accepted_p99_ms,goodput_per_s,lag_p99_ms,held_back,\
          server_cores\n",
     );
-    for limit in runs {
-        let (run, baseline) = (&limit.run, &limit.baseline);
+    for bound in runs {
+        let (run, baseline) = (&bound.run, &bound.baseline);
         let _ = writeln!(
             out,
             "{},{},{:.1},{:.3},{:.3},{:.1},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.1},{:.3},{},{:.2}",
-            limit.limit,
-            u8::from(limit.default),
+            bound.bound_ms,
+            u8::from(bound.default),
             baseline.max_rate,
             ms(baseline.unloaded.accepted.p50),
             ms(baseline.unloaded.accepted.p99),
@@ -192,7 +192,7 @@ pub fn runs_csv(runs: &[LimitRun]) -> String {
             run.goodput(),
             ms(run.lag.p99),
             run.held_back,
-            limit.server_cores
+            bound.server_cores
         );
     }
     out

@@ -10,8 +10,8 @@ use embedwire_proto::v1::EmbedRequest;
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use tonic::transport::Channel;
 
-/// A bound on unanswered calls: above what the largest admission limit keeps
-/// waiting at 3x load, so the offered load is the scheduled one.
+/// A bound on unanswered calls: above what the server's admission keeps waiting
+/// at 3x load, so the offered load is the scheduled one.
 const MAX_IN_FLIGHT: usize = 50_000;
 
 /// Embed of one text per call, call n with text n on connection n (both modulo

@@ -46,8 +46,9 @@ pub struct BenchConfig {
     pub max_secs: Option<f64>,
 
     /// Concurrent closed-loop clients of that run: enough to keep the model busy
-    /// (each Embed carries up to 32 texts).
-    #[arg(long, env = "SOAK_BENCH_MAX_CLIENTS", default_value_t = 32)]
+    /// (an Embed carries up to 32 paragraphs, tens of ms of model time each), few
+    /// enough that their queue stays within the server's queue-time bound.
+    #[arg(long, env = "SOAK_BENCH_MAX_CLIENTS", default_value_t = 8)]
     pub max_clients: usize,
 
     /// Percent of calls that are Embed, Search and Ingest.
@@ -64,7 +65,8 @@ pub struct BenchConfig {
 
     /// Document ids the soak's ingests cycle through (upserts once they all
     /// exist), so the index stops growing and RSS growth shows leaks rather than
-    /// data [default: 1000, --quick: 40].
+    /// data [default: 200, --quick: 40]: at 5% of a few calls/s and 4 documents a
+    /// call, the ids wrap within the first minutes.
     #[arg(long, env = "SOAK_BENCH_INGEST_IDS")]
     pub ingest_ids: Option<usize>,
 
@@ -161,6 +163,9 @@ impl BenchConfig {
             return Err("--max-secs must be between 0 and 3600 seconds".into());
         }
         let plan = self.plan();
+        if self.ingest_batch > plan.ingest_ids {
+            return Err("--ingest-batch cannot exceed --ingest-ids (one call would upsert an id twice)".into());
+        }
         if plan.windows < self.warmup_windows + 2 {
             return Err(format!(
                 "--duration-secs {} holds {} windows of {} s: the warm-up ({}) and at least two more are needed \
@@ -181,7 +186,7 @@ impl BenchConfig {
         };
         let window = count(self.window_secs.map(|s| s as usize), 60, 2).max(1) as u64;
         let duration = count(self.duration_secs.map(|s| s as usize), 600, 6) as u64;
-        let ingest_ids = count(self.ingest_ids, 1000, 40);
+        let ingest_ids = count(self.ingest_ids, 200, 40);
         Plan {
             documents: count(self.documents, 3000, 200),
             // Twice the ids, so an upsert usually brings a new text to embed.

@@ -9,7 +9,7 @@
 //!    fixed schedule whatever the answers, so a slow minute is sampled as densely
 //!    as a fast one (no coordinated omission). The mix is 70% Embed of 1 to 32
 //!    paragraphs, 25% Search with one query sentence (top 10), 5% Ingest of 4
-//!    documents whose ids cycle through a set of 1000, so the index stops growing
+//!    documents whose ids cycle through a set of 200, so the index stops growing
 //!    once they all exist (RSS growth then shows leaks, not data). The server's RSS
 //!    is sampled every second.
 //! 4. the figures: calls by kind and outcome; errors other than
@@ -25,6 +25,8 @@
 //!
 //! # Layout
 //! - [`config`]: the flags, and the amounts of work of a full or `--quick` run.
+//! - [`cpu_sampling`]: the server's, the bench's and the other processes' CPU,
+//!   second by second.
 //! - [`mix`]: the mixed calls, chosen and filled from a hash of the call number.
 //! - [`windows`]: the per-minute tallies, RSS growth and p99 drift.
 //! - [`report`]: the rows of the table and the CSV files.
@@ -33,6 +35,7 @@
 //! generators come from the bench crate's library ([`embedwire_bench`]).
 
 mod config;
+mod cpu_sampling;
 mod mix;
 mod report;
 mod windows;
@@ -58,11 +61,12 @@ use embedwire_proto::v1::{GetJobRequest, JobStatus};
 use tonic::transport::Channel;
 
 use crate::config::{BenchConfig, Plan};
+use crate::cpu_sampling::CpuSampler;
 use crate::mix::{Kind, MixInputs, MixShape, MixWorker, MixedLoad};
 use crate::report::{IngestCheck, RateSetting, Results};
 use crate::windows::Windows;
 
-/// RSS sampling interval during the soak.
+/// RSS and CPU sampling interval during the soak.
 const RSS_INTERVAL: Duration = Duration::from_secs(1);
 /// Query sentences searched for.
 const QUERIES: usize = 500;
@@ -183,6 +187,7 @@ async fn measure(
     let schedule = Schedule { rate: setting.rate, duration: plan.soak_time(), max_in_flight: MAX_IN_FLIGHT };
     let mut windows = Windows::new(plan.window, plan.windows, config.warmup_windows);
     let sampler = RssSampler::start(server.pid, RSS_INTERVAL);
+    let cpu_sampler = CpuSampler::start(server.pid, RSS_INTERVAL);
     let cpu = CpuWindow::start(server.pid)?;
     let mut progress = Progress::new(plan.window);
     let run = open_loop::run(load.clone(), schedule, |sample| {
@@ -194,6 +199,7 @@ async fn measure(
     println!("  cpu during the soak: {cpu}");
     let series = sampler.finish(server.pid).await?;
     windows.add_rss(&series);
+    windows.add_cpu(&cpu_sampler.finish().await?);
     if run.held_back > 0 {
         println!("  the generator held back {} calls at its bound of {MAX_IN_FLIGHT} in flight", run.held_back);
     }
@@ -242,7 +248,7 @@ impl Progress {
             })
             .collect();
         let rss = rss_bytes(pid).map(mib).unwrap_or(f64::NAN);
-        println!("  window {:>2}: {}; RSS now {rss:.1} MiB", self.printed + 1, cells.join(", "));
+        println!("  window {:>2} (answered by now): {}; RSS now {rss:.1} MiB", self.printed + 1, cells.join(", "));
         self.printed += 1;
     }
 }

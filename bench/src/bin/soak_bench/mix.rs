@@ -205,8 +205,14 @@ impl Call for MixedLoad {
     }
 }
 
+/// Longest pause of a closed-loop worker before it retries a refused call.
+const MAX_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// One closed-loop worker of the maximum's measurement: worker w of W makes calls
 /// w, w + W, w + 2W, ..., so the workers together make the mix's calls in order.
+/// A refused call (RESOURCE_EXHAUSTED) is retried after a pause that doubles each
+/// time, as the clients do: the maximum is what the server answers to clients
+/// that back off, not how fast it refuses clients that do not.
 pub struct MixWorker {
     pub load: Arc<MixedLoad>,
     pub worker: usize,
@@ -216,9 +222,16 @@ pub struct MixWorker {
 impl Caller for MixWorker {
     async fn call(&mut self, n: usize) -> anyhow::Result<()> {
         let call = (self.worker + n * self.workers) as u64;
-        match self.load.make(call).await {
-            (_, Outcome::Ok) => Ok(()),
-            (kind, outcome) => anyhow::bail!("{} call {call}: {outcome:?}", kind.name()),
+        let mut pause = std::time::Duration::from_millis(5);
+        loop {
+            match self.load.make(call).await {
+                (_, Outcome::Ok) => return Ok(()),
+                (_, Outcome::Rejected) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MAX_RETRY_PAUSE);
+                }
+                (kind, outcome) => anyhow::bail!("{} call {call}: {outcome:?}", kind.name()),
+            }
         }
     }
 }

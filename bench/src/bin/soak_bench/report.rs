@@ -122,6 +122,16 @@ pub fn rows(results: &Results) -> Vec<Row> {
         "cores",
         format!("{:.2} cores (the bench's clients: {:.2})", results.cpu.server_cores, results.cpu.bench_cores),
     ));
+    let others: Vec<String> =
+        windows.windows.iter().map(|w| w.cores.map_or("?".into(), |(_, _, others)| format!("{others:.1}"))).collect();
+    let mean_others = windows.windows.iter().filter_map(|w| w.cores.map(|c| c.2)).sum::<f64>()
+        / windows.windows.iter().filter(|w| w.cores.is_some()).count().max(1) as f64;
+    rows.push(Row::info(
+        "other processes' CPU per window",
+        mean_others,
+        "cores",
+        format!("{} cores", others.join(" ")),
+    ));
     let ingest = &results.ingest;
     rows.push(Row::info(
         "ingest jobs completed",
@@ -191,7 +201,7 @@ pub fn rows(results: &Results) -> Vec<Row> {
 
 /// The per-window CSV: one line per window, RSS and each kind's calls and latency.
 pub fn windows_csv(windows: &Windows) -> String {
-    let mut out = String::from("window,start_s,warmup,rss_mean_mib,rss_max_mib");
+    let mut out = String::from("window,start_s,warmup,rss_mean_mib,rss_max_mib,server_cores,bench_cores,other_cores");
     for kind in Kind::ALL {
         let name = kind.name().to_lowercase();
         let _ = write!(out, ",{name}_ok,{name}_rejected,{name}_errors,{name}_p50_ms,{name}_p99_ms");
@@ -202,6 +212,8 @@ pub fn windows_csv(windows: &Windows) -> String {
         let warmup = u8::from(index < windows.warmup);
         let _ =
             write!(out, "{},{start:.0},{warmup},{:.1},{:.1}", index + 1, mib(window.rss_mean()), mib(window.rss_max()));
+        let (server, bench, others) = window.cores.unwrap_or((f64::NAN, f64::NAN, f64::NAN));
+        let _ = write!(out, ",{server:.2},{bench:.2},{others:.2}");
         for tally in &window.kinds {
             let latency = tally.latency();
             let _ = write!(

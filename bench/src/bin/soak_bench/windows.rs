@@ -8,6 +8,7 @@ use embedwire_bench::latency::LatencySummary;
 use embedwire_bench::memory::RssSeries;
 use embedwire_bench::open_loop::{Outcome, Sample};
 
+use crate::cpu_sampling::{CpuSample, cores_between};
 use crate::mix::Kind;
 
 /// Failure messages kept to show what went wrong.
@@ -51,6 +52,9 @@ pub struct Window {
     pub kinds: [KindTally; 3],
     /// The server's RSS samples taken in the window, in bytes.
     pub rss: Vec<u64>,
+    /// Busy cores over the window: the server, the bench's clients, and every
+    /// other process on the machine.
+    pub cores: Option<(f64, f64, f64)>,
 }
 
 impl Window {
@@ -114,6 +118,17 @@ impl Windows {
         }
     }
 
+    /// Each window's busy cores, from the first to the last CPU sample inside it.
+    pub fn add_cpu(&mut self, samples: &[CpuSample]) {
+        for (index, window) in self.windows.iter_mut().enumerate() {
+            let (start, end) = (self.length * index as u32, self.length * (index + 1) as u32);
+            let inside: Vec<&CpuSample> = samples.iter().filter(|s| s.at >= start && s.at <= end).collect();
+            if let [first, .., last] = inside.as_slice() {
+                window.cores = Some(cores_between(first, last));
+            }
+        }
+    }
+
     /// One kind's calls over the whole run.
     pub fn total(&self, kind: Kind) -> KindTally {
         let mut total = KindTally::default();
@@ -138,12 +153,19 @@ impl Windows {
         growth(first.rss_mean() as f64, last.rss_mean() as f64)
     }
 
-    /// One kind's p99 drift between the compared windows, and the two p99s.
+    /// One kind's p99 drift between the compared windows, and the two p99s. None
+    /// when either window answered no call of the kind: a window of rejections
+    /// has no latency to compare, and must not pass as a drift of -100%.
     pub fn p99_drift(&self, kind: Kind) -> (Option<f64>, Duration, Duration) {
         let (first, last) = self.compared();
-        let p99 = |window: &Window| window.kinds[kind.index()].latency().p99;
-        let (first, last) = (p99(first), p99(last));
-        (growth(first.as_secs_f64(), last.as_secs_f64()), first, last)
+        let latency = |window: &Window| window.kinds[kind.index()].latency();
+        let (first, last) = (latency(first), latency(last));
+        let drift = if first.count == 0 || last.count == 0 {
+            None
+        } else {
+            growth(first.p99.as_secs_f64(), last.p99.as_secs_f64())
+        };
+        (drift, first.p99, last.p99)
     }
 }
 
@@ -171,11 +193,13 @@ mod tests {
             windows.add(&sample(Kind::Embed, 2000 + ms, ms + 2, Outcome::Ok));
         }
         windows.add(&sample(Kind::Search, 2500, 1, Outcome::Rejected));
+        windows.add(&sample(Kind::Search, 1500, 7, Outcome::Ok));
         windows.add(&sample(Kind::Ingest, 9000, 1, Outcome::Failed("boom".into())));
         let (drift, first, last) = windows.p99_drift(Kind::Embed);
         assert_eq!((first, last), (Duration::from_millis(20), Duration::from_millis(22)));
         assert!((drift.unwrap() - 0.1).abs() < 1e-9);
-        assert_eq!(windows.p99_drift(Kind::Search).0, None, "no answered searches");
+        assert_eq!(windows.p99_drift(Kind::Search).0, None, "no answered search in the last window");
+        assert_eq!(windows.p99_drift(Kind::Ingest).0, None, "no answered ingest at all");
         assert_eq!(windows.total(Kind::Embed).ok, 5);
         assert_eq!(windows.total(Kind::Search).rejected, 1);
         // A call due past the end counts in the last window.
