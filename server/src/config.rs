@@ -94,7 +94,11 @@ pub struct ServerConfig {
     pub max_batch_size: usize,
 
     /// Most tokens in one model batch, padding included (batch size x longest input).
-    #[arg(long, env = "EMBEDWIRE_MAX_BATCH_TOKENS", default_value_t = 8192)]
+    /// ONNX Runtime's arena keeps the memory of the largest batch ever run, and
+    /// attention's grows with batch x length squared: 4096 holds a full batch of
+    /// 64 texts up to 64 tokens, and 16 of the longest (256), which already keep
+    /// both cores busy.
+    #[arg(long, env = "EMBEDWIRE_MAX_BATCH_TOKENS", default_value_t = 4096)]
     pub max_batch_tokens: usize,
 
     /// Most tokens in one batch of background work (ingestion), padding included.

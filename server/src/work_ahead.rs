@@ -68,8 +68,13 @@ impl WorkAhead {
     /// Model time of the work ahead at the recent speed; None before any batch was
     /// measured (nothing to go by, so nothing is refused).
     pub fn expected_wait(&self) -> Option<Duration> {
+        self.time_for(self.tokens())
+    }
+
+    /// Model time of `tokens` at the recent speed; None before any batch was measured.
+    pub fn time_for(&self, tokens: u64) -> Option<Duration> {
         let nanos_per_token = f64::from_bits(self.nanos_per_token_bits.load(Ordering::Relaxed));
-        (nanos_per_token > 0.0).then(|| Duration::from_nanos((nanos_per_token * self.tokens() as f64) as u64))
+        (nanos_per_token > 0.0).then(|| Duration::from_nanos((nanos_per_token * tokens as f64) as u64))
     }
 }
 

@@ -146,6 +146,12 @@ async fn a_call_that_would_wait_past_the_queue_bound_is_refused_at_once() {
     assert!(!busy.is_finished(), "refused at once, while the work ahead still ran");
     assert_eq!(server.engine.stats().rejected_overload.load(Ordering::SeqCst), 1);
 
+    // A request as large as the work ahead of it waits no longer than its own work
+    // takes: admitted past the bound (bulk callers keep the batches full).
+    let as_large = EmbedRequest { inputs: long_texts(64), ..Default::default() };
+    let answer = server.client().await.embed(as_large).await.expect("a bulk request is admitted");
+    assert_eq!(answer.into_inner().count, 64);
+
     assert_eq!(busy.await.unwrap().expect("admitted work completes").into_inner().count, 64);
     server.client().await.embed(embed_request(&["room again"])).await.expect("the queue drained");
     server.stop().await.unwrap();

@@ -98,7 +98,7 @@ impl LocalBackend {
         // Before tokenizing: under overload most calls are refused, and each
         // refusal should cost as little CPU as possible, which the model needs.
         if priority == Priority::Interactive {
-            self.admit_by_queue_time()?;
+            self.admit_by_queue_time(&texts)?;
         }
         let tokenized = if texts.len() <= INLINE_TOKENIZE_LIMIT {
             self.tokenize(&texts)?
@@ -117,19 +117,26 @@ impl LocalBackend {
     }
 
     /// Refuses new interactive work while the work ahead of it would keep it waiting
-    /// longer than the bound. Only the work ahead counts, not the request's own: a
-    /// large request on an idle server is always admitted, and then the ones after
-    /// it are refused until it has run.
-    fn admit_by_queue_time(&self) -> Result<()> {
-        let (Some(bound), Some(wait)) = (self.max_queue_wait, self.batcher.work_ahead().expected_wait()) else {
+    /// longer than the bound, unless the request is large enough that the wait is
+    /// small beside its own work: bulk Embed calls (hundreds of texts each, a few at
+    /// once) then keep the model's batches full, while single queries under overload
+    /// are refused and the ones accepted stay fast. The request's own work is
+    /// estimated from its bytes, so that a refusal costs no tokenization.
+    fn admit_by_queue_time(&self, texts: &[String]) -> Result<()> {
+        let work_ahead = self.batcher.work_ahead();
+        let (Some(bound), Some(wait)) = (self.max_queue_wait, work_ahead.expected_wait()) else {
             return Ok(());
         };
         if wait <= bound {
             return Ok(());
         }
+        let own = work_ahead.time_for(estimated_tokens(texts)).unwrap_or_default();
+        if wait <= own * MAX_QUEUE_SLOWDOWN {
+            return Ok(());
+        }
         Err(Error::ResourceExhausted(format!(
             "server overloaded: about {} ms of model work is queued ahead, more than the {} ms bound \
-             (--max-queue-ms); retry later",
+             (--max-queue-ms) and than {MAX_QUEUE_SLOWDOWN} x this request's own; retry later",
             wait.as_millis(),
             bound.as_millis()
         )))
@@ -144,6 +151,17 @@ impl LocalBackend {
     pub fn tokenize(&self, texts: &[String]) -> Result<Vec<TokenizedText>> {
         tokenize_all(&self.tokenizer, texts)
     }
+}
+
+/// A request may wait past the queue-time bound for up to this many times its own
+/// model work: its answer then takes at most about this many times longer than on
+/// an idle server.
+const MAX_QUEUE_SLOWDOWN: u32 = 4;
+
+/// Tokens of `texts` as the admission check guesses them without tokenizing: about
+/// four bytes a token in English WordPiece, plus the two special tokens of each.
+fn estimated_tokens(texts: &[String]) -> u64 {
+    texts.iter().map(|text| text.len() as u64 / 4 + 2).sum()
 }
 
 /// Runs one small batch before serving: ONNX Runtime's first run allocates and
