@@ -331,9 +331,7 @@ fn run_model_thread<M: BatchModel>(
             if batch.is_empty() {
                 continue;
             }
-            let (padded_tokens, took) = run_batch(&mut model, &batch, stats);
-            work_ahead.observe_batch(padded_tokens, took);
-            work_ahead.remove(interactive_tokens(&batch));
+            run_batch(&mut model, &batch, stats, work_ahead);
             previous_batch_size = batch.len();
         }
     }
@@ -368,8 +366,8 @@ fn split_under_budget(sorted: Vec<QueuedSequence>, limits: BatchLimits) -> Vec<V
     batches
 }
 
-/// Runs one batch and answers its jobs; returns its padded tokens and model time.
-fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence], stats: &Stats) -> (usize, Duration) {
+/// Runs one batch, takes it off the work ahead, and answers its jobs.
+fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence], stats: &Stats, work_ahead: &WorkAhead) {
     let ids: Vec<&[u32]> = batch.iter().map(|s| s.ids.as_slice()).collect();
     let longest = ids.iter().map(|s| s.len()).max().unwrap_or(0);
     Stats::add(&stats.batches, 1);
@@ -386,6 +384,9 @@ fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence], stats: &Sta
     let result = model.embed_batch(&ids);
     let took = started.elapsed();
     stats.inference_seconds.observe(took.as_secs_f64());
+    // Before any answer goes out, so a caller that got one sees the work gone.
+    work_ahead.observe_batch(longest * batch.len(), took);
+    work_ahead.remove(interactive_tokens(batch));
     // Each request counts the batch once, however many of its inputs it held.
     let mut counted: Vec<*const Job> = Vec::new();
     for sequence in batch {
@@ -410,7 +411,6 @@ fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence], stats: &Sta
             batch.iter().for_each(|s| s.job.fail(&error));
         }
     }
-    (longest * batch.len(), took)
 }
 
 #[cfg(test)]
