@@ -3,32 +3,11 @@
 //! runs, prints every figure and writes its CSV; it never judges the figures, since
 //! tests do not assert on speed.
 
-use std::path::PathBuf;
-use std::process::Command;
-
-use clap::Parser;
-use embedwire_server::ServerConfig;
+mod common;
 
 #[test]
 fn quick_run_prints_the_table_and_writes_csv() {
-    let defaults = ServerConfig::parse_from(["embedwire-server"]);
-    let (model_dir, python) = (defaults.model_dir(), defaults.cache_dir().join("venv/bin/python"));
-    assert!(
-        model_dir.is_dir() && python.is_file(),
-        "no model at {} or no Python venv at {} (run `make setup`)",
-        model_dir.display(),
-        python.display()
-    );
-    let results_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("search-bench-{}", std::process::id()));
-    // The docstring cache stays in its default place (bench/results/tmp), shared
-    // with real runs: extracting takes seconds, and the cache is keyed by interpreter.
-    let output = Command::new(env!("CARGO_BIN_EXE_search-bench"))
-        .args(["--quick", "--results-dir"])
-        .arg(&results_dir)
-        .output()
-        .expect("running search-bench");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "search-bench failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let (stdout, results_dir) = common::run_quick(env!("CARGO_BIN_EXE_search-bench"), "search-bench");
     let figures = [
         "corpus documents",
         "Embed corpus (64/call, 4 clients)",

@@ -3,38 +3,18 @@
 //! cannot rot. It checks that each runs, prints its figures and writes well-formed
 //! CSV; it never judges the figures, since tests do not assert on speed.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use std::path::Path;
 use std::sync::Mutex;
 
 use clap::Parser;
+use common::run_quick;
 use embedwire_server::ServerConfig;
 
 /// One bench at a time: each loads the model and saturates the machine, and two at
 /// once on a small machine would only make both slow.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// Runs `binary --quick --results-dir DIR`; returns its stdout and DIR.
-fn run_quick(binary: &str, name: &str) -> (String, PathBuf) {
-    let defaults = ServerConfig::parse_from(["embedwire-server"]);
-    let (model_dir, python) = (defaults.model_dir(), defaults.cache_dir().join("venv/bin/python"));
-    assert!(
-        model_dir.is_dir() && python.is_file(),
-        "no model at {} or no Python venv at {} (run `make setup`)",
-        model_dir.display(),
-        python.display()
-    );
-    let results_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&results_dir);
-    let output = Command::new(binary)
-        .args(["--quick", "--results-dir"])
-        .arg(&results_dir)
-        .output()
-        .unwrap_or_else(|e| panic!("running {name}: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "{name} failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    (stdout, results_dir)
-}
 
 /// The lines of a CSV file, after checking that every line has as many fields as
 /// the header (no field of these files is quoted with a comma inside, except the
