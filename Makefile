@@ -4,7 +4,7 @@ CACHE ?= $(or $(EMBEDWIRE_CACHE),$(HOME)/.cache/embedwire)
 BIN := $(CACHE)/bin
 ARGS ?=
 
-.PHONY: setup run test lint bench bench-long
+.PHONY: setup run test lint bench bench-long cluster cluster-down
 
 ## setup: install the model, ONNX Runtime and dev tools; build the workspace (release)
 setup:
@@ -13,6 +13,16 @@ setup:
 ## run: serve the default model on 127.0.0.1:50051 (pass flags with ARGS="...")
 run: setup
 	./target/release/embedwire-server $(ARGS)
+
+## cluster: a local split deployment on free loopback ports: a 3-node Weaviate cluster,
+## two embedwire-server processes on it (--store weaviate) and embedwire-gateway in front;
+## prints the addresses (`bash scripts/cluster.sh status` shows them again)
+cluster: setup
+	bash scripts/cluster.sh up
+
+## cluster-down: stop what `make cluster` started (its data and logs are kept)
+cluster-down:
+	bash scripts/cluster.sh down
 
 ## lint: buf lint on the protos
 lint:

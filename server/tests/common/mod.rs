@@ -22,6 +22,8 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
+pub mod weaviate;
+
 /// How long a test waits for a server to become ready before failing.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -1,0 +1,343 @@
+#!/usr/bin/env bash
+# A local split deployment on loopback: a 3-node Weaviate cluster, two embedwire-server
+# processes storing into it (--store weaviate) and one embedwire-gateway in front of both.
+#
+#   cluster.sh up [--weaviate-only]   start everything (or only Weaviate), wait until ready
+#   cluster.sh status                 what runs, and whether each part is healthy
+#   cluster.sh down                   stop everything by pid (TERM, then KILL after a grace period)
+#
+# Every port is a free loopback port, picked at the first `up` and kept in the state dir
+# (${EMBEDWIRE_CLUSTER_DIR:-$EMBEDWIRE_CACHE/cluster}) with the pids, logs and data, so
+# `down` then `up` brings the same cluster back on its data. If a saved port has been
+# taken meanwhile, `up` picks new ports and starts from empty data (and says so).
+# Needs `make setup` (weaviate-server in $EMBEDWIRE_CACHE/bin, the release binaries).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+CACHE="${EMBEDWIRE_CACHE:-$HOME/.cache/embedwire}"
+STATE="${EMBEDWIRE_CLUSTER_DIR:-$CACHE/cluster}"
+WEAVIATE_BIN="$CACHE/bin/weaviate-server"
+SERVER_BIN="$PWD/target/release/embedwire-server"
+GATEWAY_BIN="$PWD/target/release/embedwire-gateway"
+WEAVIATE_NODES=3
+SERVERS=2
+# How long to wait for readiness: a cold Weaviate cluster takes ~15 s, a server loads its model.
+READY_TIMEOUT_SECS=120
+# How long a process may take to exit after SIGTERM before it gets SIGKILL.
+STOP_GRACE_SECS=30
+
+log() { echo "cluster: $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# The processes, in start order (stopped in reverse).
+process_names() {
+  local i
+  for ((i = 0; i < WEAVIATE_NODES; i++)); do echo "weaviate-$i"; done
+  [[ -f "$STATE/weaviate-only" ]] && return
+  for ((i = 0; i < SERVERS; i++)); do echo "server-$i"; done
+  echo gateway
+}
+
+pid_of() { cat "$STATE/pids/$1.pid" 2>/dev/null || true; }
+alive() { local pid; pid="$(pid_of "$1")"; [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; }
+
+# Free loopback ports as shell assignments, all distinct, every socket held until all
+# are picked. Weaviate needs two pairs per node: the intra-cluster data port is taken to
+# be gossip + 1 (its fallback for a peer whose metadata has not arrived) and, with
+# CLUSTER_IN_LOCALHOST, a peer's Raft RPC port is always computed as its Raft port + 1.
+pick_ports() {
+  python3 - "$WEAVIATE_NODES" "$SERVERS" <<'EOF'
+import socket, sys
+nodes, servers = int(sys.argv[1]), int(sys.argv[2])
+held = []
+def bind(port, kind=socket.SOCK_STREAM):
+    s = socket.socket(socket.AF_INET, kind)
+    s.bind(("127.0.0.1", port))
+    held.append(s)
+    return s.getsockname()[1]
+def pair(udp):
+    while True:
+        first = bind(0)
+        try:
+            bind(first + 1)
+            if udp:
+                bind(first, socket.SOCK_DGRAM)
+            return first
+        except OSError:
+            continue
+for i in range(nodes):
+    print(f"WEAVIATE_HTTP_{i}={bind(0)}")
+    print(f"WEAVIATE_GRPC_{i}={bind(0)}")
+    print(f"WEAVIATE_GOSSIP_{i}={pair(True)}")
+    print(f"WEAVIATE_RAFT_{i}={pair(False)}")
+    print(f"WEAVIATE_PROFILING_{i}={bind(0)}")
+for i in range(servers):
+    print(f"SERVER_PORT_{i}={bind(0)}")
+print(f"GATEWAY_PORT={bind(0)}")
+EOF
+}
+
+# Whether every port in ports.env can be bound right now (TCP, and UDP for gossip).
+saved_ports_free() {
+  python3 - "$STATE/ports.env" <<'EOF'
+import socket, sys
+for line in open(sys.argv[1]):
+    name, port = line.strip().split("=")
+    kinds = [socket.SOCK_STREAM, socket.SOCK_DGRAM] if "GOSSIP" in name else [socket.SOCK_STREAM]
+    ports = [int(port), int(port) + 1] if "GOSSIP" in name or "RAFT" in name else [int(port)]
+    for p in ports:
+        for kind in kinds:
+            s = socket.socket(socket.AF_INET, kind)
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                sys.exit(1)
+            finally:
+                s.close()
+EOF
+}
+
+port() { local var="$1"; echo "${!var}"; }
+
+weaviate_http_urls() {
+  local i urls=()
+  for ((i = 0; i < WEAVIATE_NODES; i++)); do urls+=("http://127.0.0.1:$(port "WEAVIATE_HTTP_$i")"); done
+  (IFS=,; echo "${urls[*]}")
+}
+
+weaviate_grpc_addrs() {
+  local i addrs=()
+  for ((i = 0; i < WEAVIATE_NODES; i++)); do addrs+=("127.0.0.1:$(port "WEAVIATE_GRPC_$i")"); done
+  (IFS=,; echo "${addrs[*]}")
+}
+
+# Runs "$@" detached (own session, survives this script), output to logs/NAME.log.
+launch() {
+  local name="$1"; shift
+  mkdir -p "$STATE/pids" "$STATE/logs"
+  echo "=== $(date -Is) start: $*" >>"$STATE/logs/$name.log"
+  setsid "$@" </dev/null >>"$STATE/logs/$name.log" 2>&1 &
+  echo $! >"$STATE/pids/$name.pid"
+}
+
+# A joining node exits at once if none of its CLUSTER_JOIN addresses answers, so node 0
+# starts alone and the others join the nodes started before them once node 0 gossips.
+start_weaviate() {
+  local i raft_join=() join=()
+  for ((i = 0; i < WEAVIATE_NODES; i++)); do raft_join+=("weaviate-$i:$(port "WEAVIATE_RAFT_$i")"); done
+  for ((i = 0; i < WEAVIATE_NODES; i++)); do
+    local gossip raft
+    gossip="$(port "WEAVIATE_GOSSIP_$i")"
+    raft="$(port "WEAVIATE_RAFT_$i")"
+    mkdir -p "$STATE/data/weaviate-$i"
+    # CLUSTER_ADVERTISE_ADDR: otherwise a node may advertise an IPv6 address and die on
+    # "too many colons". GO_PROFILING_PORT: every node would take 6060.
+    launch "weaviate-$i" env -i PATH="$PATH" HOME="$HOME" \
+      AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED=true \
+      DEFAULT_VECTORIZER_MODULE=none \
+      DISABLE_TELEMETRY=true \
+      LOG_LEVEL=info \
+      LOG_FORMAT=text \
+      PERSISTENCE_DATA_PATH="$STATE/data/weaviate-$i" \
+      CLUSTER_HOSTNAME="weaviate-$i" \
+      CLUSTER_IN_LOCALHOST=true \
+      CLUSTER_ADVERTISE_ADDR=127.0.0.1 \
+      CLUSTER_GOSSIP_BIND_PORT="$gossip" \
+      CLUSTER_DATA_BIND_PORT="$((gossip + 1))" \
+      RAFT_PORT="$raft" \
+      RAFT_INTERNAL_RPC_PORT="$((raft + 1))" \
+      RAFT_JOIN="$(IFS=,; echo "${raft_join[*]}")" \
+      RAFT_BOOTSTRAP_EXPECT="$WEAVIATE_NODES" \
+      GRPC_PORT="$(port "WEAVIATE_GRPC_$i")" \
+      GO_PROFILING_PORT="$(port "WEAVIATE_PROFILING_$i")" \
+      ${join[0]:+CLUSTER_JOIN="$(IFS=,; echo "${join[*]}")"} \
+      "$WEAVIATE_BIN" --scheme http --host 127.0.0.1 --port "$(port "WEAVIATE_HTTP_$i")"
+    if ((i == 0)); then
+      wait_listening weaviate-0 "$gossip" || return 1
+    fi
+    join+=("127.0.0.1:$gossip")
+  done
+}
+
+# Polls until NAME accepts TCP connections on PORT; fails if it exits or times out.
+wait_listening() {
+  local deadline=$((SECONDS + READY_TIMEOUT_SECS))
+  until (exec 3<>"/dev/tcp/127.0.0.1/$2") 2>/dev/null; do
+    alive "$1" && ((SECONDS < deadline)) || { log "$1 does not listen on $2; see $STATE/logs/$1.log"; return 1; }
+    sleep 0.2
+  done
+}
+
+start_servers() {
+  local i
+  for ((i = 0; i < SERVERS; i++)); do
+    mkdir -p "$STATE/data/server-$i"
+    launch "server-$i" "$SERVER_BIN" \
+      --store weaviate \
+      --weaviate-http "$(weaviate_http_urls)" \
+      --weaviate-grpc "$(weaviate_grpc_addrs)" \
+      --replication-factor 2 \
+      --shards 3 \
+      --listen "127.0.0.1:$(port "SERVER_PORT_$i")" \
+      --data-dir "$STATE/data/server-$i"
+  done
+}
+
+start_gateway() {
+  local i upstreams=()
+  for ((i = 0; i < SERVERS; i++)); do upstreams+=("http://127.0.0.1:$(port "SERVER_PORT_$i")"); done
+  launch gateway "$GATEWAY_BIN" --listen "127.0.0.1:$GATEWAY_PORT" --upstream "$(IFS=,; echo "${upstreams[*]}")"
+}
+
+http_ok() { curl -fsS -o /dev/null --max-time 2 "$1" 2>/dev/null; }
+
+# How many nodes node i reports HEALTHY on /v1/nodes.
+weaviate_healthy_count() {
+  curl -fsS --max-time 2 "http://127.0.0.1:$(port "WEAVIATE_HTTP_$1")/v1/nodes" 2>/dev/null |
+    python3 -c 'import json,sys; print(sum(n.get("status") == "HEALTHY" for n in json.load(sys.stdin)["nodes"]))' \
+      2>/dev/null || echo 0
+}
+
+# The readiness probe of one process: 0 when ready.
+ready() {
+  case "$1" in
+    weaviate-*)
+      local i="${1#weaviate-}"
+      http_ok "http://127.0.0.1:$(port "WEAVIATE_HTTP_$i")/v1/.well-known/ready" &&
+        [[ "$(weaviate_healthy_count "$i")" == "$WEAVIATE_NODES" ]]
+      ;;
+    server-*) http_ok "http://127.0.0.1:$(port "SERVER_PORT_${1#server-}")/readyz" ;;
+    gateway) http_ok "http://127.0.0.1:$GATEWAY_PORT/readyz" ;;
+  esac
+}
+
+# Polls until every named process is ready; fails (with its log's tail) if one exits.
+wait_ready() {
+  local deadline=$((SECONDS + READY_TIMEOUT_SECS)) name pending
+  while :; do
+    pending=()
+    for name in "$@"; do
+      if ! alive "$name"; then
+        log "$name exited; last lines of $STATE/logs/$name.log:"
+        tail -n 20 "$STATE/logs/$name.log" >&2
+        return 1
+      fi
+      ready "$name" || pending+=("$name")
+    done
+    ((${#pending[@]} == 0)) && return 0
+    if ((SECONDS > deadline)); then
+      log "not ready after ${READY_TIMEOUT_SECS}s: ${pending[*]} (logs in $STATE/logs)"
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+print_addresses() {
+  local i
+  for ((i = 0; i < WEAVIATE_NODES; i++)); do
+    echo "weaviate-$i  http://127.0.0.1:$(port "WEAVIATE_HTTP_$i")  grpc 127.0.0.1:$(port "WEAVIATE_GRPC_$i")"
+  done
+  [[ -f "$STATE/weaviate-only" ]] && return
+  for ((i = 0; i < SERVERS; i++)); do
+    echo "server-$i    127.0.0.1:$(port "SERVER_PORT_$i") (gRPC and HTTP)"
+  done
+  echo "gateway     http://127.0.0.1:$GATEWAY_PORT"
+}
+
+cmd_status() {
+  if [[ ! -f "$STATE/ports.env" ]]; then
+    echo "no cluster (state dir $STATE)"
+    return 0
+  fi
+  source "$STATE/ports.env"
+  local name state running=0 total=0
+  while read -r name; do
+    total=$((total + 1))
+    if alive "$name"; then
+      running=$((running + 1))
+      if ready "$name"; then state="running, healthy"; else state="running, NOT ready"; fi
+      echo "$name  pid $(pid_of "$name")  $state"
+    else
+      echo "$name  not running"
+    fi
+  done < <(process_names)
+  echo "$running of $total processes running; addresses:"
+  print_addresses
+}
+
+cmd_up() {
+  local weaviate_only=false
+  [[ "${1:-}" == "--weaviate-only" ]] && weaviate_only=true
+  [[ -x "$WEAVIATE_BIN" ]] || die "$WEAVIATE_BIN not found: run \`make setup\`"
+  if ! $weaviate_only; then
+    [[ -x "$SERVER_BIN" && -x "$GATEWAY_BIN" ]] || die "release binaries missing: run \`make setup\`"
+  fi
+  if [[ -f "$STATE/ports.env" ]]; then
+    local name some_alive=false
+    while read -r name; do alive "$name" && some_alive=true; done < <(process_names)
+    if $some_alive; then
+      log "already up (\`$0 down\` first to start again):"
+      cmd_status
+      return 0
+    fi
+  fi
+
+  mkdir -p "$STATE"
+  rm -rf "$STATE/pids"
+  if [[ -f "$STATE/ports.env" ]] && saved_ports_free; then
+    log "starting on the saved ports and data in $STATE"
+  else
+    [[ -d "$STATE/data" ]] && log "saved ports are taken; starting on new ports with empty data"
+    rm -rf "$STATE/data"
+    pick_ports >"$STATE/ports.env.new"
+    mv "$STATE/ports.env.new" "$STATE/ports.env"
+  fi
+  if $weaviate_only; then touch "$STATE/weaviate-only"; else rm -f "$STATE/weaviate-only"; fi
+  source "$STATE/ports.env"
+
+  local started=$SECONDS weaviate=()
+  mapfile -t weaviate < <(process_names | grep '^weaviate-')
+  start_weaviate || { cmd_down; die "the Weaviate cluster did not come up"; }
+  wait_ready "${weaviate[@]}" || { cmd_down; die "the Weaviate cluster did not come up"; }
+  log "Weaviate cluster of $WEAVIATE_NODES nodes healthy after $((SECONDS - started)) s"
+  if ! $weaviate_only; then
+    local servers=()
+    mapfile -t servers < <(process_names | grep '^server-')
+    start_servers
+    wait_ready "${servers[@]}" || { cmd_down; die "the embedwire servers did not come up"; }
+    start_gateway
+    wait_ready gateway || { cmd_down; die "the gateway did not come up"; }
+  fi
+  log "up after $((SECONDS - started)) s (state, logs and data in $STATE):"
+  print_addresses
+}
+
+# TERM to everything (reverse start order), then KILL whatever outlives the grace period.
+cmd_down() {
+  [[ -d "$STATE/pids" ]] || { log "nothing is up"; return 0; }
+  local names=() name pid
+  mapfile -t names < <(process_names | tac)
+  for name in "${names[@]}"; do
+    alive "$name" && kill -TERM "$(pid_of "$name")" 2>/dev/null || true
+  done
+  local deadline=$((SECONDS + STOP_GRACE_SECS))
+  for name in "${names[@]}"; do
+    while alive "$name" && ((SECONDS < deadline)); do sleep 0.2; done
+    if alive "$name"; then
+      pid="$(pid_of "$name")"
+      log "$name (pid $pid) still runs after ${STOP_GRACE_SECS}s; KILL"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$STATE/pids/$name.pid"
+  done
+  rmdir "$STATE/pids" 2>/dev/null || true
+  log "down (data and logs kept in $STATE)"
+}
+
+case "${1:-}" in
+  up) shift; cmd_up "$@" ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  *) echo "usage: $0 up [--weaviate-only] | down | status" >&2; exit 2 ;;
+esac

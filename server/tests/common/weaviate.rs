@@ -1,0 +1,481 @@
+//! A real Weaviate cluster on loopback for the `--store weaviate` tests: `weaviate-server`
+//! from the cache `make setup` fills, one process per node, every port a free one.
+//!
+//! Everything here is blocking (std processes, HTTP/1.0 over `std::net`), because a
+//! shared cluster outlives the tokio runtime of the `#[tokio::test]` that started it.
+//! Calling these from an async test blocks that test's thread for a few seconds, which
+//! is what a test waiting for a cluster wants anyway.
+//!
+//! Nodes die with the test binary although statics are never dropped: every node is
+//! spawned from one thread that lives as long as the process, with
+//! `PR_SET_PDEATHSIG = SIGKILL` (the signal follows the spawning *thread*, so spawning
+//! from a test's own thread would kill the node when that test ends), in its own
+//! process group.
+//!
+//! A killed node drops out of the others' `/v1/nodes` (it is not listed as unhealthy)
+//! after a few seconds. A restarted node joins the nodes that run at that moment, on its
+//! old ports and data. Clients keep pooled connections to a killed node: expect one
+//! failed request per connection after a restart.
+//!
+//! Data and logs live under `$TMPDIR/embedwire-weaviate/<pid>-<n>/`; directories of
+//! test processes that are no longer alive are removed when the next cluster starts.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long a test waits for nodes to become ready and the cluster to agree that every
+/// node is healthy (a cold 3-node start takes about 15 s on 2 cores).
+pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long a node may take to exit after SIGTERM before it gets SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// The ports one node listens on, all on 127.0.0.1.
+#[derive(Debug, Clone, Copy)]
+struct NodePorts {
+    /// REST API (`/v1/...`), also the readiness probe.
+    http: u16,
+    /// The public gRPC API the store talks to.
+    grpc: u16,
+    /// Memberlist gossip (TCP and UDP). The intra-cluster data port is `gossip + 1`:
+    /// Weaviate falls back to that convention for a peer whose metadata it has not
+    /// received yet, so the two are always picked together.
+    gossip: u16,
+    /// Raft. The internal RPC port is `raft + 1`: with `CLUSTER_IN_LOCALHOST`, Weaviate
+    /// computes a peer's RPC address as its Raft port + 1, whatever the peer configured.
+    raft: u16,
+    /// Go's pprof listener, on by default at 6060 in every node.
+    profiling: u16,
+}
+
+/// One node: what it needs to be started again the same way, and the running process.
+#[derive(Debug)]
+struct Node {
+    name: String,
+    ports: NodePorts,
+    data: PathBuf,
+    log: PathBuf,
+    env: Vec<(String, String)>,
+    child: Option<Child>,
+}
+
+/// A Weaviate cluster of real `weaviate-server` processes on loopback.
+#[derive(Debug)]
+pub struct WeaviateCluster {
+    /// Holds each node's data directory and log file.
+    dir: PathBuf,
+    /// `weaviate-server` from the cache `make setup` fills.
+    binary: PathBuf,
+    /// Behind a mutex so that a `&'static` shared cluster can still be faulted.
+    nodes: Mutex<Vec<Node>>,
+}
+
+impl WeaviateCluster {
+    /// A cluster of `nodes` nodes that this test owns: started and healthy on return,
+    /// killed (and its directory removed unless the test panicked) when dropped. Use it
+    /// for tests that kill or restart nodes, so that they do not disturb other tests.
+    pub fn start(nodes: usize) -> WeaviateCluster {
+        assert!(nodes >= 1, "a cluster needs at least one node");
+        let binary = super::cache_dir().join("bin/weaviate-server");
+        assert!(binary.is_file(), "{} not found: run `make setup`", binary.display());
+        let dir = fresh_dir();
+        let ports = pick_ports(nodes);
+        let raft_join =
+            ports.iter().enumerate().map(|(i, p)| format!("weaviate-{i}:{}", p.raft)).collect::<Vec<_>>().join(",");
+        let nodes = (0..nodes)
+            .map(|i| {
+                let name = format!("weaviate-{i}");
+                let data = dir.join(&name);
+                std::fs::create_dir_all(&data).unwrap();
+                let env = node_env(&name, &data, ports[i], &raft_join, nodes);
+                Node { log: dir.join(format!("{name}.log")), name, ports: ports[i], data, env, child: None }
+            })
+            .collect();
+        let cluster = WeaviateCluster { dir, binary, nodes: Mutex::new(nodes) };
+        cluster.start_all();
+        cluster
+    }
+
+    /// A cluster of `nodes` nodes shared by every test of this binary that asks for that
+    /// size, started by the first one. Do not kill or restart its nodes: other tests
+    /// are using it at the same time (use [`WeaviateCluster::start`] for that).
+    pub fn shared(nodes: usize) -> &'static WeaviateCluster {
+        static SHARED: Mutex<Vec<(usize, &'static WeaviateCluster)>> = Mutex::new(Vec::new());
+        // A start that panicked poisons the lock; the next caller simply tries again.
+        let mut shared = SHARED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((_, cluster)) = shared.iter().find(|(size, _)| *size == nodes) {
+            return cluster;
+        }
+        let cluster: &'static WeaviateCluster = Box::leak(Box::new(WeaviateCluster::start(nodes)));
+        shared.push((nodes, cluster));
+        cluster
+    }
+
+    /// Each node's REST base URL, `http://127.0.0.1:PORT`, in node order.
+    pub fn http_urls(&self) -> Vec<String> {
+        self.nodes().iter().map(|n| format!("http://127.0.0.1:{}", n.ports.http)).collect()
+    }
+
+    /// Each node's public gRPC address, `127.0.0.1:PORT`, in node order.
+    pub fn grpc_addrs(&self) -> Vec<String> {
+        self.nodes().iter().map(|n| format!("127.0.0.1:{}", n.ports.grpc)).collect()
+    }
+
+    /// Each node's name as Weaviate reports it (`weaviate-0`, ...), in node order.
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes().iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// The directory holding every node's data directory and `weaviate-N.log`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Kills node `i` with SIGKILL (no shutdown, like a crash) and reaps it.
+    pub fn kill_node(&self, i: usize) {
+        let mut nodes = self.nodes();
+        if let Some(mut child) = nodes[i].child.take() {
+            signal_group(&mut child, libc::SIGKILL);
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts node `i` again with the same environment, ports and data (killing it
+    /// first if it still runs), then waits until it is ready and every node reports the
+    /// whole cluster healthy.
+    pub fn restart_node(&self, i: usize) {
+        self.kill_node(i);
+        self.spawn_node(i);
+        self.wait_ready(i);
+        self.wait_all_healthy();
+    }
+
+    /// Stops every node with SIGTERM (SIGKILL after a grace period) and waits for them
+    /// to exit. Their data stays for [`WeaviateCluster::start_all`].
+    pub fn stop_all(&self) {
+        let mut nodes = self.nodes();
+        for node in nodes.iter_mut() {
+            if let Some(child) = &mut node.child {
+                signal_group(child, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + STOP_GRACE;
+        for node in nodes.iter_mut() {
+            let Some(mut child) = node.child.take() else { continue };
+            while child.try_wait().unwrap().is_none() {
+                if Instant::now() > deadline {
+                    eprintln!("{} did not stop within {STOP_GRACE:?}; killing it", node.name);
+                    signal_group(&mut child, libc::SIGKILL);
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// Starts every node that is not running (with the data it had), then waits until
+    /// all are ready and report the whole cluster healthy.
+    pub fn start_all(&self) {
+        let count = self.nodes().len();
+        if (0..count).all(|i| !self.is_running(i)) {
+            self.spawn_node(0);
+            let gossip = self.nodes()[0].ports.gossip;
+            self.wait_for("weaviate-0 to listen for gossip", || {
+                assert!(self.is_running(0), "weaviate-0 exited; see {}", self.nodes()[0].log.display());
+                TcpStream::connect((Ipv4Addr::LOCALHOST, gossip)).is_ok()
+            });
+        }
+        for i in 0..count {
+            if !self.is_running(i) {
+                self.spawn_node(i);
+            }
+        }
+        for i in 0..count {
+            self.wait_ready(i);
+        }
+        self.wait_all_healthy();
+    }
+
+    /// Waits until every running node answers `/v1/nodes` with every node of the
+    /// cluster `HEALTHY`.
+    pub fn wait_all_healthy(&self) {
+        let names = self.node_names();
+        let running: Vec<usize> = (0..names.len()).filter(|&i| self.is_running(i)).collect();
+        self.wait_for("every node to report the whole cluster HEALTHY", || {
+            running.iter().all(|&via| {
+                let statuses = self.node_statuses(via);
+                names.iter().all(|name| statuses.iter().any(|(n, s)| n == name && s == "HEALTHY"))
+            })
+        });
+    }
+
+    /// Waits until node `via` no longer reports node `i` as `HEALTHY` (absent or any
+    /// other status), e.g. after [`WeaviateCluster::kill_node`].
+    pub fn wait_node_unhealthy(&self, i: usize, via: usize) {
+        let name = self.node_names()[i].clone();
+        self.wait_for(&format!("weaviate-{via} to see {name} down"), || {
+            let statuses = self.node_statuses(via);
+            !statuses.is_empty() && !statuses.iter().any(|(n, s)| *n == name && s == "HEALTHY")
+        });
+    }
+
+    /// `(name, status)` of every node as node `via` reports them on `/v1/nodes`;
+    /// empty when `via` does not answer.
+    pub fn node_statuses(&self, via: usize) -> Vec<(String, String)> {
+        let port = self.nodes()[via].ports.http;
+        let Some((200, body)) = http_get(port, "/v1/nodes") else { return Vec::new() };
+        let Ok(json) = serde_json::from_str::<Value>(&body) else { return Vec::new() };
+        json["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| {
+                (
+                    n["name"].as_str().unwrap_or_default().to_string(),
+                    n["status"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Whether node `i`'s process runs (it may not be ready yet).
+    pub fn is_running(&self, i: usize) -> bool {
+        let mut nodes = self.nodes();
+        match nodes[i].child.as_mut().map(|c| c.try_wait().unwrap()) {
+            Some(None) => true,
+            Some(Some(_)) | None => false,
+        }
+    }
+
+    fn nodes(&self) -> std::sync::MutexGuard<'_, Vec<Node>> {
+        self.nodes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Starts node `i` with `CLUSTER_JOIN` naming the gossip ports of the nodes that run
+    /// now: a node exits at once when no join address answers, and a restarted node
+    /// that joined nobody would stay alone (its peers stopped probing it when it died).
+    /// With none running it starts alone, and the caller waits for its gossip port
+    /// before starting the others.
+    fn spawn_node(&self, i: usize) {
+        let mut nodes = self.nodes();
+        let join: Vec<String> = nodes
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(j, n)| (j != i && n.child.as_mut()?.try_wait().unwrap().is_none()).then_some(n))
+            .map(|n| format!("127.0.0.1:{}", n.ports.gossip))
+            .collect();
+        let node = &mut nodes[i];
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&node.log).unwrap();
+        let mut command = Command::new(&self.binary);
+        command
+            .args(["--scheme", "http", "--host", "127.0.0.1", "--port", &node.ports.http.to_string()])
+            .env_clear()
+            .envs(std::env::vars_os().filter(|(k, _)| k == "PATH" || k == "HOME" || k == "TMPDIR"))
+            .envs(node.env.iter().map(|(k, v)| (k, v)))
+            .envs((!join.is_empty()).then(|| ("CLUSTER_JOIN", join.join(","))))
+            .current_dir(&node.data)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        node.child = Some(spawn_tied_to_process(command));
+    }
+
+    fn wait_ready(&self, i: usize) {
+        let port = self.nodes()[i].ports.http;
+        self.wait_for(&format!("weaviate-{i} to be ready"), || {
+            assert!(self.is_running(i), "weaviate-{i} exited; see {}", self.nodes()[i].log.display());
+            matches!(http_get(port, "/v1/.well-known/ready"), Some((200, _)))
+        });
+    }
+
+    /// Polls `done` every 100 ms; after [`CLUSTER_TIMEOUT`] panics with where the logs are.
+    fn wait_for(&self, what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + CLUSTER_TIMEOUT;
+        while !done() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {CLUSTER_TIMEOUT:?} waiting for {what}; node logs: {}/weaviate-*.log",
+                self.dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for WeaviateCluster {
+    fn drop(&mut self) {
+        let count = self.nodes().len();
+        for i in 0..count {
+            self.kill_node(i);
+        }
+        if std::thread::panicking() {
+            eprintln!("weaviate cluster data and logs kept in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The environment of one node (see the port notes on [`NodePorts`]).
+/// `CLUSTER_JOIN` is not part of it: see [`WeaviateCluster::spawn_node`].
+fn node_env(name: &str, data: &Path, ports: NodePorts, raft_join: &str, nodes: usize) -> Vec<(String, String)> {
+    [
+        ("AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED", "true".to_string()),
+        ("DEFAULT_VECTORIZER_MODULE", "none".to_string()),
+        ("DISABLE_TELEMETRY", "true".to_string()),
+        ("PERSISTENCE_DATA_PATH", data.display().to_string()),
+        ("CLUSTER_HOSTNAME", name.to_string()),
+        ("CLUSTER_IN_LOCALHOST", "true".to_string()),
+        // Without it a node may advertise an IPv6 address and die on "too many colons".
+        ("CLUSTER_ADVERTISE_ADDR", "127.0.0.1".to_string()),
+        ("CLUSTER_GOSSIP_BIND_PORT", ports.gossip.to_string()),
+        ("CLUSTER_DATA_BIND_PORT", (ports.gossip + 1).to_string()),
+        ("RAFT_PORT", ports.raft.to_string()),
+        ("RAFT_INTERNAL_RPC_PORT", (ports.raft + 1).to_string()),
+        ("RAFT_JOIN", raft_join.to_string()),
+        ("RAFT_BOOTSTRAP_EXPECT", nodes.to_string()),
+        ("GRPC_PORT", ports.grpc.to_string()),
+        ("GO_PROFILING_PORT", ports.profiling.to_string()),
+        ("LOG_LEVEL", "info".to_string()),
+        ("LOG_FORMAT", "text".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// Free loopback ports for `nodes` nodes, all distinct, with `gossip + 1` and `raft + 1`
+/// free as well. Every socket is held until all are picked, then released.
+fn pick_ports(nodes: usize) -> Vec<NodePorts> {
+    let mut held: Vec<Box<dyn std::any::Any>> = Vec::new();
+    let single = |held: &mut Vec<Box<dyn std::any::Any>>| {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        held.push(Box::new(listener));
+        port
+    };
+    // A port whose successor is free too (gossip also needs UDP on the first).
+    let pair = |held: &mut Vec<Box<dyn std::any::Any>>, udp: bool| loop {
+        let first = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = first.local_addr().unwrap().port();
+        if port == u16::MAX {
+            continue;
+        }
+        let Ok(second) = TcpListener::bind((Ipv4Addr::LOCALHOST, port + 1)) else { continue };
+        if udp {
+            let Ok(socket) = UdpSocket::bind((Ipv4Addr::LOCALHOST, port)) else { continue };
+            held.push(Box::new(socket));
+        }
+        held.push(Box::new(first));
+        held.push(Box::new(second));
+        return port;
+    };
+    (0..nodes)
+        .map(|_| NodePorts {
+            http: single(&mut held),
+            grpc: single(&mut held),
+            gossip: pair(&mut held, true),
+            raft: pair(&mut held, false),
+            profiling: single(&mut held),
+        })
+        .collect()
+}
+
+/// A new directory for one cluster, after removing those of test processes that ended.
+fn fresh_dir() -> PathBuf {
+    static CREATED: AtomicUsize = AtomicUsize::new(0);
+    let base = std::env::temp_dir().join("embedwire-weaviate");
+    for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = name.split('-').next().and_then(|p| p.parse::<libc::pid_t>().ok());
+        if pid.is_some_and(|pid| !process_alive(pid)) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let n = CREATED.fetch_add(1, Ordering::Relaxed);
+    let dir = base.join(format!("{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn process_alive(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) }
+}
+
+/// Sends `signal` to the child's process group (the child leads its own), unless it has
+/// exited: once reaped, its pid may belong to someone else.
+fn signal_group(child: &mut Child, signal: libc::c_int) {
+    if child.try_wait().unwrap().is_some() {
+        return;
+    }
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: the child is not reaped, so its pid (and group id) is still ours.
+    unsafe {
+        libc::kill(-pid, signal);
+    }
+}
+
+/// Spawns `command` from a thread that lives as long as the process, with
+/// `PR_SET_PDEATHSIG = SIGKILL` in its own process group, so the child dies with the
+/// test binary even when it never drops the handle.
+fn spawn_tied_to_process(command: Command) -> Child {
+    type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("weaviate-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    let parent = std::process::id() as libc::pid_t;
+                    command.process_group(0);
+                    // SAFETY: only async-signal-safe calls between fork and exec.
+                    unsafe {
+                        command.pre_exec(move || {
+                            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                                return Err(std::io::Error::last_os_error());
+                            }
+                            // The parent may have died before prctl took effect.
+                            if libc::getppid() != parent {
+                                libc::_exit(1);
+                            }
+                            Ok(())
+                        });
+                    }
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .unwrap();
+        Mutex::new(tx)
+    });
+    let (reply, answer) = mpsc::channel();
+    spawner.lock().unwrap_or_else(|p| p.into_inner()).send((command, reply)).unwrap();
+    answer.recv().unwrap().expect("spawn weaviate-server")
+}
+
+/// A plain HTTP/1.0 GET on 127.0.0.1:`port` (no chunked replies, the server closes the
+/// connection): `(status, body)`, or `None` when the node does not answer.
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let timeout = Duration::from_secs(2);
+    let mut stream = TcpStream::connect_timeout(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)), timeout).ok()?;
+    stream.set_read_timeout(Some(timeout)).ok()?;
+    stream.set_write_timeout(Some(timeout)).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n").ok()?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).ok()?;
+    let (head, body) = reply.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
