@@ -26,6 +26,9 @@ READY_TIMEOUT_SECS=120
 # How long a process may take to exit after SIGTERM before it gets SIGKILL.
 STOP_GRACE_SECS=30
 
+# The embedwire processes log to files: no colour codes in them.
+export NO_COLOR=1
+
 log() { echo "cluster: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
@@ -88,6 +91,9 @@ for line in open(sys.argv[1]):
     for p in ports:
         for kind in kinds:
             s = socket.socket(socket.AF_INET, kind)
+            if kind == socket.SOCK_STREAM:
+                # As the servers do: a port in TIME_WAIT from earlier clients is free to them.
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", p))
             except OSError:
@@ -219,7 +225,7 @@ wait_ready() {
     for name in "$@"; do
       if ! alive "$name"; then
         log "$name exited; last lines of $STATE/logs/$name.log:"
-        tail -n 20 "$STATE/logs/$name.log" >&2
+        awk '/^=== /{run=""} {run=run $0 "\n"} END{printf "%s", run}' "$STATE/logs/$name.log" | tail -n 20 >&2
         return 1
       fi
       ready "$name" || pending+=("$name")
@@ -274,11 +280,18 @@ cmd_up() {
     [[ -x "$SERVER_BIN" && -x "$GATEWAY_BIN" ]] || die "release binaries missing: run \`make setup\`"
   fi
   if [[ -f "$STATE/ports.env" ]]; then
-    local name some_alive=false
-    while read -r name; do alive "$name" && some_alive=true; done < <(process_names)
-    if $some_alive; then
-      log "already up (\`$0 down\` first to start again):"
+    local name dead=()
+    local -i running=0
+    while read -r name; do
+      if alive "$name"; then running+=1; else dead+=("$name"); fi
+    done < <(process_names)
+    if ((running > 0)); then
       cmd_status
+      if ((${#dead[@]} > 0)); then
+        log "partly up (not running: ${dead[*]}); \`$0 down\`, then \`$0 up\` starts it all again"
+        return 1
+      fi
+      log "already up (\`$0 down\` first to start again)"
       return 0
     fi
   fi
