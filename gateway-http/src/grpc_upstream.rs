@@ -2,23 +2,41 @@
 //! reached over gRPC.
 //!
 //! Embedding is stateless, so embed calls are balanced round-robin over every
-//! upstream. Ingest, search and index statistics are stateful (each server has its
-//! own index), so they go to the first healthy upstream in the configured order and
-//! fail over to the next one: one index answers while it is up. A job is looked up on
-//! every upstream, since failover may have put it on any of them. An upstream that
-//! cannot be reached is skipped for a cool-down, and a call it failed is retried on
-//! the next one, unless the call may already have taken effect there.
+//! upstream. Ingest, search, jobs and index statistics are stateful, and where they
+//! go depends on the upstreams' stores, which a background probe learns from each
+//! server's `Info` (and its health and index statistics) every
+//! [`GrpcUpstreamSettings::probe_interval`], never once per request:
+//!
+//! - **Per-server indexes** (embedded stores, or servers that do not say): every
+//!   server has an index of its own. Stateful calls go to the first healthy upstream
+//!   in the configured order and fail over to the next one: one index answers while
+//!   it is up. A failover therefore switches to *another index*, which may not hold
+//!   the documents ingested so far. Every answer names its index
+//!   (`x-embedwire-index`) and upstream (`x-embedwire-upstream`), and the gateway
+//!   remembers which indexes held documents: when one of them becomes unreachable,
+//!   `/healthz` says `degraded` and `/readyz` answers 503, naming the lost index and
+//!   the one answering instead.
+//! - **A shared index** (every healthy upstream reports `shared` with the same
+//!   `index_id`, e.g. one Weaviate collection): any server answers for the same data,
+//!   so stateful calls are balanced round-robin like embed calls, and one server
+//!   going down loses nothing. A store that every server reports unhealthy is
+//!   degraded.
+//!
+//! A job is looked up on every upstream when the first asked does not know it, since
+//! failover (or a store that keeps jobs per server) may have put it on any of them.
+//! An upstream that cannot be reached is skipped for a cool-down, and a call it failed
+//! is retried on the next one, unless the call may already have taken effect there.
 
 use std::future::Future;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
 use embedwire_proto::v1::{
     EmbedRequest, EmbedResponse, GetIndexStatsRequest, GetIndexStatsResponse, GetJobRequest, GetJobResponse,
-    InfoRequest, InfoResponse, IngestRequest, IngestResponse, SearchRequest, SearchResponse,
+    InfoRequest, InfoResponse, IngestRequest, IngestResponse, SearchRequest, SearchResponse, StoreInfo,
 };
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
@@ -27,14 +45,15 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::upstream::{Readiness, Upstream};
+use crate::upstream::{HealthReport, Origin, Readiness, Served, StoreStatus, Upstream, UpstreamStatus};
 
 /// How the gateway talks to its upstreams.
 #[derive(Debug, Clone)]
 pub struct GrpcUpstreamSettings {
     /// Upstream addresses (`http://host:port`), in failover order.
     pub addresses: Vec<String>,
-    /// Time allowed to open a connection before the upstream counts as down.
+    /// Time allowed to open a connection (and to answer a probe) before the upstream
+    /// counts as down.
     pub connect_timeout: Duration,
     /// How long an unreachable upstream is skipped before it is tried again.
     pub cool_down: Duration,
@@ -44,6 +63,9 @@ pub struct GrpcUpstreamSettings {
     pub max_message_bytes: usize,
     /// Key presented to the upstreams, when they require one.
     pub api_key: Option<String>,
+    /// How often [`GrpcUpstream::spawn_probes`] refreshes each upstream's health,
+    /// store and document count.
+    pub probe_interval: Duration,
 }
 
 /// One upstream server.
@@ -52,11 +74,61 @@ struct Member {
     channel: Channel,
     /// Set when a call could not reach it: skipped until then.
     down_until: Mutex<Option<Instant>>,
+    /// What probes and answers taught the gateway about it.
+    seen: Mutex<Seen>,
+}
+
+/// What the gateway knows of one upstream's index; kept while the upstream is down,
+/// so that a lost index can still be named.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Its store, from its last Info (None before one answered, or from a server that
+    /// does not report a store).
+    store: Option<StoreInfo>,
+    /// Whether the last health check (or call) found it serving; None before any.
+    serving: Option<bool>,
+    /// Documents in its index at the last probe.
+    document_count: Option<u64>,
+    /// Its index held documents at some point (seen in its statistics, or ingest and
+    /// search answers with content): losing it loses data.
+    held_data: bool,
 }
 
 impl Member {
     fn is_down(&self, now: Instant) -> bool {
         self.down_until.lock().expect("lock poisoned").is_some_and(|until| until > now)
+    }
+
+    fn seen(&self) -> MutexGuard<'_, Seen> {
+        self.seen.lock().expect("lock poisoned")
+    }
+
+    fn mark_down(&self, cool_down: Duration) {
+        *self.down_until.lock().expect("lock poisoned") = Some(Instant::now() + cool_down);
+        self.seen().serving = Some(false);
+    }
+
+    fn mark_up(&self) {
+        *self.down_until.lock().expect("lock poisoned") = None;
+        self.seen().serving = Some(true);
+    }
+
+    /// Its store as `/healthz` shows it (an unreported store: embedded, named after
+    /// the address).
+    fn store(&self) -> StoreStatus {
+        StoreStatus::from_wire(self.seen().store.as_ref(), &self.address)
+    }
+
+    fn view(&self, now: Instant) -> MemberView {
+        let store = self.store();
+        let seen = self.seen();
+        MemberView {
+            up: !self.is_down(now) && seen.serving != Some(false),
+            index_id: store.index_id,
+            shared: store.shared,
+            store_healthy: store.healthy,
+            held_data: seen.held_data,
+        }
     }
 }
 
@@ -65,6 +137,8 @@ pub struct GrpcUpstream {
     members: Vec<Member>,
     /// Round-robin position for embed calls.
     next: AtomicUsize,
+    /// Round-robin position for stateful calls over a shared index.
+    next_stateful: AtomicUsize,
     settings: GrpcUpstreamSettings,
     /// `Bearer KEY` for the upstreams, parsed once.
     authorization: Option<MetadataValue<Ascii>>,
@@ -78,6 +152,72 @@ enum Retry {
     /// Ingest: only when the request never left (the connection could not be made),
     /// or a second copy could create a second job.
     OnlyIfNotSent,
+}
+
+/// One upstream as routing and degradation see it: plain data, so that both are
+/// pure functions with unit tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MemberView {
+    /// Not in cool-down, and not failing its last health check.
+    up: bool,
+    /// The index it serves.
+    index_id: String,
+    /// Whether other servers serve that index too.
+    shared: bool,
+    /// Whether it reports its store reachable.
+    store_healthy: bool,
+    /// Its index held documents at some point.
+    held_data: bool,
+}
+
+/// The index every healthy upstream shares, if they all report the same shared one.
+fn shared_index(views: &[MemberView]) -> Option<&str> {
+    let mut up = views.iter().filter(|v| v.up);
+    let first = up.next().filter(|v| v.shared)?;
+    up.all(|v| v.shared && v.index_id == first.index_id).then_some(first.index_id.as_str())
+}
+
+/// The order in which stateful calls try the upstreams. Over a shared index: a
+/// rotation starting at `turn` (round robin over the healthy ones); otherwise the
+/// configured order (first healthy, then failover). Either way, upstreams that are
+/// down or whose store is unhealthy come last: still tried when nothing else answers.
+fn stateful_order(views: &[MemberView], turn: usize) -> Vec<usize> {
+    let count = views.len();
+    let first = if shared_index(views).is_some() { turn % count.max(1) } else { 0 };
+    preferred_first(views, (0..count).map(|i| (first + i) % count))
+}
+
+/// `order` with the upstreams that are up and whose store is healthy first.
+fn preferred_first(views: &[MemberView], order: impl Iterator<Item = usize>) -> Vec<usize> {
+    let (good, rest): (Vec<usize>, Vec<usize>) = order.partition(|&i| views[i].up && views[i].store_healthy);
+    good.into_iter().chain(rest).collect()
+}
+
+/// Why answers may lack data, naming each index that held documents and cannot be
+/// reached through any upstream, or a store unhealthy on every upstream; `answering`
+/// is the upstream stateful calls go to now.
+fn degradation(views: &[MemberView], addresses: &[String], answering: Option<usize>) -> Option<String> {
+    let mut problems = Vec::new();
+    for (view, address) in views.iter().zip(addresses) {
+        let reachable_elsewhere = views.iter().any(|o| o.up && o.shared && o.index_id == view.index_id);
+        if !view.up && view.held_data && !reachable_elsewhere {
+            problems.push(format!("index {} at {address} unreachable", view.index_id));
+        }
+    }
+    let up: Vec<&MemberView> = views.iter().filter(|v| v.up).collect();
+    if !up.is_empty() && up.iter().all(|v| !v.store_healthy) {
+        let mut ids: Vec<&str> = up.iter().map(|v| v.index_id.as_str()).collect();
+        ids.dedup();
+        problems.push(format!("store of index {} unhealthy on every upstream", ids.join(", ")));
+    }
+    if problems.is_empty() {
+        return None;
+    }
+    let now = match answering.map(|i| &views[i]).filter(|v| v.up) {
+        Some(view) => format!("answering from index {}", view.index_id),
+        None => "no upstream answers".to_string(),
+    };
+    Some(format!("{}; {now}", problems.join("; ")))
 }
 
 impl GrpcUpstream {
@@ -96,7 +236,12 @@ impl GrpcUpstream {
                     .connect_timeout(settings.connect_timeout)
                     .timeout(settings.request_timeout)
                     .tcp_nodelay(true);
-                Ok(Member { address: address.clone(), channel: endpoint.connect_lazy(), down_until: Mutex::new(None) })
+                Ok(Member {
+                    address: address.clone(),
+                    channel: endpoint.connect_lazy(),
+                    down_until: Mutex::new(None),
+                    seen: Mutex::new(Seen::default()),
+                })
             })
             .collect::<Result<Vec<_>, String>>()?;
         let authorization = settings
@@ -107,7 +252,29 @@ impl GrpcUpstream {
                     .map_err(|_| "the upstream API key is not valid ASCII".to_string())
             })
             .transpose()?;
-        Ok(GrpcUpstream { members, next: AtomicUsize::new(0), settings, authorization })
+        Ok(GrpcUpstream {
+            members,
+            next: AtomicUsize::new(0),
+            next_stateful: AtomicUsize::new(0),
+            settings,
+            authorization,
+        })
+    }
+
+    /// Probes every upstream now and then every `probe_interval`, until the gateway
+    /// is dropped. Routing learns the upstreams' stores from these probes.
+    pub fn spawn_probes(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let upstream: Weak<Self> = Arc::downgrade(self);
+        let every = self.settings.probe_interval;
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let Some(upstream) = upstream.upgrade() else { return };
+                upstream.probe_all().await;
+            }
+        })
     }
 
     /// `message` as a request carrying the upstream key.
@@ -131,27 +298,44 @@ impl GrpcUpstream {
             .max_encoding_message_size(self.settings.max_message_bytes)
     }
 
-    /// Member indexes starting at `first`, those in cool-down moved to the end (they
-    /// are still tried when nothing else answers).
-    fn order_from(&self, first: usize) -> Vec<usize> {
+    fn views(&self) -> Vec<MemberView> {
         let now = Instant::now();
-        let count = self.members.len();
-        let rotated = (0..count).map(|i| (first + i) % count);
-        let (up, down): (Vec<usize>, Vec<usize>) = rotated.partition(|&i| !self.members[i].is_down(now));
-        up.into_iter().chain(down).collect()
+        self.members.iter().map(|member| member.view(now)).collect()
     }
 
+    fn addresses(&self) -> Vec<String> {
+        self.members.iter().map(|member| member.address.clone()).collect()
+    }
+
+    /// Embed calls: a rotation over every upstream, healthy ones first.
     fn round_robin(&self) -> Vec<usize> {
-        self.order_from(self.next.fetch_add(1, Ordering::Relaxed) % self.members.len())
+        let count = self.members.len();
+        let first = self.next.fetch_add(1, Ordering::Relaxed) % count;
+        let views = self.views();
+        preferred_first(&views, (0..count).map(|i| (first + i) % count))
     }
 
+    /// Info: the configured order, healthy ones first.
     fn primary_first(&self) -> Vec<usize> {
-        self.order_from(0)
+        preferred_first(&self.views(), 0..self.members.len())
+    }
+
+    /// Ingest, search, jobs and statistics: see [`stateful_order`].
+    fn stateful(&self) -> Vec<usize> {
+        stateful_order(&self.views(), self.next_stateful.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The answer of member `index` with the index it came from: the server's
+    /// `x-embedwire-index` metadata, else what its Info said.
+    fn served<T>(&self, index: usize, response: tonic::Response<T>) -> Served<T> {
+        let member = &self.members[index];
+        let origin = Origin::from_metadata(response.metadata(), member.store().index_id, &member.address);
+        Served { value: response.into_inner(), origin }
     }
 
     /// Runs `call` on the members in `order` until one answers or fails in a way that
-    /// another member would not fix.
-    async fn call<T, F, Fut>(&self, order: Vec<usize>, retry: Retry, call: F) -> Result<T, Status>
+    /// another member would not fix; returns which member answered.
+    async fn call<T, F, Fut>(&self, order: Vec<usize>, retry: Retry, call: F) -> Result<(usize, T), Status>
     where
         F: Fn(Channel) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
@@ -161,12 +345,12 @@ impl GrpcUpstream {
             let member = &self.members[index];
             match call(member.channel.clone()).await {
                 Ok(value) => {
-                    *member.down_until.lock().expect("lock poisoned") = None;
-                    return Ok(value);
+                    member.mark_up();
+                    return Ok((index, value));
                 }
                 Err(status) if is_unreachable(&status) => {
                     tracing::warn!(upstream = %member.address, error = %status.message(), "upstream unreachable");
-                    *member.down_until.lock().expect("lock poisoned") = Some(Instant::now() + self.settings.cool_down);
+                    member.mark_down(self.settings.cool_down);
                     let sent = !is_connect_failure(&status);
                     last_error = Status::unavailable(format!("upstream {}: {}", member.address, status.message()));
                     if sent && retry == Retry::OnlyIfNotSent {
@@ -177,6 +361,93 @@ impl GrpcUpstream {
             }
         }
         Err(last_error)
+    }
+
+    /// Health, Info and index statistics of member `index`, recorded in its [`Seen`].
+    /// Err says why it is not serving.
+    async fn probe(&self, index: usize) -> Result<(), String> {
+        let member = &self.members[index];
+        let limit = self.settings.connect_timeout;
+        let mut health = HealthClient::new(member.channel.clone());
+        let check = health.check(self.request(HealthCheckRequest { service: String::new() }));
+        let serving = match tokio::time::timeout(limit, check).await {
+            Ok(Ok(response)) => response.get_ref().status(),
+            Ok(Err(status)) => {
+                if is_unreachable(&status) {
+                    member.mark_down(self.settings.cool_down);
+                }
+                member.seen().serving = Some(false);
+                return Err(format!("{}: {}", member.address, status.message()));
+            }
+            // A slow answer under load is not a reason to move stateful calls to
+            // another index; only failed calls and refusals are.
+            Err(_) => return Err(format!("{}: no answer", member.address)),
+        };
+        if serving != ServingStatus::Serving {
+            member.seen().serving = Some(false);
+            return Err(format!("{}: {serving:?}", member.address));
+        }
+        member.mark_up();
+        let mut embed = self.embed_client(member.channel.clone());
+        let mut search = self.search_client(member.channel.clone());
+        let (info, stats) = tokio::join!(
+            tokio::time::timeout(limit, embed.info(self.request(InfoRequest {}))),
+            tokio::time::timeout(limit, search.get_index_stats(self.request(GetIndexStatsRequest {}))),
+        );
+        let mut seen = member.seen();
+        // A slow or failed answer keeps what was known: the server is serving.
+        if let Ok(Ok(info)) = info {
+            seen.store = info.into_inner().store;
+        }
+        if let Ok(Ok(stats)) = stats {
+            let count = stats.get_ref().document_count;
+            seen.document_count = Some(count);
+            seen.held_data |= count > 0;
+        }
+        Ok(())
+    }
+
+    /// Probes every member at once; the reasons of those not serving.
+    async fn probe_all(&self) -> Vec<String> {
+        let probes = (0..self.members.len()).map(|index| self.probe(index));
+        futures::future::join_all(probes).await.into_iter().filter_map(Result::err).collect()
+    }
+
+    /// Each upstream's status, and the degradation, from what the gateway knows now.
+    fn status(&self) -> (Vec<UpstreamStatus>, Option<usize>, Option<String>) {
+        let views = self.views();
+        let order = stateful_order(&views, 0);
+        let answering = order.first().copied().filter(|&i| views[i].up);
+        let shared = shared_index(&views).map(str::to_string);
+        let upstreams = self
+            .members
+            .iter()
+            .zip(&views)
+            .enumerate()
+            .map(|(i, (member, view))| {
+                let store = member.store();
+                UpstreamStatus {
+                    address: member.address.clone(),
+                    healthy: view.up,
+                    store_kind: store.kind,
+                    index_id: store.index_id,
+                    shared: store.shared,
+                    store_healthy: store.healthy,
+                    document_count: member.seen().document_count,
+                    answering: match &shared {
+                        Some(id) => view.up && view.store_healthy && &view.index_id == id,
+                        None => answering == Some(i),
+                    },
+                }
+            })
+            .collect();
+        let degraded = degradation(&views, &self.addresses(), answering);
+        (upstreams, answering, degraded)
+    }
+
+    /// Notes that member `index` answered for an index with content.
+    fn saw_data(&self, index: usize) {
+        self.members[index].seen().held_data = true;
     }
 }
 
@@ -201,85 +472,112 @@ fn is_connect_failure(status: &Status) -> bool {
 
 impl Upstream for GrpcUpstream {
     async fn embed(&self, request: EmbedRequest) -> Result<tonic::Response<EmbedResponse>, Status> {
-        self.call(self.round_robin(), Retry::Idempotent, |channel| {
-            let request = self.request(request.clone());
-            let mut client = self.embed_client(channel);
-            async move { client.embed(request).await }
-        })
-        .await
+        let (_, response) = self
+            .call(self.round_robin(), Retry::Idempotent, |channel| {
+                let request = self.request(request.clone());
+                let mut client = self.embed_client(channel);
+                async move { client.embed(request).await }
+            })
+            .await?;
+        Ok(response)
     }
 
     async fn info(&self) -> Result<InfoResponse, Status> {
-        self.call(self.primary_first(), Retry::Idempotent, |channel| {
-            let request = self.request(InfoRequest {});
-            let mut client = self.embed_client(channel);
-            async move { client.info(request).await.map(tonic::Response::into_inner) }
-        })
-        .await
+        let (_, response) = self
+            .call(self.primary_first(), Retry::Idempotent, |channel| {
+                let request = self.request(InfoRequest {});
+                let mut client = self.embed_client(channel);
+                async move { client.info(request).await }
+            })
+            .await?;
+        Ok(response.into_inner())
     }
 
-    async fn ingest(&self, request: IngestRequest) -> Result<IngestResponse, Status> {
-        self.call(self.primary_first(), Retry::OnlyIfNotSent, |channel| {
-            let request = self.request(request.clone());
-            let mut client = self.search_client(channel);
-            async move { client.ingest(request).await.map(tonic::Response::into_inner) }
-        })
-        .await
+    async fn ingest(&self, request: IngestRequest) -> Result<Served<IngestResponse>, Status> {
+        let has_documents = !request.documents.is_empty();
+        let (index, response) = self
+            .call(self.stateful(), Retry::OnlyIfNotSent, |channel| {
+                let request = self.request(request.clone());
+                let mut client = self.search_client(channel);
+                async move { client.ingest(request).await }
+            })
+            .await?;
+        if has_documents {
+            self.saw_data(index);
+        }
+        Ok(self.served(index, response))
     }
 
-    async fn get_job(&self, job_id: String) -> Result<GetJobResponse, Status> {
+    async fn get_job(&self, job_id: String) -> Result<Served<GetJobResponse>, Status> {
         let mut not_found = None;
-        for index in self.primary_first() {
+        for index in self.stateful() {
             let found = self
                 .call(vec![index], Retry::Idempotent, |channel| {
                     let request = self.request(GetJobRequest { job_id: job_id.clone() });
                     let mut client = self.search_client(channel);
-                    async move { client.get_job(request).await.map(tonic::Response::into_inner) }
+                    async move { client.get_job(request).await }
                 })
                 .await;
             match found {
+                Ok((index, response)) => return Ok(self.served(index, response)),
                 Err(status) if status.code() == Code::NotFound => not_found = Some(status),
                 Err(status) if status.code() == Code::Unavailable => not_found = not_found.or(Some(status)),
-                other => return other,
+                Err(status) => return Err(status),
             }
         }
         Err(not_found.unwrap_or_else(|| Status::not_found(format!("job_id: no job {job_id:?}"))))
     }
 
-    async fn search(&self, request: SearchRequest) -> Result<SearchResponse, Status> {
-        self.call(self.primary_first(), Retry::Idempotent, |channel| {
-            let request = self.request(request.clone());
-            let mut client = self.search_client(channel);
-            async move { client.search(request).await.map(tonic::Response::into_inner) }
-        })
-        .await
+    async fn search(&self, request: SearchRequest) -> Result<Served<SearchResponse>, Status> {
+        let (index, response) = self
+            .call(self.stateful(), Retry::Idempotent, |channel| {
+                let request = self.request(request.clone());
+                let mut client = self.search_client(channel);
+                async move { client.search(request).await }
+            })
+            .await?;
+        if response.get_ref().results.iter().any(|result| !result.hits.is_empty()) {
+            self.saw_data(index);
+        }
+        Ok(self.served(index, response))
     }
 
-    async fn index_stats(&self) -> Result<GetIndexStatsResponse, Status> {
-        self.call(self.primary_first(), Retry::Idempotent, |channel| {
-            let request = self.request(GetIndexStatsRequest {});
-            let mut client = self.search_client(channel);
-            async move { client.get_index_stats(request).await.map(tonic::Response::into_inner) }
-        })
-        .await
+    async fn index_stats(&self) -> Result<Served<GetIndexStatsResponse>, Status> {
+        let (index, response) = self
+            .call(self.stateful(), Retry::Idempotent, |channel| {
+                let request = self.request(GetIndexStatsRequest {});
+                let mut client = self.search_client(channel);
+                async move { client.get_index_stats(request).await }
+            })
+            .await?;
+        let count = response.get_ref().document_count;
+        {
+            let mut seen = self.members[index].seen();
+            seen.document_count = Some(count);
+            seen.held_data |= count > 0;
+        }
+        Ok(self.served(index, response))
     }
 
-    /// Ready when at least one upstream reports SERVING.
-    async fn readiness(&self) -> Readiness {
-        let checks = self.members.iter().map(|member| async move {
-            let mut client = HealthClient::new(member.channel.clone());
-            let check = client.check(HealthCheckRequest { service: String::new() });
-            match tokio::time::timeout(self.settings.connect_timeout, check).await {
-                Ok(Ok(response)) if response.get_ref().status() == ServingStatus::Serving => Ok(()),
-                Ok(Ok(response)) => Err(format!("{}: {:?}", member.address, response.get_ref().status())),
-                Ok(Err(status)) => Err(format!("{}: {}", member.address, status.message())),
-                Err(_) => Err(format!("{}: no answer", member.address)),
-            }
-        });
-        let results = futures::future::join_all(checks).await;
-        let ready = results.iter().any(Result::is_ok);
-        let problems: Vec<String> = results.into_iter().filter_map(Result::err).collect();
-        Readiness { ready, detail: problems.join("; ") }
+    /// Probes every upstream. Ready when at least one reports SERVING; degraded when
+    /// an index that held documents is unreachable through every upstream, or the
+    /// store is unhealthy on every upstream.
+    async fn health(&self) -> HealthReport {
+        let problems = self.probe_all().await;
+        let ready = problems.len() < self.members.len();
+        let (upstreams, answering, degraded) = self.status();
+        let source = &self.members[answering.unwrap_or(0)];
+        let document_count = match answering {
+            Some(_) => source.seen().document_count.unwrap_or(0),
+            None => 0,
+        };
+        HealthReport {
+            readiness: Readiness { ready, detail: problems.join("; ") },
+            document_count,
+            store: source.store(),
+            upstreams: Some(upstreams),
+            degraded,
+        }
     }
 
     fn metrics_text(&self) -> String {
@@ -292,6 +590,110 @@ impl Upstream for GrpcUpstream {
             let up = u8::from(!member.is_down(now));
             text.push_str(&format!("embedwire_gateway_upstream_up{{upstream=\"{}\"}} {up}\n", member.address));
         }
+        let (_, _, degraded) = self.status();
+        text.push_str(&format!(
+            "# HELP embedwire_gateway_index_degraded Whether an index that held documents is unreachable (see /healthz).\n\
+             # TYPE embedwire_gateway_index_degraded gauge\n\
+             embedwire_gateway_index_degraded {}\n",
+            u8::from(degraded.is_some())
+        ));
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn embedded(index_id: &str, up: bool, held_data: bool) -> MemberView {
+        MemberView { up, index_id: index_id.into(), shared: false, store_healthy: true, held_data }
+    }
+
+    fn shared(index_id: &str, up: bool, store_healthy: bool) -> MemberView {
+        MemberView { up, index_id: index_id.into(), shared: true, store_healthy, held_data: true }
+    }
+
+    fn addresses(count: usize) -> Vec<String> {
+        (0..count).map(|i| format!("http://s{i}")).collect()
+    }
+
+    #[test]
+    fn per_server_indexes_go_to_the_first_healthy_upstream() {
+        let views = [embedded("a", true, true), embedded("b", true, false), embedded("c", true, false)];
+        for turn in 0..5 {
+            assert_eq!(stateful_order(&views, turn), [0, 1, 2], "no rotation without a shared index");
+        }
+        let first_down = [embedded("a", false, true), embedded("b", true, false), embedded("c", true, false)];
+        assert_eq!(stateful_order(&first_down, 7), [1, 2, 0], "failover in the configured order");
+        assert_eq!(shared_index(&views), None);
+    }
+
+    #[test]
+    fn a_shared_index_is_balanced_over_the_healthy_upstreams() {
+        let views = [shared("w", true, true), shared("w", true, true), shared("w", true, true)];
+        assert_eq!(shared_index(&views), Some("w"));
+        let firsts: Vec<usize> = (0..6).map(|turn| stateful_order(&views, turn)[0]).collect();
+        assert_eq!(firsts, [0, 1, 2, 0, 1, 2]);
+        assert_eq!(stateful_order(&views, 1), [1, 2, 0], "the others follow for retries");
+
+        // A down upstream is skipped by the rotation and tried last.
+        let one_down = [shared("w", true, true), shared("w", false, true), shared("w", true, true)];
+        assert_eq!(shared_index(&one_down), Some("w"), "only healthy upstreams need to agree");
+        assert_eq!(stateful_order(&one_down, 1), [2, 0, 1]);
+        assert_eq!(stateful_order(&one_down, 2), [2, 0, 1]);
+        assert_eq!(stateful_order(&one_down, 3), [0, 2, 1]);
+    }
+
+    #[test]
+    fn balancing_needs_every_healthy_upstream_to_share_one_index() {
+        let mixed = [shared("w", true, true), embedded("e", true, false)];
+        assert_eq!(shared_index(&mixed), None);
+        assert_eq!(stateful_order(&mixed, 1), [0, 1]);
+        let two_collections = [shared("w1", true, true), shared("w2", true, true)];
+        assert_eq!(shared_index(&two_collections), None);
+        assert_eq!(stateful_order(&two_collections, 1), [0, 1]);
+        let none_up = [shared("w", false, true), shared("w", false, true)];
+        assert_eq!(shared_index(&none_up), None);
+        assert_eq!(stateful_order(&none_up, 1), [0, 1], "nothing up: still tried, in order");
+    }
+
+    #[test]
+    fn an_unhealthy_store_comes_last() {
+        let views = [shared("w", true, false), shared("w", true, true)];
+        assert_eq!(stateful_order(&views, 0), [1, 0]);
+        assert_eq!(stateful_order(&views, 1), [1, 0]);
+    }
+
+    #[test]
+    fn losing_the_index_that_held_documents_is_degraded() {
+        let addresses = addresses(2);
+        let healthy = [embedded("a", true, true), embedded("b", true, false)];
+        assert_eq!(degradation(&healthy, &addresses, Some(0)), None);
+        let lost = [embedded("a", false, true), embedded("b", true, false)];
+        assert_eq!(
+            degradation(&lost, &addresses, Some(1)).as_deref(),
+            Some("index a at http://s0 unreachable; answering from index b")
+        );
+        let empty_lost = [embedded("a", false, false), embedded("b", true, true)];
+        assert_eq!(degradation(&empty_lost, &addresses, Some(1)), None, "an index without documents loses nothing");
+        let all_lost = [embedded("a", false, true), embedded("b", false, false)];
+        assert_eq!(
+            degradation(&all_lost, &addresses, None).as_deref(),
+            Some("index a at http://s0 unreachable; no upstream answers")
+        );
+    }
+
+    #[test]
+    fn a_shared_index_survives_one_server() {
+        let addresses = addresses(2);
+        let one_down = [shared("w", false, true), shared("w", true, true)];
+        assert_eq!(degradation(&one_down, &addresses, Some(1)), None);
+        let store_down = [shared("w", true, false), shared("w", true, false)];
+        assert_eq!(
+            degradation(&store_down, &addresses, Some(0)).as_deref(),
+            Some("store of index w unhealthy on every upstream; answering from index w")
+        );
+        let one_store_down = [shared("w", true, false), shared("w", true, true)];
+        assert_eq!(degradation(&one_store_down, &addresses, Some(1)), None);
     }
 }

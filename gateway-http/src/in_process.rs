@@ -1,7 +1,10 @@
 //! The upstream of the in-process deployment: the server's own service handlers,
 //! called as plain async functions on the same port's HTTP requests.
+//!
+//! Answers name the server's own index: the `x-embedwire-index` metadata of the
+//! handler's response when it sets one, else the index id of its `Info`.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use embedwire_proto::v1::embed_service_server::EmbedService;
 use embedwire_proto::v1::search_service_server::SearchService;
@@ -11,7 +14,7 @@ use embedwire_proto::v1::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::upstream::{Readiness, Upstream};
+use crate::upstream::{HealthReport, IN_PROCESS, Origin, Readiness, Served, StoreStatus, Upstream};
 
 /// Tells whether the server has loaded its model and index.
 pub type ReadinessProbe = Arc<dyn Fn() -> Readiness + Send + Sync>;
@@ -24,12 +27,35 @@ pub struct InProcessUpstream<E, S> {
     search: Arc<S>,
     readiness: ReadinessProbe,
     metrics: MetricsRenderer,
+    /// The index id from Info, once Info reported a store (it does not change while
+    /// the process runs).
+    index_id: OnceLock<String>,
 }
 
 impl<E: EmbedService, S: SearchService> InProcessUpstream<E, S> {
     /// Routes calls to `embed` and `search`, the same handler objects the gRPC server uses.
     pub fn new(embed: Arc<E>, search: Arc<S>, readiness: ReadinessProbe, metrics: MetricsRenderer) -> Self {
-        InProcessUpstream { embed, search, readiness, metrics }
+        InProcessUpstream { embed, search, readiness, metrics, index_id: OnceLock::new() }
+    }
+
+    /// The store as Info reports it now.
+    async fn store(&self) -> StoreStatus {
+        let info = self.info().await.ok();
+        let store = StoreStatus::from_wire(info.as_ref().and_then(|i| i.store.as_ref()), IN_PROCESS);
+        if info.is_some_and(|i| i.store.is_some()) {
+            let _ = self.index_id.set(store.index_id.clone());
+        }
+        store
+    }
+
+    /// `response` with the index it came from.
+    async fn served<T>(&self, response: Response<T>) -> Served<T> {
+        let fallback = match self.index_id.get() {
+            Some(id) => id.clone(),
+            None => self.store().await.index_id,
+        };
+        let origin = Origin::from_metadata(response.metadata(), fallback, IN_PROCESS);
+        Served { value: response.into_inner(), origin }
     }
 }
 
@@ -42,24 +68,36 @@ impl<E: EmbedService, S: SearchService> Upstream for InProcessUpstream<E, S> {
         self.embed.info(Request::new(InfoRequest {})).await.map(Response::into_inner)
     }
 
-    async fn ingest(&self, request: IngestRequest) -> Result<IngestResponse, Status> {
-        self.search.ingest(Request::new(request)).await.map(Response::into_inner)
+    async fn ingest(&self, request: IngestRequest) -> Result<Served<IngestResponse>, Status> {
+        let response = self.search.ingest(Request::new(request)).await?;
+        Ok(self.served(response).await)
     }
 
-    async fn get_job(&self, job_id: String) -> Result<GetJobResponse, Status> {
-        self.search.get_job(Request::new(GetJobRequest { job_id })).await.map(Response::into_inner)
+    async fn get_job(&self, job_id: String) -> Result<Served<GetJobResponse>, Status> {
+        let response = self.search.get_job(Request::new(GetJobRequest { job_id })).await?;
+        Ok(self.served(response).await)
     }
 
-    async fn search(&self, request: SearchRequest) -> Result<SearchResponse, Status> {
-        self.search.search(Request::new(request)).await.map(Response::into_inner)
+    async fn search(&self, request: SearchRequest) -> Result<Served<SearchResponse>, Status> {
+        let response = self.search.search(Request::new(request)).await?;
+        Ok(self.served(response).await)
     }
 
-    async fn index_stats(&self) -> Result<GetIndexStatsResponse, Status> {
-        self.search.get_index_stats(Request::new(GetIndexStatsRequest {})).await.map(Response::into_inner)
+    async fn index_stats(&self) -> Result<Served<GetIndexStatsResponse>, Status> {
+        let response = self.search.get_index_stats(Request::new(GetIndexStatsRequest {})).await?;
+        Ok(self.served(response).await)
     }
 
-    async fn readiness(&self) -> Readiness {
-        (self.readiness)()
+    /// One server, one index: degraded only when its store says it is unhealthy.
+    async fn health(&self) -> HealthReport {
+        let readiness = (self.readiness)();
+        let store = self.store().await;
+        let document_count = match readiness.ready {
+            true => self.index_stats().await.map(|stats| stats.value.document_count).unwrap_or(0),
+            false => 0,
+        };
+        let degraded = (!store.healthy).then(|| format!("store {} ({}) unreachable", store.index_id, store.kind));
+        HealthReport { readiness, document_count, store, upstreams: None, degraded }
     }
 
     fn metrics_text(&self) -> String {

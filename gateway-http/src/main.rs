@@ -1,6 +1,9 @@
 //! `embedwire-gateway`: the HTTP/JSON layer as its own process, forwarding over gRPC
 //! to one or more embedwire-server processes (see `GrpcUpstream` for how calls are
-//! spread and failed over).
+//! spread and failed over: servers with embedded stores each have their own index,
+//! so a failover answers from another index, which every answer's
+//! `x-embedwire-index` header and `/healthz` make visible; servers sharing one store
+//! are balanced).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,6 +32,10 @@ struct GatewayConfig {
     /// Seconds an unreachable upstream is skipped before it is tried again.
     #[arg(long, env = "EMBEDWIRE_GATEWAY_COOL_DOWN", default_value_t = 2.0)]
     cool_down: f64,
+    /// Seconds between probes of every upstream's health, store (from its Info) and
+    /// document count; routing learns whether the upstreams share an index from them.
+    #[arg(long, env = "EMBEDWIRE_GATEWAY_PROBE_INTERVAL", default_value_t = 5.0)]
+    probe_interval: f64,
     /// Deadline in seconds of each upstream call.
     #[arg(long, env = "EMBEDWIRE_GATEWAY_REQUEST_TIMEOUT", default_value_t = 60.0)]
     request_timeout: f64,
@@ -61,6 +68,7 @@ impl GatewayConfig {
         for (name, seconds) in [
             ("connect-timeout", self.connect_timeout),
             ("cool-down", self.cool_down),
+            ("probe-interval", self.probe_interval),
             ("request-timeout", self.request_timeout),
         ] {
             anyhow::ensure!(seconds.is_finite() && seconds > 0.0, "--{name} must be a positive number of seconds");
@@ -86,16 +94,16 @@ async fn main() -> anyhow::Result<()> {
         request_timeout: Duration::from_secs_f64(config.request_timeout),
         max_message_bytes: config.max_message_bytes,
         api_key: config.upstream_api_key.clone(),
+        probe_interval: Duration::from_secs_f64(config.probe_interval),
     })
     .map_err(anyhow::Error::msg)?;
+    let upstream = Arc::new(upstream);
+    let _probes = upstream.spawn_probes();
     let keys = ApiKeys::load(&config.api_keys, &config.read_only_api_keys, config.api_keys_file.as_deref())
         .map_err(anyhow::Error::msg)?;
     let access = AccessPolicy { keys, metrics_open: !config.metrics_require_key, rate_limit: None };
-    let app = router(
-        Arc::new(upstream),
-        GatewaySettings { max_body_bytes: config.max_body_bytes, ..GatewaySettings::default() },
-    )
-    .layer(AccessLayer::new(access));
+    let app = router(upstream, GatewaySettings { max_body_bytes: config.max_body_bytes, ..GatewaySettings::default() })
+        .layer(AccessLayer::new(access));
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;

@@ -2,14 +2,32 @@
 //! ([`crate::InProcessUpstream`], no network hop) or over gRPC
 //! ([`crate::GrpcUpstream`], the standalone gateway). Routes are written once against
 //! this trait, so both deployments answer identically.
+//!
+//! Stateful answers (ingest, jobs, search) come with their [`Origin`]: the index that
+//! answered and the upstream that holds it. With embedded stores every server has an
+//! index of its own, so a failover changes what a search can find; the origin makes
+//! that visible on every answer, and [`HealthReport`] says when the index that held
+//! the data cannot be reached.
 
 use std::future::Future;
 
+use axum::http::{HeaderMap, HeaderValue};
 use embedwire_proto::v1::{
     EmbedRequest, EmbedResponse, GetIndexStatsResponse, GetJobResponse, InfoResponse, IngestRequest, IngestResponse,
-    SearchRequest, SearchResponse,
+    SearchRequest, SearchResponse, StoreInfo,
 };
+use serde::Serialize;
 use tonic::Status;
+use utoipa::ToSchema;
+
+/// HTTP response header (and gRPC response metadata, as servers send it) naming the
+/// index an answer came from.
+pub const INDEX_HEADER: &str = "x-embedwire-index";
+/// HTTP response header naming the upstream an answer came from: its address, or
+/// [`IN_PROCESS`].
+pub const UPSTREAM_HEADER: &str = "x-embedwire-upstream";
+/// The upstream name of the in-process deployment.
+pub const IN_PROCESS: &str = "in-process";
 
 /// Whether the services can take work, for `/readyz` and `/healthz`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +36,139 @@ pub struct Readiness {
     pub ready: bool,
     /// Why not, when not ready.
     pub detail: String,
+}
+
+/// Where a stateful answer came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// The index (`StoreInfo.index_id`): equal on servers sharing a store, one per
+    /// server with embedded stores.
+    pub index_id: String,
+    /// The upstream's address, or [`IN_PROCESS`].
+    pub upstream: String,
+}
+
+impl Origin {
+    /// Adds [`INDEX_HEADER`] and [`UPSTREAM_HEADER`]. A value that is not a valid
+    /// header (never the case for ids the server makes) is left out rather than
+    /// failing the answer.
+    pub fn write_headers(&self, headers: &mut HeaderMap) {
+        for (name, value) in [(INDEX_HEADER, &self.index_id), (UPSTREAM_HEADER, &self.upstream)] {
+            if let Ok(value) = HeaderValue::from_str(value) {
+                headers.insert(name, value);
+            }
+        }
+    }
+
+    /// The index named in a server's response metadata, else `fallback` (what the
+    /// upstream's Info said), with `upstream` as the upstream.
+    pub fn from_metadata(metadata: &tonic::metadata::MetadataMap, fallback: String, upstream: &str) -> Self {
+        let index_id = metadata
+            .get(INDEX_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .filter(|value| !value.is_empty())
+            .map_or(fallback, str::to_string);
+        Origin { index_id, upstream: upstream.to_string() }
+    }
+}
+
+/// An answer with its [`Origin`].
+#[derive(Debug, Clone)]
+pub struct Served<T> {
+    pub value: T,
+    pub origin: Origin,
+}
+
+/// The store that holds an index, as `/healthz` reports it (Info's `StoreInfo`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct StoreStatus {
+    /// `embedded` (the server's own files) or `weaviate`.
+    pub kind: String,
+    /// Whether other servers read and write the same index.
+    pub shared: bool,
+    /// The index's id: equal on every server sharing it.
+    pub index_id: String,
+    /// Whether the store can be reached now.
+    pub healthy: bool,
+    /// The store's nodes (empty for embedded).
+    pub nodes: Vec<StoreNodeStatus>,
+}
+
+/// One node of a store cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct StoreNodeStatus {
+    pub name: String,
+    pub address: String,
+    pub healthy: bool,
+}
+
+impl StoreStatus {
+    /// Info's store, or for a server that does not report one (older servers) an
+    /// embedded, unshared index named after the upstream: each server is its own index.
+    pub fn from_wire(store: Option<&StoreInfo>, upstream: &str) -> Self {
+        match store {
+            Some(store) => StoreStatus {
+                kind: store.kind.clone(),
+                shared: store.shared,
+                index_id: if store.index_id.is_empty() { upstream.to_string() } else { store.index_id.clone() },
+                healthy: store.healthy,
+                nodes: store
+                    .nodes
+                    .iter()
+                    .map(|node| StoreNodeStatus {
+                        name: node.name.clone(),
+                        address: node.address.clone(),
+                        healthy: node.healthy,
+                    })
+                    .collect(),
+            },
+            None => StoreStatus {
+                kind: "embedded".into(),
+                shared: false,
+                index_id: upstream.to_string(),
+                healthy: true,
+                nodes: Vec::new(),
+            },
+        }
+    }
+}
+
+/// One upstream of the standalone gateway, as `/healthz` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct UpstreamStatus {
+    /// Its address.
+    pub address: String,
+    /// It answered the last health check with SERVING.
+    pub healthy: bool,
+    /// Its store's kind (`embedded`, `weaviate`).
+    pub store_kind: String,
+    /// The index it serves.
+    pub index_id: String,
+    /// Whether other servers share that index.
+    pub shared: bool,
+    /// Whether its store was reachable at the last check.
+    pub store_healthy: bool,
+    /// Documents in its index, when known (last seen while it answered).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub document_count: Option<u64>,
+    /// Whether ingest and search calls go to it now.
+    pub answering: bool,
+}
+
+/// What `/healthz` and `/readyz` report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthReport {
+    /// Whether the model is loaded and some index can take work.
+    pub readiness: Readiness,
+    /// Documents in the index that answers.
+    pub document_count: u64,
+    /// The store of the index that answers.
+    pub store: StoreStatus,
+    /// Every upstream (the standalone gateway only).
+    pub upstreams: Option<Vec<UpstreamStatus>>,
+    /// Why answers may be missing data: the index that held it cannot be reached, or
+    /// the store is unhealthy everywhere. `None` when all is well.
+    pub degraded: Option<String>,
 }
 
 /// The embedwire.v1 calls the HTTP layer needs.
@@ -30,15 +181,15 @@ pub trait Upstream: Send + Sync + 'static {
     /// `EmbedService/Info`.
     fn info(&self) -> impl Future<Output = Result<InfoResponse, Status>> + Send;
     /// `SearchService/Ingest`.
-    fn ingest(&self, request: IngestRequest) -> impl Future<Output = Result<IngestResponse, Status>> + Send;
+    fn ingest(&self, request: IngestRequest) -> impl Future<Output = Result<Served<IngestResponse>, Status>> + Send;
     /// `SearchService/GetJob`.
-    fn get_job(&self, job_id: String) -> impl Future<Output = Result<GetJobResponse, Status>> + Send;
+    fn get_job(&self, job_id: String) -> impl Future<Output = Result<Served<GetJobResponse>, Status>> + Send;
     /// `SearchService/Search`.
-    fn search(&self, request: SearchRequest) -> impl Future<Output = Result<SearchResponse, Status>> + Send;
+    fn search(&self, request: SearchRequest) -> impl Future<Output = Result<Served<SearchResponse>, Status>> + Send;
     /// `SearchService/GetIndexStats`.
-    fn index_stats(&self) -> impl Future<Output = Result<GetIndexStatsResponse, Status>> + Send;
-    /// Whether the services are ready.
-    fn readiness(&self) -> impl Future<Output = Readiness> + Send;
+    fn index_stats(&self) -> impl Future<Output = Result<Served<GetIndexStatsResponse>, Status>> + Send;
+    /// Readiness, the index that answers and whether data went missing.
+    fn health(&self) -> impl Future<Output = HealthReport> + Send;
     /// Prometheus text the upstream adds to `/metrics` (the server's own counters).
     fn metrics_text(&self) -> String;
 }

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{error_message, f32s, floats, get, http, ingest_and_wait, post, pseudo_server, start_server};
+use common::{
+    error_message, f32s, floats, get, http, ingest_and_wait, post, post_with_headers, pseudo_server, start_server,
+};
 use embedwire_proto::v1::EmbedRequest;
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use serde_json::{Value, json};
@@ -41,7 +43,10 @@ async fn v1_routes_answer_with_the_contract_shapes() {
 
     let (status, health) = get(&format!("{base}/healthz")).await;
     assert_eq!(status, 200);
-    assert_eq!(health, json!({"status": "ok", "model_loaded": true, "document_count": 0}));
+    // The contract's fields, exactly; `store` is an extension old clients ignore.
+    let contract = json!({"status": health["status"], "model_loaded": health["model_loaded"], "document_count": health["document_count"]});
+    assert_eq!(contract, json!({"status": "ok", "model_loaded": true, "document_count": 0}), "{health}");
+    assert_eq!(keys(&health), ["document_count", "model_loaded", "status", "store"], "{health}");
 
     // An empty index answers with an empty list, not an error.
     let (status, empty) = post(&format!("{base}/v1/search"), &json!({"query": "anything"})).await;
@@ -355,4 +360,39 @@ async fn readiness_metrics_and_openapi() {
     let page = http().get(format!("{base}/")).send().await.unwrap();
     assert!(page.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
     assert!(page.text().await.unwrap().contains("id=\"search-form\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_answers_name_the_servers_index() {
+    let server = pseudo_server().await;
+    let base = server.url.as_str();
+    let (status, health) = get(&format!("{base}/healthz")).await;
+    assert_eq!(status, 200);
+    let store = &health["store"];
+    assert_eq!(store["kind"], "embedded", "{health}");
+    assert_eq!(store["shared"], false, "{health}");
+    assert_eq!(store["healthy"], true, "{health}");
+    assert_eq!(store["nodes"], json!([]), "{health}");
+    let index = store["index_id"].as_str().expect("index_id").to_string();
+    assert!(!index.is_empty(), "{health}");
+    assert!(health.get("upstreams").is_none(), "one server, no upstream list: {health}");
+
+    let (status, headers, job) =
+        post_with_headers(&format!("{base}/v1/ingest"), &json!({"documents": [{"id": "d", "text": "hello"}]})).await;
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(
+        (headers["x-embedwire-index"].to_str().unwrap(), headers["x-embedwire-upstream"].to_str().unwrap()),
+        (index.as_str(), "in-process")
+    );
+    let job_url = format!("{base}/v1/jobs/{}", job["job_id"].as_str().unwrap());
+    let headers = http().get(&job_url).send().await.unwrap().headers().clone();
+    assert_eq!(headers["x-embedwire-index"], index.as_str());
+    assert_eq!(headers["x-embedwire-upstream"], "in-process");
+    let (status, headers, found) = post_with_headers(&format!("{base}/v1/search"), &json!({"query": "hello"})).await;
+    assert_eq!(status, 200, "{found}");
+    assert_eq!(headers["x-embedwire-index"], index.as_str());
+    assert_eq!(headers["x-embedwire-upstream"], "in-process");
+
+    let (status, ready) = get(&format!("{base}/readyz")).await;
+    assert_eq!((status, ready), (200, json!({"ready": true})));
 }

@@ -1,11 +1,13 @@
 //! The split deployment: embedwire-gateway in front of two embedwire-server
 //! processes. Embed traffic reaches both; when one is killed, requests keep
-//! succeeding on the other.
+//! succeeding on the other. Each server has its own (embedded) index, so every answer
+//! names the index it came from, and losing the index that held the documents shows
+//! in /healthz and /readyz.
 
 mod common;
 
-use common::{Gateway, get, http, post, pseudo_server};
-use serde_json::json;
+use common::{Gateway, get, http, ingest_and_wait, post, post_with_headers, pseudo_server};
+use serde_json::{Value, json};
 
 /// `embedwire_embed_requests_total` of a server.
 async fn embed_requests(server_url: &str) -> f64 {
@@ -58,8 +60,9 @@ async fn gateway_balances_two_servers_and_survives_one_dying() {
         assert_eq!(status, 200, "search {i} after one upstream died: {body}");
     }
     assert!(embed_requests(&second.url).await >= on_second + 20.0);
+    // Serving, but not ready: the document ingested above is in the lost index.
     let (status, ready) = get(&format!("{base}/readyz")).await;
-    assert_eq!(status, 200, "still ready with one upstream: {ready}");
+    assert_eq!((status, &ready["degraded"]), (503, &json!(true)), "the index holding \"d\" is gone: {ready}");
     let metrics = http().get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains(&format!("embedwire_gateway_upstream_up{{upstream=\"{}\"}} 0", first.url)), "{metrics}");
 
@@ -96,4 +99,102 @@ async fn gateway_checks_its_own_keys_and_presents_one_upstream() {
     );
     let (status, _) = get(&format!("{}/healthz", keyed.url)).await;
     assert_eq!(status, 200, "health stays open");
+}
+
+/// The top hit's id of searching `text` through `base`, and the index and upstream
+/// the answer names.
+async fn top_hit(base: &str, text: &str) -> (Option<String>, String, String) {
+    let (status, headers, found) = post_with_headers(&format!("{base}/v1/search"), &json!({"query": text})).await;
+    assert_eq!(status, 200, "{found}");
+    let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    let top = found["results"][0]["id"].as_str().map(str::to_string);
+    (top, header("x-embedwire-index"), header("x-embedwire-upstream"))
+}
+
+fn document(i: usize) -> Value {
+    json!({"id": format!("doc-{i}"), "text": format!("document {i} about subject {} and theme {}", i * 7, i * 13)})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_name_their_index_and_losing_it_is_degraded() {
+    let first = pseudo_server().await;
+    let second = pseudo_server().await;
+    let gateway = Gateway::start(&[&first.url, &second.url]).await;
+    let base = gateway.url.as_str();
+
+    let documents: Vec<Value> = (0..200).map(document).collect();
+    let job = ingest_and_wait(base, Value::Array(documents)).await;
+    assert_eq!((job["status"].as_str(), job["processed_documents"].as_u64()), (Some("completed"), Some(200)));
+
+    let (status, health) = get(&format!("{base}/healthz")).await;
+    assert_eq!(status, 200);
+    assert_eq!((health["status"].as_str(), health["document_count"].as_u64()), (Some("ok"), Some(200)), "{health}");
+    let upstreams = health["upstreams"].as_array().expect("the gateway lists its upstreams");
+    assert_eq!(upstreams.len(), 2, "{health}");
+    let index_of = |u: &Value| u["index_id"].as_str().unwrap().to_string();
+    let (first_index, second_index) = (index_of(&upstreams[0]), index_of(&upstreams[1]));
+    assert_ne!(first_index, second_index, "embedded stores: one index per server: {health}");
+    for (upstream, url) in upstreams.iter().zip([&first.url, &second.url]) {
+        assert_eq!(upstream["address"], url.as_str());
+        assert_eq!(upstream["healthy"], true);
+        assert_eq!(upstream["store_kind"], "embedded");
+        assert_eq!(upstream["shared"], false);
+    }
+    assert_eq!((upstreams[0]["answering"].clone(), upstreams[1]["answering"].clone()), (json!(true), json!(false)));
+    assert_eq!(
+        (upstreams[0]["document_count"].clone(), upstreams[1]["document_count"].clone()),
+        (json!(200), json!(0))
+    );
+    assert_eq!(health["store"]["index_id"], first_index.as_str());
+    assert_eq!(health["store"]["kind"], "embedded");
+    assert_eq!(health["store"]["shared"], false);
+    let (status, ready) = get(&format!("{base}/readyz")).await;
+    assert_eq!(status, 200, "{ready}");
+
+    // Every search finds its document, in the first server's index.
+    let probes: Vec<usize> = (0..10).map(|i| i * 20 + 3).collect();
+    let mut found = 0;
+    for &i in &probes {
+        let text = document(i)["text"].as_str().unwrap().to_string();
+        let (top, index, upstream) = top_hit(base, &text).await;
+        found += usize::from(top.as_deref() == Some(format!("doc-{i}").as_str()));
+        assert_eq!((index.as_str(), upstream.as_str()), (first_index.as_str(), first.url.as_str()));
+    }
+    assert_eq!(found, 10, "10/10 found before the failover");
+
+    first.process.stop().await.unwrap(); // SIGKILL
+
+    let (status, health) = get(&format!("{base}/healthz")).await;
+    assert_eq!(status, 200, "healthz stays 200: {health}");
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert_eq!(health["model_loaded"], true, "{health}");
+    assert_eq!(health["document_count"], 0, "{health}");
+    let detail = health["detail"].as_str().expect("detail says why");
+    assert_eq!(
+        detail,
+        format!("index {first_index} at {} unreachable; answering from index {second_index}", first.url),
+        "{health}"
+    );
+    assert_eq!(health["store"]["index_id"], second_index.as_str(), "{health}");
+    let upstreams = health["upstreams"].as_array().unwrap();
+    assert_eq!((upstreams[0]["healthy"].clone(), upstreams[0]["answering"].clone()), (json!(false), json!(false)));
+    assert_eq!(upstreams[0]["index_id"], first_index.as_str(), "the lost index keeps its name");
+    assert_eq!((upstreams[1]["healthy"].clone(), upstreams[1]["answering"].clone()), (json!(true), json!(true)));
+
+    let (status, ready) = get(&format!("{base}/readyz")).await;
+    assert_eq!(status, 503, "{ready}");
+    assert_eq!((ready["ready"].clone(), ready["degraded"].clone()), (json!(false), json!(true)), "{ready}");
+    assert_eq!(ready["detail"], format!("degraded: {detail}"));
+
+    // The same searches now answer from the second index, which holds nothing.
+    let mut found = 0;
+    for &i in &probes {
+        let text = document(i)["text"].as_str().unwrap().to_string();
+        let (top, index, upstream) = top_hit(base, &text).await;
+        found += usize::from(top.is_some());
+        assert_eq!((index.as_str(), upstream.as_str()), (second_index.as_str(), second.url.as_str()));
+    }
+    assert_eq!(found, 0, "the second index holds none of the documents");
+    let metrics = http().get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("embedwire_gateway_index_degraded 1"), "{metrics}");
 }

@@ -1,6 +1,12 @@
 //! `GET /healthz` (the contract's shape: always 200 while the process answers, with
 //! whether the model is loaded) and `GET /readyz` (503 until the services can take
 //! work, for load balancers and orchestrators).
+//!
+//! Both also say which index answers: `/healthz` adds the `store` of the index that
+//! answers (and, in the standalone gateway, every upstream with its index), and turns
+//! `status` to `degraded` when the index that held the documents cannot be reached
+//! (a failover to another server's own index) or the store is unhealthy everywhere;
+//! `/readyz` then answers 503 with the reason.
 
 use axum::Json;
 use axum::extract::State;
@@ -10,16 +16,25 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::state::AppState;
-use crate::upstream::Upstream;
+use crate::upstream::{StoreStatus, Upstream, UpstreamStatus};
 
 /// `GET /healthz` answer.
 #[derive(Serialize, ToSchema)]
 pub struct HealthReply {
-    /// `ok` while the process answers.
+    /// `ok` while the process answers; `degraded` when answers may lack documents
+    /// (see `detail`).
     pub status: &'static str,
     pub model_loaded: bool,
-    /// Documents in the index.
+    /// Documents in the index that answers.
     pub document_count: u64,
+    /// Extension: why the status is `degraded`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Extension: the store of the index that answers.
+    pub store: StoreStatus,
+    /// Extension (standalone gateway): every upstream and its index.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstreams: Option<Vec<UpstreamStatus>>,
 }
 
 /// `GET /readyz` answer.
@@ -29,23 +44,36 @@ pub struct ReadyReply {
     /// Why not, when not ready.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub detail: String,
+    /// Set when not ready because the index that held the data is unreachable (or the
+    /// store is unhealthy), though the model is loaded.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub degraded: bool,
 }
 
-/// Liveness, with the model state and document count.
+/// Liveness, with the model state, the document count and the index that answers.
 #[utoipa::path(get, path = "/healthz", responses((status = 200, body = HealthReply)))]
 pub async fn healthz<U: Upstream>(State(state): State<AppState<U>>) -> Json<HealthReply> {
-    let readiness = state.upstream.readiness().await;
-    let document_count = match readiness.ready {
-        true => state.upstream.index_stats().await.map(|stats| stats.document_count).unwrap_or(0),
-        false => 0,
-    };
-    Json(HealthReply { status: "ok", model_loaded: readiness.ready, document_count })
+    let health = state.upstream.health().await;
+    Json(HealthReply {
+        status: if health.degraded.is_some() { "degraded" } else { "ok" },
+        model_loaded: health.readiness.ready,
+        document_count: health.document_count,
+        detail: health.degraded,
+        store: health.store,
+        upstreams: health.upstreams,
+    })
 }
 
-/// Readiness: 200 once the model and index are loaded, 503 before.
+/// Readiness: 200 once the model and index are loaded, 503 before, and 503 while the
+/// index that held the data is unreachable.
 #[utoipa::path(get, path = "/readyz", responses((status = 200, body = ReadyReply), (status = 503, body = ReadyReply)))]
 pub async fn readyz<U: Upstream>(State(state): State<AppState<U>>) -> Response {
-    let readiness = state.upstream.readiness().await;
-    let status = if readiness.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (status, Json(ReadyReply { ready: readiness.ready, detail: readiness.detail })).into_response()
+    let health = state.upstream.health().await;
+    let reply = match (health.readiness.ready, health.degraded) {
+        (true, None) => ReadyReply { ready: true, detail: health.readiness.detail, degraded: false },
+        (true, Some(reason)) => ReadyReply { ready: false, detail: format!("degraded: {reason}"), degraded: true },
+        (false, _) => ReadyReply { ready: false, detail: health.readiness.detail, degraded: false },
+    };
+    let status = if reply.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(reply)).into_response()
 }

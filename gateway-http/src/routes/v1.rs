@@ -2,7 +2,8 @@
 //! their shapes and defaults: `POST /v1/ingest`, `GET /v1/jobs/{job_id}`,
 //! `POST /v1/search`. Extensions are optional fields old clients never see unless
 //! they ask (`filter`, `score_threshold`, `citations`) or can ignore (`document_ids`,
-//! `failed_documents`).
+//! `failed_documents`). Every answer names the index and upstream it came from in the
+//! `x-embedwire-index` and `x-embedwire-upstream` headers.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -20,7 +21,7 @@ use crate::encoding::json_response;
 use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::state::AppState;
-use crate::upstream::Upstream;
+use crate::upstream::{Served, Upstream};
 
 /// `top_k` when the request leaves it out, as in the existing gateways.
 pub const DEFAULT_TOP_K: u32 = 5;
@@ -147,7 +148,11 @@ pub struct Citation {
 
 /// Ingest documents; answers at once with the job.
 #[utoipa::path(post, path = "/v1/ingest", request_body = IngestBody,
-    responses((status = 200, body = JobBody), (status = 400, body = crate::error::ErrorDetail)))]
+    responses(
+        (status = 200, body = JobBody, headers(
+            ("x-embedwire-index" = String, description = "The index that answered"),
+            ("x-embedwire-upstream" = String, description = "The upstream that holds it: its address, or in-process"))),
+        (status = 400, body = crate::error::ErrorDetail)))]
 pub async fn ingest<U: Upstream>(
     State(state): State<AppState<U>>,
     JsonBody(body): JsonBody<IngestBody>,
@@ -157,27 +162,39 @@ pub async fn ingest<U: Upstream>(
         .into_iter()
         .map(|d| Document { id: d.id.unwrap_or_default(), text: d.text, metadata: d.metadata.unwrap_or_default() })
         .collect();
-    let reply = state.upstream.ingest(IngestRequest { documents }).await?;
+    let Served { value: reply, origin } = state.upstream.ingest(IngestRequest { documents }).await?;
     let job = reply.job.ok_or_else(|| missing("job"))?;
     let mut body = job_body(job);
     body.document_ids = Some(reply.document_ids);
-    Ok(json_response(&body))
+    let mut response = json_response(&body);
+    origin.write_headers(response.headers_mut());
+    Ok(response)
 }
 
 /// A job's progress.
 #[utoipa::path(get, path = "/v1/jobs/{job_id}", params(("job_id" = String, Path)),
-    responses((status = 200, body = JobBody), (status = 404, body = crate::error::ErrorDetail)))]
+    responses(
+        (status = 200, body = JobBody, headers(
+            ("x-embedwire-index" = String, description = "The index that answered"),
+            ("x-embedwire-upstream" = String, description = "The upstream that holds it: its address, or in-process"))),
+        (status = 404, body = crate::error::ErrorDetail)))]
 pub async fn get_job<U: Upstream>(
     State(state): State<AppState<U>>,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let reply = state.upstream.get_job(job_id).await?;
-    Ok(json_response(&job_body(reply.job.ok_or_else(|| missing("job"))?)))
+    let Served { value: reply, origin } = state.upstream.get_job(job_id).await?;
+    let mut response = json_response(&job_body(reply.job.ok_or_else(|| missing("job"))?));
+    origin.write_headers(response.headers_mut());
+    Ok(response)
 }
 
 /// Semantic search over the ingested documents.
 #[utoipa::path(post, path = "/v1/search", request_body = SearchBody,
-    responses((status = 200, body = SearchReply), (status = 400, body = crate::error::ErrorDetail)))]
+    responses(
+        (status = 200, body = SearchReply, headers(
+            ("x-embedwire-index" = String, description = "The index that answered"),
+            ("x-embedwire-upstream" = String, description = "The upstream that holds it: its address, or in-process"))),
+        (status = 400, body = crate::error::ErrorDetail)))]
 pub async fn search<U: Upstream>(
     State(state): State<AppState<U>>,
     JsonBody(body): JsonBody<SearchBody>,
@@ -193,7 +210,7 @@ pub async fn search<U: Upstream>(
         include_metadata: Some(true),
         ..SearchRequest::default()
     };
-    let reply =
+    let Served { value: reply, origin } =
         state.upstream.search(request).await.map_err(|status| {
             ApiError::from(status).renamed("queries[0].text", "query").renamed("queries[0]", "query")
         })?;
@@ -211,7 +228,9 @@ pub async fn search<U: Upstream>(
             metadata: hit.metadata,
         })
         .collect();
-    Ok(json_response(&SearchReply { results, took_ms: started.elapsed().as_secs_f64() * 1e3 }))
+    let mut response = json_response(&SearchReply { results, took_ms: started.elapsed().as_secs_f64() * 1e3 });
+    origin.write_headers(response.headers_mut());
+    Ok(response)
 }
 
 /// The job in the contract's shape.

@@ -104,6 +104,15 @@ pub async fn post(url: &str, body: &Value) -> (u16, Value) {
     (status, serde_json::from_str(&text).unwrap_or_else(|_| panic!("{url} answered non-JSON: {text}")))
 }
 
+/// POSTs `body` and returns the status, the headers and the parsed JSON answer.
+pub async fn post_with_headers(url: &str, body: &Value) -> (u16, reqwest::header::HeaderMap, Value) {
+    let response = http().post(url).json(body).send().await.expect("request sent");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = response.text().await.expect("body");
+    (status, headers, serde_json::from_str(&text).unwrap_or_else(|_| panic!("{url} answered non-JSON: {text}")))
+}
+
 /// GETs `url` and returns the status and the parsed JSON answer.
 pub async fn get(url: &str) -> (u16, Value) {
     let response = http().get(url).send().await.expect("request sent");
