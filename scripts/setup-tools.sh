@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the developer tools the tests and benchmarks call: buf (lint), grpcurl
-# (manual and scripted gRPC calls), ghz (gRPC load tests) and Chromium (browser test). Idempotent and cached
+# (manual and scripted gRPC calls), ghz (gRPC load tests), Chromium (browser test) and
+# weaviate-server (the shared store of `--store weaviate`, built from its Go module). Idempotent and cached
 # under $EMBEDWIRE_CACHE/bin, so a second run costs about nothing.
 set -euo pipefail
 
@@ -9,6 +10,8 @@ BIN="$CACHE/bin"
 BUF_VERSION=1.75.0
 GRPCURL_VERSION=v1.9.3
 GHZ_VERSION=v0.120.0
+# Pinned: the vendored protos under proto/weaviate/ come from this same version.
+WEAVIATE_VERSION=v1.35.2
 
 mkdir -p "$BIN"
 log() { echo "setup-tools: $*" >&2; }
@@ -53,4 +56,6 @@ install_buf
 install_chromium
 install_go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl "$GRPCURL_VERSION"
 install_go_tool ghz github.com/bojand/ghz/cmd/ghz "$GHZ_VERSION"
+# About 2.5 minutes the first time (a 168 MB binary); cached like the others.
+install_go_tool weaviate-server github.com/weaviate/weaviate/cmd/weaviate-server "$WEAVIATE_VERSION"
 log "tools in $BIN: $(ls "$BIN" | tr '\n' ' ')"

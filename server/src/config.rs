@@ -40,6 +40,25 @@ pub enum IndexChoice {
     Hnsw,
 }
 
+/// Where the corpus keeps documents, vectors and jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StoreChoice {
+    /// This server's own redb file in --data-dir and an in-memory index: one machine.
+    Embedded,
+    /// A Weaviate cluster (--weaviate-http, --weaviate-grpc) shared by any number of
+    /// servers.
+    Weaviate,
+}
+
+/// How many replicas of a shard must answer a Weaviate read or acknowledge a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "UPPER")]
+pub enum Consistency {
+    One,
+    Quorum,
+    All,
+}
+
 /// embedwire-server: a gRPC embedding server with dynamic batching.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "embedwire-server", version)]
@@ -156,6 +175,52 @@ pub struct ServerConfig {
     /// Dimensions of the pseudo backend's vectors.
     #[arg(long, env = "EMBEDWIRE_PSEUDO_DIM", default_value_t = 384)]
     pub pseudo_dim: usize,
+
+    /// Where documents, vectors and jobs live: embedded (this server's own file and
+    /// in-memory index, the default) or weaviate (a cluster shared by many servers).
+    #[arg(long, env = "EMBEDWIRE_STORE", value_enum, default_value = "embedded")]
+    pub store: StoreChoice,
+
+    /// Weaviate: HTTP addresses of the cluster's nodes (schema and health calls),
+    /// comma-separated, e.g. http://127.0.0.1:8080.
+    #[arg(long, env = "EMBEDWIRE_WEAVIATE_HTTP", value_delimiter = ',')]
+    pub weaviate_http: Vec<String>,
+
+    /// Weaviate: gRPC addresses (HOST:PORT) of the cluster's nodes (all data calls),
+    /// comma-separated; calls rotate over them and skip a node that cannot be reached.
+    #[arg(long, env = "EMBEDWIRE_WEAVIATE_GRPC", value_delimiter = ',')]
+    pub weaviate_grpc: Vec<String>,
+
+    /// Weaviate: the collection name; every server sharing an index uses the same one.
+    /// Its first letter is upper-cased (Weaviate's rule for class names).
+    #[arg(long, env = "EMBEDWIRE_COLLECTION", default_value = "embedwire")]
+    pub collection: String,
+
+    /// Weaviate: shards of a new collection [default: the number of nodes].
+    #[arg(long, env = "EMBEDWIRE_SHARDS")]
+    pub shards: Option<usize>,
+
+    /// Weaviate: copies of each shard in a new collection [default: the number of
+    /// nodes, at most 3].
+    #[arg(long, env = "EMBEDWIRE_REPLICATION_FACTOR")]
+    pub replication_factor: Option<usize>,
+
+    /// Weaviate: replicas that must answer a search.
+    #[arg(long, env = "EMBEDWIRE_READ_CONSISTENCY", value_enum, default_value = "ONE")]
+    pub read_consistency: Consistency,
+
+    /// Weaviate: replicas that must acknowledge a write (documents, jobs, deletes).
+    #[arg(long, env = "EMBEDWIRE_WRITE_CONSISTENCY", value_enum, default_value = "QUORUM")]
+    pub write_consistency: Consistency,
+
+    /// Weaviate: deadline of one call to the cluster, in seconds.
+    #[arg(long, env = "EMBEDWIRE_WEAVIATE_TIMEOUT_SECS", default_value_t = 10.0)]
+    pub weaviate_timeout_secs: f64,
+
+    /// Weaviate: how long a server holds a job before another may take it over when
+    /// it stops renewing (it died), in seconds.
+    #[arg(long, env = "EMBEDWIRE_JOB_LEASE_SECS", default_value_t = 15.0)]
+    pub job_lease_secs: f64,
 
     /// Search index: exact (exhaustive SIMD scan) or hnsw (approximate, for large
     /// corpora).
@@ -411,6 +476,32 @@ impl ServerConfig {
             && self.api_keys_file.is_none()
         {
             return Err("--rate-limit-rps limits each API key: configure keys (--api-keys, ...) too".into());
+        }
+        if self.store == StoreChoice::Weaviate {
+            if self.weaviate_http.is_empty() || self.weaviate_grpc.is_empty() {
+                return Err("--store weaviate needs --weaviate-http and --weaviate-grpc addresses".into());
+            }
+            if let Some(bad) = self.weaviate_http.iter().find(|url| !url.starts_with("http://") && !url.starts_with("https://")) {
+                return Err(format!("--weaviate-http {bad:?} must be a URL like http://127.0.0.1:8080"));
+            }
+            if let Some(bad) = self.weaviate_grpc.iter().find(|a| a.contains("://") || !a.contains(':')) {
+                return Err(format!("--weaviate-grpc {bad:?} must be HOST:PORT"));
+            }
+            if self.collection.is_empty()
+                || !self.collection.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                || !self.collection.starts_with(|c: char| c.is_ascii_alphabetic())
+            {
+                return Err(format!("--collection {:?} must be a letter then letters, digits or _", self.collection));
+            }
+            if self.shards == Some(0) || self.replication_factor == Some(0) {
+                return Err("--shards and --replication-factor must be at least 1".into());
+            }
+            if !(self.weaviate_timeout_secs.is_finite() && self.weaviate_timeout_secs > 0.0) {
+                return Err("--weaviate-timeout-secs must be a positive number".into());
+            }
+            if !(self.job_lease_secs.is_finite() && self.job_lease_secs >= 1.0) {
+                return Err("--job-lease-secs must be at least 1".into());
+            }
         }
         if self.backend == BackendKind::Remote && self.upstream.is_empty() {
             return Err("--backend remote needs at least one --upstream address".into());

@@ -8,7 +8,8 @@
 //! - [`service`]: the gRPC handlers, thin over the engine.
 //! - [`wire`]: conversions between `embedwire.v1` messages and domain types, and the
 //!   one mapping from [`Error`] to a gRPC status.
-//! - [`corpus`]: durable documents, chunking, jobs, search over the index.
+//! - [`corpus`]: the core of search: chunking, jobs, search planning, rerank.
+//! - [`store`]: the storage seam and its engines (embedded redb + index, Weaviate).
 //! - [`index`]: vector indexes (exact SIMD scan, HNSW).
 //! - [`engine`]: the request pipeline: validation, admission, backend, options.
 //! - [`admission`]: the bound on in-flight inputs (RESOURCE_EXHAUSTED past it).
@@ -32,6 +33,7 @@ pub mod model;
 pub mod server;
 pub mod service;
 pub mod stats;
+pub mod store;
 pub mod tls;
 pub mod web_dispatch;
 pub mod work_ahead;

@@ -1,11 +1,17 @@
 //! The server's own counters in Prometheus text format, appended by the HTTP layer to
 //! its `/metrics` page: model batches, sequences and tokens, overload rejections,
-//! dropped sequences, and the index size.
+//! dropped sequences, the index size, and store calls (latency and errors by
+//! operation, for stores reached over a network).
 
 use std::fmt::Write;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::corpus::Corpus;
@@ -49,6 +55,13 @@ pub fn render(stats: &Stats, corpus: &OnceLock<Arc<Corpus>>) -> String {
         "Time a sequence waited for its batch",
         stats.queue_wait_seconds.clone(),
     );
+    let store = StoreMetrics::global();
+    registry.register(
+        "embedwire_store_request_seconds",
+        "Time of calls to the store, by store and operation",
+        store.seconds.clone(),
+    );
+    registry.register("embedwire_store_errors", "Failed calls to the store, by store and operation", store.errors.clone());
     let mut histograms = String::new();
     if prometheus_client::encoding::text::encode(&mut histograms, &registry).is_ok() {
         text.push_str(histograms.trim_end().trim_end_matches("# EOF"));
@@ -64,4 +77,39 @@ pub fn render(stats: &Stats, corpus: &OnceLock<Arc<Corpus>>) -> String {
         }
     }
     text
+}
+
+/// Labels of a store call.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreCall {
+    pub store: &'static str,
+    pub operation: &'static str,
+}
+
+/// Latency and failures of calls to a store over the network, by operation.
+/// Process-wide: a server has one store.
+pub struct StoreMetrics {
+    seconds: Family<StoreCall, Histogram>,
+    errors: Family<StoreCall, Counter>,
+}
+
+impl StoreMetrics {
+    /// The process's store metrics.
+    pub fn global() -> &'static StoreMetrics {
+        static METRICS: OnceLock<StoreMetrics> = OnceLock::new();
+        METRICS.get_or_init(|| StoreMetrics {
+            // 0.1 ms to ~13 s.
+            seconds: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 2.0, 18))),
+            errors: Family::default(),
+        })
+    }
+
+    /// Records one call of `operation` to the Weaviate store.
+    pub fn observe(&self, operation: &'static str, elapsed: Duration, ok: bool) {
+        let labels = StoreCall { store: "weaviate", operation };
+        self.seconds.get_or_create(&labels).observe(elapsed.as_secs_f64());
+        if !ok {
+            self.errors.get_or_create(&labels).inc();
+        }
+    }
 }

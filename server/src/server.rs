@@ -3,6 +3,7 @@
 //! bound listener, and shuts down gracefully.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ use tonic_health::server::HealthReporter;
 use crate::backend::local::{LocalBackend, LocalModelConfig};
 use crate::backend::{Backend, RemoteBackend};
 use crate::batcher::BatchLimits;
-use crate::config::{BackendKind, IndexChoice, ServerConfig};
+use crate::config::{BackendKind, IndexChoice, ServerConfig, StoreChoice};
 use crate::corpus::chunker::ChunkSettings;
 use crate::corpus::{Corpus, CorpusSettings};
 use crate::engine::{EmbeddingEngine, RequestLimits};
@@ -36,6 +37,9 @@ use crate::model::{ModelInfo, Pooling};
 use crate::service::embed::{EmbedApi, EmbedApiSettings};
 use crate::service::search::SearchApi;
 use crate::stats::Stats;
+use crate::store::CorpusStore;
+use crate::store::embedded::{EmbeddedSettings, EmbeddedStore};
+use crate::store::weaviate::{WeaviateSettings, WeaviateStore};
 use crate::wire;
 
 /// The gRPC service names health reports on (besides the overall "" entry).
@@ -111,11 +115,20 @@ impl EmbedServer {
                 max_request_bytes: config.max_request_bytes,
                 stream_read_ahead: config.stream_read_ahead,
             },
+            corpus.clone(),
         ));
         let search_api = Arc::new(SearchApi::new(corpus.clone()));
         let metrics = Arc::new(HttpMetrics::default());
-        let http_routes =
-            http_routes(&config, api.clone(), search_api.clone(), engine.clone(), corpus.clone(), metrics.clone());
+        let store_healthy = Arc::new(AtomicBool::new(true));
+        let http_routes = http_routes(
+            &config,
+            api.clone(),
+            search_api.clone(),
+            engine.clone(),
+            corpus.clone(),
+            store_healthy.clone(),
+            metrics.clone(),
+        );
         let embed_service = EmbedServiceServer::from_arc(api)
             .max_decoding_message_size(config.max_request_bytes)
             .max_encoding_message_size(config.max_response_bytes);
@@ -174,7 +187,8 @@ impl EmbedServer {
             let _ = draining_rx.wait_for(|draining| *draining).await;
             tokio::time::sleep(grace).await;
         };
-        let loading = load_and_install(config, engine.clone(), corpus, health.clone(), runner_shutdown);
+        let loading =
+            load_and_install(config, engine.clone(), corpus, health.clone(), store_healthy, runner_shutdown);
 
         tokio::pin!(serving, grace_expired, loading);
         let mut job_runner = None;
@@ -207,11 +221,16 @@ fn http_routes(
     search: Arc<SearchApi>,
     engine: Arc<EmbeddingEngine>,
     corpus: Arc<OnceLock<Arc<Corpus>>>,
+    store_healthy: Arc<AtomicBool>,
     metrics: Arc<HttpMetrics>,
 ) -> Routes {
     let ready_corpus = corpus.clone();
     let readiness = Arc::new(move || match ready_corpus.get() {
-        Some(_) => Readiness { ready: true, detail: String::new() },
+        Some(_) if store_healthy.load(Ordering::Relaxed) => Readiness { ready: true, detail: String::new() },
+        Some(corpus) => Readiness {
+            ready: false,
+            detail: format!("the {} store cannot be reached", corpus.store_description().kind),
+        },
         None => Readiness { ready: false, detail: "the model and index are loading".into() },
     });
     let server_metrics = Arc::new(move || crate::metrics::render(engine.stats(), &corpus));
@@ -227,6 +246,7 @@ async fn load_and_install(
     engine: Arc<EmbeddingEngine>,
     corpus_cell: Arc<OnceLock<Arc<Corpus>>>,
     health: HealthReporter,
+    store_healthy: Arc<AtomicBool>,
     runner_shutdown: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>> {
     let started = std::time::Instant::now();
@@ -240,33 +260,91 @@ async fn load_and_install(
     );
     engine.install(backend);
     let settings = corpus_settings(&config);
+    let info = engine.info()?.clone();
+    let store = open_store(&config, &info).await?;
     let reranker_config = config.clone();
-    let corpus = tokio::task::spawn_blocking(move || {
-        let reranker = load_reranker(&reranker_config)?;
-        Corpus::open(settings, engine, reranker)
-    })
-    .await
-    .map_err(|e| Error::Config(format!("corpus loader: {e}")))??;
+    let reranker = tokio::task::spawn_blocking(move || load_reranker(&reranker_config))
+        .await
+        .map_err(|e| Error::Config(format!("reranker loader: {e}")))??;
+    let corpus = Corpus::open(settings, store, engine, reranker).await?;
     let _ = corpus_cell.set(corpus.clone());
-    let runner = tokio::spawn(corpus.run_jobs(runner_shutdown));
+    let runner = tokio::spawn(corpus.clone().run_jobs(runner_shutdown.clone()));
     set_health(&health, ServingStatus::Serving).await;
+    tokio::spawn(follow_store_health(corpus, health, store_healthy, runner_shutdown));
     tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "serving");
     Ok(runner)
 }
 
+/// Opens the store `--store` names, for `model`'s vectors. A store that cannot be
+/// reached or holds another model's vectors fails the start with a clear message.
+async fn open_store(config: &ServerConfig, model: &ModelInfo) -> Result<Arc<dyn CorpusStore>> {
+    let model_name = format!("{} dim={}", model.model_id, model.dim);
+    match config.store {
+        StoreChoice::Embedded => {
+            let settings = EmbeddedSettings {
+                data_dir: config.data_dir.clone(),
+                index_kind: match config.index {
+                    IndexChoice::Exact => IndexKind::Exact,
+                    IndexChoice::Hnsw => IndexKind::Hnsw,
+                },
+                index_params: IndexParams {
+                    m: config.hnsw_m,
+                    ef_construction: config.hnsw_ef_construction,
+                    ef_search: config.hnsw_ef_search,
+                    ..IndexParams::default()
+                },
+                cache_bytes: config.store_cache_mib << 20,
+            };
+            let dim = model.dim;
+            let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&settings, &model_name, dim))
+                .await
+                .map_err(|e| Error::Config(format!("store loader: {e}")))??;
+            Ok(Arc::new(store))
+        }
+        StoreChoice::Weaviate => {
+            let settings = WeaviateSettings::from_config(config);
+            Ok(Arc::new(WeaviateStore::connect(settings, &model.model_id, model.dim).await?))
+        }
+    }
+}
+
+/// How often the server asks its store whether it answers.
+const STORE_HEALTH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Keeps the health service and `/readyz` in step with the store: NOT_SERVING while
+/// it cannot be reached, SERVING again when it returns (no restart needed).
+async fn follow_store_health(
+    corpus: Arc<Corpus>,
+    health: HealthReporter,
+    store_healthy: Arc<AtomicBool>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut was_healthy = true;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(STORE_HEALTH_INTERVAL) => {}
+            _ = shutdown.changed() => return,
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+        let state = corpus.store_health().await;
+        if state.healthy != was_healthy {
+            if state.healthy {
+                tracing::info!(store = corpus.store_description().kind, "store reachable again: serving");
+            } else {
+                tracing::warn!(store = corpus.store_description().kind, detail = %state.detail, "store unreachable: not serving");
+            }
+            store_healthy.store(state.healthy, Ordering::Relaxed);
+            let status = if state.healthy { ServingStatus::Serving } else { ServingStatus::NotServing };
+            set_health(&health, status).await;
+            was_healthy = state.healthy;
+        }
+    }
+}
+
 fn corpus_settings(config: &ServerConfig) -> CorpusSettings {
     CorpusSettings {
-        data_dir: config.data_dir.clone(),
-        index_kind: match config.index {
-            IndexChoice::Exact => IndexKind::Exact,
-            IndexChoice::Hnsw => IndexKind::Hnsw,
-        },
-        index_params: IndexParams {
-            m: config.hnsw_m,
-            ef_construction: config.hnsw_ef_construction,
-            ef_search: config.hnsw_ef_search,
-            ..IndexParams::default()
-        },
         chunking: ChunkSettings { max_tokens: config.chunk_tokens, overlap_tokens: config.chunk_overlap_tokens },
         max_documents_per_request: config.max_documents_per_request,
         max_metadata_bytes: config.max_metadata_bytes,
@@ -275,7 +353,6 @@ fn corpus_settings(config: &ServerConfig) -> CorpusSettings {
         max_queries_per_request: config.max_queries_per_request,
         ingest_batch_documents: config.ingest_batch_documents,
         rerank_candidates: config.rerank_candidates,
-        store_cache_bytes: config.store_cache_mib << 20,
     }
 }
 

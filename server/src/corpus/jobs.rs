@@ -7,6 +7,11 @@
 //! traffic), then commit the batch and update the index. A document counts as
 //! processed only in the commit that stores it. After a crash, pending documents are
 //! still in the store and the job resumes where it was.
+//!
+//! With a shared store, every server runs a runner: before each batch it claims the
+//! job (a lease in the store), so one server works on a job at a time and another
+//! takes it over when that server dies. A refresher follows the store's jobs, so any
+//! server answers for any job and finds work orphaned by a dead server.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -18,9 +23,9 @@ use futures::stream::FuturesOrdered;
 use tokio::sync::{Notify, watch};
 
 use super::chunker::{ChunkSettings, chunk_spans};
-use super::store::{DocumentRecord, IndexedDocument, JobRecord, JobState, NewDocument, Store, StoredChunk};
 use super::text::content_hash;
-use super::{Corpus, blocking, unix_now};
+use super::{Corpus, unix_now};
+use crate::store::{Claim, CorpusStore, DocumentRecord, IndexedDocument, JobRecord, JobState, NewDocument, StoredChunk};
 use crate::batcher::Priority;
 use crate::engine::{EmbedOptions, EmbeddingEngine};
 use crate::error::{Error, Result};
@@ -50,18 +55,24 @@ pub struct JobBoard {
 }
 
 impl JobBoard {
-    /// Loads the jobs of the store. Jobs interrupted by a stop resume: a stream that
-    /// was still sending is closed (its sender is gone), running jobs go back to
-    /// pending.
-    pub fn recover(store: &Store) -> Result<Self> {
+    /// Loads the jobs of the store. With a private store, jobs interrupted by a stop
+    /// resume: a stream that was still sending is closed (its sender is gone), running
+    /// jobs go back to pending. A shared store's unfinished jobs may be running on
+    /// other servers: they are left alone (leases decide who works on them).
+    pub async fn recover(store: &dyn CorpusStore) -> Result<Self> {
+        let shared = store.description().shared;
         let mut jobs = HashMap::new();
-        for mut job in store.jobs()? {
-            if !job.is_finished() && (job.receiving || job.state == JobState::Running) {
-                job = store.update_job(&job.id, |job, _| {
-                    job.receiving = false;
-                    job.state = JobState::Pending;
-                    Ok(())
-                })?;
+        for mut job in store.jobs(shared).await? {
+            if !shared && !job.is_finished() && (job.receiving || job.state == JobState::Running) {
+                job = store
+                    .update_job(
+                        &job.id,
+                        Box::new(|job| {
+                            job.receiving = false;
+                            job.state = JobState::Pending;
+                        }),
+                    )
+                    .await?;
             }
             jobs.insert(job.id.clone(), watch::Sender::new(job));
         }
@@ -119,6 +130,10 @@ impl JobBoard {
 /// Pause before retrying work the engine refused for overload or the store failed.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
+/// How often a server with a shared store reads the store's unfinished jobs: to find
+/// work whose server died, and to show other servers' progress to its watchers.
+const SHARED_JOBS_REFRESH: Duration = Duration::from_secs(1);
+
 /// Batches being chunked and embedded at once: one committing while the next embeds,
 /// plus one more so the model has queued work the moment a batch finishes.
 const PIPELINE_DEPTH: usize = 3;
@@ -142,6 +157,9 @@ impl Corpus {
         let mut pipeline: FuturesOrdered<BoxFuture<'static, Result<EmbeddedBatch>>> = FuturesOrdered::new();
         // The next pending sequence to read, per job being fed into the pipeline.
         let mut cursor: Option<(String, u64)> = None;
+        if self.store.description().shared {
+            tokio::spawn(self.clone().follow_shared_jobs(shutdown.clone()));
+        }
         loop {
             if *shutdown.borrow() {
                 return;
@@ -155,6 +173,8 @@ impl Corpus {
                 tokio::select! {
                     () = wake => {}
                     _ = shutdown.changed() => {}
+                    // Jobs held by other servers are tried again when their lease may have run out.
+                    () = tokio::time::sleep(SHARED_JOBS_REFRESH), if self.store.description().shared => {}
                 }
                 continue;
             };
@@ -185,15 +205,19 @@ impl Corpus {
         cursor: &mut Option<(String, u64)>,
     ) -> Result<()> {
         while pipeline.len() < PIPELINE_DEPTH {
-            let Some(job) = self.unfinished_job_with_work() else { return Ok(()) };
+            let Some(mut job) = self.claimed_job_with_work(pipeline.is_empty()).await? else { return Ok(()) };
             let from = match cursor {
                 Some((id, next)) if *id == job.id => *next,
                 _ => 0,
             };
-            let corpus = self.clone();
-            let (id, limit) = (job.id.clone(), self.settings.ingest_batch_documents);
-            let pending = blocking(move || corpus.store.pending_documents(&id, from, limit)).await?;
+            let limit = self.settings.ingest_batch_documents;
+            let pending = self.store.pending_documents(&job.id, from, limit).await?;
             let Some((last_sequence, _)) = pending.last() else {
+                if pipeline.is_empty() && !job.receiving {
+                    // Counts may be off where two servers counted one batch.
+                    job = self.store.settle_job(&job.id).await?;
+                    self.jobs.publish(job.clone());
+                }
                 if pipeline.is_empty() && !job.receiving && self.finish(job).await?.is_finished() {
                     continue;
                 }
@@ -218,19 +242,90 @@ impl Corpus {
         Ok(())
     }
 
-    /// The oldest job that has documents to index or can be finished.
-    fn unfinished_job_with_work(&self) -> Option<JobRecord> {
-        self.jobs.unfinished().into_iter().find(|job| job.processed + job.failed < job.total || !job.receiving)
+    /// The oldest job that has documents to index or can be finished and that this
+    /// server may work on (with a shared store: holds the lease of). While batches
+    /// are in flight (`fresh` false) it stays with the job it is on.
+    async fn claimed_job_with_work(self: &Arc<Self>, fresh: bool) -> Result<Option<JobRecord>> {
+        let candidates: Vec<JobRecord> = self
+            .jobs
+            .unfinished()
+            .into_iter()
+            .filter(|job| job.processed + job.failed < job.total || !job.receiving)
+            .collect();
+        for job in candidates {
+            match self.store.claim_job(&job.id).await? {
+                Claim::Granted => return Ok(Some(job)),
+                Claim::TakenOver => {
+                    tracing::info!(job = %job.id, "took over a job whose server stopped renewing its lease");
+                    if job.receiving {
+                        // Its IngestStream died with that server: nothing more will come.
+                        return Ok(Some(self.update_job(&job.id, |job| job.receiving = false).await?));
+                    }
+                    return Ok(Some(job));
+                }
+                Claim::HeldElsewhere if fresh => continue,
+                Claim::HeldElsewhere => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Follows a shared store's jobs until `shutdown`: new unfinished jobs (from any
+    /// server) and the progress of those this server knows, for GetJob and WatchJob.
+    async fn follow_shared_jobs(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(SHARED_JOBS_REFRESH) => {}
+                _ = shutdown.changed() => return,
+            }
+            let unfinished = match self.store.jobs(true).await {
+                Ok(jobs) => jobs,
+                Err(error) => {
+                    tracing::debug!(%error, "cannot read the shared store's jobs");
+                    continue;
+                }
+            };
+            let still_open: std::collections::HashSet<String> = unfinished.iter().map(|j| j.id.clone()).collect();
+            for job in unfinished {
+                self.jobs.publish(job);
+            }
+            // Jobs this server saw unfinished that finished elsewhere.
+            for job in self.jobs.unfinished() {
+                if !still_open.contains(&job.id)
+                    && let Ok(Some(latest)) = self.store.job(&job.id).await
+                {
+                    self.jobs.publish(latest);
+                }
+            }
+        }
+    }
+
+    /// A job's state: this server's view, or the store's for a job it has not seen
+    /// (another server with a shared store took it).
+    pub async fn job(&self, id: &str) -> Result<JobRecord> {
+        if let Ok(job) = self.jobs.get(id) {
+            return Ok(job);
+        }
+        match self.store.job(id).await? {
+            Some(job) => {
+                self.jobs.publish(job.clone());
+                Ok(job)
+            }
+            None => Err(Error::NotFound(format!("job {id} does not exist"))),
+        }
+    }
+
+    /// A receiver that sees every change of the job.
+    pub async fn watch_job(&self, id: &str) -> Result<watch::Receiver<JobRecord>> {
+        self.job(id).await?;
+        self.jobs.watch(id)
     }
 
     /// Commits one embedded batch and shows it in the index.
     async fn commit_batch(self: &Arc<Self>, batch: EmbeddedBatch) -> Result<()> {
-        let _gate = self.write_gate.lock().await;
-        let corpus = self.clone();
         let EmbeddedBatch { job_id, indexed, failed } = batch;
         let stored = indexed.len() as u64;
-        let (changes, job) = blocking(move || corpus.store.commit_indexed(&job_id, indexed, &failed)).await?;
-        self.apply(changes);
+        let job = self.store.commit_indexed(&job_id, indexed, failed).await?;
         crate::stats::Stats::add(&self.engine.stats().ingested_documents, stored);
         self.jobs.publish(job);
         Ok(())
@@ -258,9 +353,7 @@ impl Corpus {
         job_id: &str,
         change: impl FnOnce(&mut JobRecord) + Send + 'static,
     ) -> Result<JobRecord> {
-        let corpus = self.clone();
-        let id = job_id.to_string();
-        let job = blocking(move || corpus.store.update_job(&id, |job, _| Ok(change(job)))).await?;
+        let job = self.store.update_job(job_id, Box::new(change)).await?;
         self.jobs.publish(job.clone());
         Ok(job)
     }
@@ -285,9 +378,7 @@ impl Corpus {
 
         // Vectors already stored (identical chunks seen before) are not embedded again.
         let hashes: Vec<_> = chunked.iter().flatten().flat_map(|d| d.record.chunks.iter().map(|c| c.hash)).collect();
-        let corpus = self.clone();
-        let lookup = hashes.clone();
-        let known = blocking(move || corpus.store.existing_vectors(&lookup)).await?;
+        let known = self.store.existing_vectors(hashes.clone()).await?;
         let mut vectors: HashMap<[u8; 32], Vec<f32>> =
             hashes.iter().zip(known).filter_map(|(hash, vector)| vector.map(|v| (*hash, v))).collect();
 

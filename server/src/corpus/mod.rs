@@ -1,49 +1,35 @@
-//! The document corpus: durable documents, their chunk vectors, and the in-memory
-//! index that search reads.
+//! The document corpus: the core every store shares. It validates and chunks
+//! documents, embeds chunks (sharing the model with live traffic), runs ingestion
+//! jobs, plans searches, reranks and resolves citations; where documents, vectors and
+//! jobs live is the store's business ([`crate::store::CorpusStore`], chosen at start).
 //!
 //! # Layout
-//! - [`store`]: the redb database (documents, vectors, jobs, pending documents).
 //! - [`text`]: normalization and content hashes.
 //! - [`chunker`]: token windows with overlap.
 //! - [`filter`]: metadata filters.
-//! - [`view`]: the in-memory index and chunk lookup, rebuilt from the store at start.
 //! - [`jobs`]: the ingestion jobs and the background runner that indexes them.
-//! - [`search`]: queries: embed, search the index, rerank, resolve hits.
-//!
-//! Writes (indexing, deletes) commit to the store first and then update the view,
-//! one at a time under `write_gate`. Searches only take the view's read lock, held for
-//! the index scan alone: never across a model call or a disk write.
+//! - [`search`]: queries: embed, ask the store, rerank, resolve hits.
 
 pub mod chunker;
 pub mod filter;
 pub mod jobs;
 pub mod search;
-pub mod store;
 pub mod text;
-pub mod view;
 
-use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use crate::engine::EmbeddingEngine;
 use crate::error::{Error, Result};
-use crate::index::{IndexKind, IndexParams};
 use crate::model::cross_encoder::Reranker;
+pub use crate::store::{IndexStats, ViewCounts};
+use crate::store::{CorpusStore, DocumentRecord, JobRecord, NewDocument, StoreDescription, StoreHealth};
 use chunker::ChunkSettings;
 use filter::Filter;
 use jobs::JobBoard;
-use store::{DocumentRecord, IndexChanges, JobRecord, NewDocument, Store};
-use view::IndexView;
 
 /// Settings of the corpus.
 #[derive(Debug, Clone)]
 pub struct CorpusSettings {
-    /// Where the database lives.
-    pub data_dir: PathBuf,
-    /// Exact or approximate search.
-    pub index_kind: IndexKind,
-    /// HNSW parameters.
-    pub index_params: IndexParams,
     /// Chunk size and overlap.
     pub chunking: ChunkSettings,
     /// Most documents per Ingest call (and per IngestStream message).
@@ -60,33 +46,11 @@ pub struct CorpusSettings {
     pub ingest_batch_documents: usize,
     /// Candidates the cross-encoder re-scores per query.
     pub rerank_candidates: usize,
-    /// Memory the store may use as page cache.
-    pub store_cache_bytes: usize,
 }
 
-/// Sizes of the searchable view.
-#[derive(Debug, Clone, Copy)]
-pub struct ViewCounts {
-    pub documents: u64,
-    pub chunks: u64,
-}
-
-/// Counts for GetIndexStats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IndexStats {
-    pub documents: u64,
-    pub chunks: u64,
-    pub unique_vectors: u64,
-    pub pending_documents: u64,
-}
-
-/// Documents, vectors, index, jobs.
+/// The corpus core over one store.
 pub struct Corpus {
-    store: Store,
-    view: RwLock<IndexView>,
-    /// Serializes store commits with the view updates that follow them, so the view
-    /// applies changes in commit order.
-    write_gate: tokio::sync::Mutex<()>,
+    store: Arc<dyn CorpusStore>,
     jobs: JobBoard,
     engine: Arc<EmbeddingEngine>,
     reranker: Option<Reranker>,
@@ -99,42 +63,40 @@ pub fn unix_now() -> f64 {
 }
 
 impl Corpus {
-    /// Opens the store, rebuilds the index from it, and resumes interrupted jobs
-    /// (the caller starts the runner). Blocking: reads the whole store.
-    pub fn open(
+    /// The chunk limits the model allows: a chunk plus [CLS] and [SEP] must fit the
+    /// model, or its tail would be cut.
+    pub fn fit_chunking(settings: &mut CorpusSettings, max_input_tokens: usize) {
+        settings.chunking.max_tokens = settings.chunking.max_tokens.min(max_input_tokens.saturating_sub(2)).max(1);
+        settings.chunking.overlap_tokens = settings.chunking.overlap_tokens.min(settings.chunking.max_tokens - 1);
+    }
+
+    /// The corpus over an opened store; loads its jobs (the caller starts the runner).
+    pub async fn open(
         mut settings: CorpusSettings,
+        store: Arc<dyn CorpusStore>,
         engine: Arc<EmbeddingEngine>,
         reranker: Option<Reranker>,
     ) -> Result<Arc<Self>> {
         let info = engine.info()?.clone();
-        // A chunk plus [CLS] and [SEP] must fit the model, or its tail would be cut.
-        settings.chunking.max_tokens = settings.chunking.max_tokens.min(info.max_input_tokens.saturating_sub(2)).max(1);
-        settings.chunking.overlap_tokens = settings.chunking.overlap_tokens.min(settings.chunking.max_tokens - 1);
-        let store = Store::open(
-            &settings.data_dir,
-            &format!("{} dim={}", info.model_id, info.dim),
-            settings.store_cache_bytes,
-        )?;
-        let mut view = IndexView::new(settings.index_kind, info.dim, settings.index_params)?;
-        let mut stored = Vec::new();
-        store.for_each_document(|id, record, vectors| stored.push((id, record, vectors)))?;
-        view.load(stored)?;
-        let jobs = JobBoard::recover(&store)?;
+        Self::fit_chunking(&mut settings, info.max_input_tokens);
+        let jobs = JobBoard::recover(store.as_ref()).await?;
         tracing::info!(
-            documents = view.document_count(),
-            chunks = view.chunk_count(),
+            store = store.description().kind,
+            index = %store.description().index_id,
             jobs_to_resume = jobs.unfinished().len(),
-            "corpus loaded"
+            "corpus open"
         );
-        Ok(Arc::new(Corpus {
-            store,
-            view: RwLock::new(view),
-            write_gate: tokio::sync::Mutex::new(()),
-            jobs,
-            engine,
-            reranker,
-            settings,
-        }))
+        Ok(Arc::new(Corpus { store, jobs, engine, reranker, settings }))
+    }
+
+    /// What the store is.
+    pub fn store_description(&self) -> &StoreDescription {
+        self.store.description()
+    }
+
+    /// Whether the store answers, with its nodes.
+    pub async fn store_health(&self) -> StoreHealth {
+        self.store.health().await
     }
 
     /// The settings.
@@ -195,18 +157,14 @@ impl Corpus {
         if documents.is_empty() {
             return Err(Error::invalid("documents", "must contain at least one document"));
         }
-        let job = jobs::new_job(false);
-        let corpus = self.clone();
-        let job = blocking(move || corpus.store.create_job(&job, &documents)).await?;
+        let job = self.store.create_job(jobs::new_job(false), documents).await?;
         self.jobs.publish(job.clone());
         Ok(job)
     }
 
     /// Opens a job that an IngestStream fills.
     pub async fn open_stream_job(self: &Arc<Self>) -> Result<JobRecord> {
-        let job = jobs::new_job(true);
-        let corpus = self.clone();
-        let job = blocking(move || corpus.store.create_job(&job, &[])).await?;
+        let job = self.store.create_job(jobs::new_job(true), Vec::new()).await?;
         self.jobs.publish(job.clone());
         Ok(job)
     }
@@ -217,9 +175,7 @@ impl Corpus {
         job_id: &str,
         documents: Vec<NewDocument>,
     ) -> Result<JobRecord> {
-        let corpus = self.clone();
-        let id = job_id.to_string();
-        let job = blocking(move || corpus.store.append_to_job(&id, &documents)).await?;
+        let job = self.store.append_to_job(job_id, documents).await?;
         self.jobs.publish(job.clone());
         Ok(job)
     }
@@ -231,68 +187,27 @@ impl Corpus {
 
     /// Stored documents by id.
     pub async fn get_documents(self: &Arc<Self>, ids: Vec<String>) -> Result<Vec<(String, Option<DocumentRecord>)>> {
-        let corpus = self.clone();
-        blocking(move || {
-            let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-            let records = corpus.store.documents(&refs)?;
-            Ok(ids.into_iter().zip(records).collect())
-        })
-        .await
+        let records = self.store.documents(ids.clone()).await?;
+        Ok(ids.into_iter().zip(records).collect())
     }
 
     /// Deletes documents by id and by filter; returns how many existed.
     pub async fn delete(self: &Arc<Self>, ids: Vec<String>, filter: Option<Filter>) -> Result<usize> {
-        let _gate = self.write_gate.lock().await;
-        let mut targets = ids;
-        if let Some(filter) = filter {
-            targets.extend(self.read_view().document_ids_matching(&filter));
-        }
-        targets.sort();
-        targets.dedup();
-        let corpus = self.clone();
-        let changes = blocking(move || corpus.store.delete_documents(&targets)).await?;
-        let deleted = changes.removed_documents.len();
-        self.apply(changes);
-        Ok(deleted)
+        self.store.delete_documents(ids, filter).await
     }
 
-    /// Documents and chunks in the searchable view (no disk access, for metrics).
+    /// Documents and chunks in the index, known without a round trip (for metrics).
     pub fn view_counts(&self) -> ViewCounts {
-        let view = self.read_view();
-        ViewCounts { documents: view.document_count() as u64, chunks: view.chunk_count() as u64 }
+        self.store.cached_counts()
     }
 
     /// What the index holds.
     pub async fn stats(self: &Arc<Self>) -> Result<IndexStats> {
-        let ViewCounts { documents, chunks } = self.view_counts();
-        let corpus = self.clone();
-        let (unique_vectors, pending_documents) =
-            blocking(move || Ok((corpus.store.vector_count()?, corpus.store.pending_count()?))).await?;
-        Ok(IndexStats { documents, chunks, unique_vectors, pending_documents })
+        self.store.stats().await
     }
 
     /// The index kind's name.
     pub fn index_kind_name(&self) -> &'static str {
-        match self.settings.index_kind {
-            IndexKind::Exact => "exact",
-            IndexKind::Hnsw => "hnsw",
-        }
+        self.store.description().index_kind
     }
-
-    /// Follows a commit in the view.
-    fn apply(&self, changes: IndexChanges) {
-        let mut view = self.view.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Err(error) = view.apply(changes) {
-            tracing::error!(%error, "the index refused committed vectors; it is rebuilt from the store at the next start");
-        }
-    }
-
-    fn read_view(&self) -> std::sync::RwLockReadGuard<'_, IndexView> {
-        self.view.read().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-/// Runs blocking store work off the async runtime.
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(work).await.map_err(|e| Error::Storage(format!("store task: {e}")))?
 }

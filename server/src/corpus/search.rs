@@ -1,15 +1,15 @@
-//! Answers queries: embeds query texts (with live traffic, through the engine),
-//! scans the index under its read lock only, optionally re-scores the best
-//! candidates with the cross-encoder, and resolves hits to citations.
+//! Answers queries: embeds query texts (with live traffic, through the engine), asks
+//! the store for the best chunks, optionally re-scores them with the cross-encoder,
+//! and cuts the page.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::Corpus;
 use super::filter::Filter;
-use super::{Corpus, blocking};
 use crate::engine::EmbedOptions;
 use crate::error::{Error, Result};
-use crate::index::ChunkId;
+use crate::store::{StoreQuery, StoredHit};
 
 /// One query.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,18 +53,6 @@ pub struct Hit {
     pub vector: Option<Vec<f32>>,
 }
 
-/// A hit before its text is read from the store.
-struct Candidate {
-    chunk_id: ChunkId,
-    score: f32,
-    document_id: String,
-    chunk_index: u32,
-    byte_range: (u32, u32),
-    char_range: (u32, u32),
-    metadata: BTreeMap<String, String>,
-    vector: Option<Vec<f32>>,
-}
-
 impl Corpus {
     /// Runs every query of `params`; one list of hits per query, best first.
     pub async fn search(self: &Arc<Self>, params: SearchParams) -> Result<Vec<Vec<Hit>>> {
@@ -75,10 +63,21 @@ impl Corpus {
         let pool = if rerank { wanted.max(self.settings.rerank_candidates) } else { wanted };
         let mut results = Vec::with_capacity(vectors.len());
         for (query, vector) in params.queries.iter().zip(&vectors) {
-            let mut candidates = self.candidates(vector, pool, &params)?;
+            let mut candidates = self
+                .store
+                .search(StoreQuery {
+                    vector,
+                    count: pool,
+                    score_threshold: params.score_threshold,
+                    filter: &params.filter,
+                    with_text: rerank || params.include_text,
+                    with_metadata: params.include_metadata,
+                    with_vector: params.include_vectors,
+                })
+                .await?;
             let mut rerank_scores = None;
             if rerank && !candidates.is_empty() {
-                let texts = self.candidate_texts(&candidates).await?;
+                let texts: Vec<String> = candidates.iter().map(|c| c.text.clone().unwrap_or_default()).collect();
                 let query_text = match query {
                     Query::Text(text) => text.clone(),
                     Query::Vector(_) => unreachable!("validated: rerank needs text queries"),
@@ -87,29 +86,23 @@ impl Corpus {
                 let scores = reranker.rerank(&query_text, &texts).await?;
                 let mut order: Vec<usize> = (0..candidates.len()).collect();
                 order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
-                let mut slots: Vec<Option<Candidate>> = candidates.into_iter().map(Some).collect();
+                let mut slots: Vec<Option<StoredHit>> = candidates.into_iter().map(Some).collect();
                 candidates = order.iter().map(|&i| slots[i].take().expect("each index once")).collect();
                 rerank_scores = Some(order.iter().map(|&i| scores[i]).collect::<Vec<f32>>());
             }
-            let page: Vec<(usize, Candidate)> =
-                candidates.into_iter().enumerate().skip(params.offset).take(params.top_k).collect();
-            let texts = if params.include_text {
-                let only: Vec<&Candidate> = page.iter().map(|(_, c)| c).collect();
-                Some(self.texts_of(&only).await?)
-            } else {
-                None
-            };
-            let hits = page
+            let hits = candidates
                 .into_iter()
                 .enumerate()
-                .map(|(position, (rank, candidate))| Hit {
+                .skip(params.offset)
+                .take(params.top_k)
+                .map(|(rank, candidate)| Hit {
                     document_id: candidate.document_id,
                     chunk_index: candidate.chunk_index,
-                    start_char: candidate.char_range.0,
-                    end_char: candidate.char_range.1,
+                    start_char: candidate.start_char,
+                    end_char: candidate.end_char,
                     score: candidate.score,
                     rerank_score: rerank_scores.as_ref().map(|scores| scores[rank]),
-                    text: texts.as_ref().map(|t| t[position].clone()),
+                    text: if params.include_text { Some(candidate.text.unwrap_or_default()) } else { None },
                     metadata: params.include_metadata.then_some(candidate.metadata),
                     vector: candidate.vector,
                 })
@@ -202,58 +195,5 @@ impl Corpus {
                 Query::Vector(vector) => vector.clone(),
             })
             .collect())
-    }
-
-    /// The best `count` chunks for `vector` passing the filter and threshold.
-    fn candidates(&self, vector: &[f32], count: usize, params: &SearchParams) -> Result<Vec<Candidate>> {
-        let view = self.read_view();
-        let filter = &params.filter;
-        let passes = |id: ChunkId| view.chunk_matches(id, filter);
-        let predicate: Option<&(dyn Fn(ChunkId) -> bool + Sync)> = if filter.is_empty() { None } else { Some(&passes) };
-        Ok(view
-            .index
-            .search(vector, count, params.score_threshold, predicate)?
-            .into_iter()
-            .filter_map(|(chunk_id, score)| {
-                let chunk = view.chunk(chunk_id)?;
-                Some(Candidate {
-                    chunk_id,
-                    score,
-                    document_id: chunk.document.id.clone(),
-                    chunk_index: chunk.index,
-                    byte_range: (chunk.start_byte, chunk.end_byte),
-                    char_range: (chunk.start_char, chunk.end_char),
-                    metadata: if params.include_metadata { chunk.document.metadata.clone() } else { BTreeMap::new() },
-                    vector: if params.include_vectors { view.index.get(chunk_id).map(|v| v.to_vec()) } else { None },
-                })
-            })
-            .collect())
-    }
-
-    async fn candidate_texts(self: &Arc<Self>, candidates: &[Candidate]) -> Result<Vec<String>> {
-        let all: Vec<&Candidate> = candidates.iter().collect();
-        self.texts_of(&all).await
-    }
-
-    /// The chunk texts, sliced from the stored documents.
-    async fn texts_of(self: &Arc<Self>, candidates: &[&Candidate]) -> Result<Vec<String>> {
-        let wanted: Vec<(String, (u32, u32), ChunkId)> =
-            candidates.iter().map(|c| (c.document_id.clone(), c.byte_range, c.chunk_id)).collect();
-        let corpus = self.clone();
-        blocking(move || {
-            let ids: Vec<&str> = wanted.iter().map(|(id, _, _)| id.as_str()).collect();
-            let records = corpus.store.documents(&ids)?;
-            Ok(wanted
-                .iter()
-                .zip(records)
-                .map(|((_, (start, end), _), record)| {
-                    // A document deleted since the scan has no text any more.
-                    record
-                        .and_then(|r| r.text.get(*start as usize..*end as usize).map(str::to_string))
-                        .unwrap_or_default()
-                })
-                .collect())
-        })
-        .await
     }
 }

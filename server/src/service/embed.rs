@@ -1,7 +1,7 @@
 //! `embedwire.v1.EmbedService`.
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use embedwire_proto::v1::embed_service_server::EmbedService;
 use embedwire_proto::v1::{
@@ -12,6 +12,7 @@ use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::batcher::BatchTiming;
+use crate::corpus::Corpus;
 use crate::engine::EmbeddingEngine;
 use crate::error::{Error, Result};
 use crate::wire;
@@ -33,12 +34,18 @@ pub struct EmbedApiSettings {
 pub struct EmbedApi {
     engine: Arc<EmbeddingEngine>,
     settings: EmbedApiSettings,
+    /// The corpus, once loaded: Info reports its store.
+    corpus: Arc<OnceLock<Arc<Corpus>>>,
 }
 
 impl EmbedApi {
     /// Handlers over `engine`.
-    pub fn new(engine: Arc<EmbeddingEngine>, settings: EmbedApiSettings) -> Self {
-        EmbedApi { engine, settings }
+    pub fn new(
+        engine: Arc<EmbeddingEngine>,
+        settings: EmbedApiSettings,
+        corpus: Arc<OnceLock<Arc<Corpus>>>,
+    ) -> Self {
+        EmbedApi { engine, settings, corpus }
     }
 }
 
@@ -121,12 +128,16 @@ impl EmbedService for EmbedApi {
 
     async fn info(&self, _request: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {
         let info = self.engine.info()?;
-        Ok(Response::new(wire::info_response(
+        let mut response = wire::info_response(
             info,
             self.settings.backend_name,
             self.engine.limits(),
             self.settings.batch,
             self.settings.max_request_bytes,
-        )))
+        );
+        if let Some(corpus) = self.corpus.get() {
+            response.store = Some(wire::store_info(corpus.store_description(), &corpus.store_health().await));
+        }
+        Ok(Response::new(response))
     }
 }

@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tokio::sync::watch;
 
 use crate::corpus::Corpus;
-use crate::corpus::store::JobRecord;
+use crate::store::JobRecord;
 use crate::error::{Error, Result};
 use crate::wire;
 use crate::wire::search as convert;
@@ -39,7 +39,22 @@ impl SearchApi {
     fn corpus(&self) -> Result<&Arc<Corpus>> {
         self.corpus.get().ok_or_else(|| Error::Unavailable("the index is still loading; retry shortly".into()))
     }
+
+    /// A response naming the index it came from (`x-embedwire-index`), so a client
+    /// or gateway can tell when a failover put it on another index.
+    fn tagged<T>(&self, message: T) -> Response<T> {
+        let mut response = Response::new(message);
+        if let Some(corpus) = self.corpus.get()
+            && let Ok(value) = corpus.store_description().index_id.parse()
+        {
+            response.metadata_mut().insert(INDEX_METADATA, value);
+        }
+        response
+    }
 }
+
+/// The response metadata key naming the index that answered.
+pub const INDEX_METADATA: &str = "x-embedwire-index";
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -51,7 +66,7 @@ impl SearchService for SearchApi {
             corpus.prepare_documents(convert::documents_from_wire(request.into_inner().documents), "documents")?;
         let document_ids = documents.iter().map(|d| d.id.clone()).collect();
         let job = corpus.ingest(documents).await?;
-        Ok(Response::new(IngestResponse { job: Some(convert::job_to_wire(&job)), document_ids }))
+        Ok(self.tagged(IngestResponse { job: Some(convert::job_to_wire(&job)), document_ids }))
     }
 
     /// Each message is stored durably before the next is read, so memory holds one
@@ -84,19 +99,19 @@ impl SearchService for SearchApi {
             return Err(Error::invalid("documents", "the stream carried no document").into());
         };
         let job = corpus.close_stream_job(&job_id).await?;
-        Ok(Response::new(IngestStreamResponse { job: Some(convert::job_to_wire(&job)), received_documents: received }))
+        Ok(self.tagged(IngestStreamResponse { job: Some(convert::job_to_wire(&job)), received_documents: received }))
     }
 
     async fn get_job(&self, request: Request<GetJobRequest>) -> Result<Response<GetJobResponse>, Status> {
-        let job = self.corpus()?.jobs().get(&request.into_inner().job_id)?;
-        Ok(Response::new(GetJobResponse { job: Some(convert::job_to_wire(&job)) }))
+        let job = self.corpus()?.job(&request.into_inner().job_id).await?;
+        Ok(self.tagged(GetJobResponse { job: Some(convert::job_to_wire(&job)) }))
     }
 
     type WatchJobStream = BoxStream<WatchJobResponse>;
 
     async fn watch_job(&self, request: Request<WatchJobRequest>) -> Result<Response<Self::WatchJobStream>, Status> {
-        let updates = self.corpus()?.jobs().watch(&request.into_inner().job_id)?;
-        Ok(Response::new(job_updates(updates)))
+        let updates = self.corpus()?.watch_job(&request.into_inner().job_id).await?;
+        Ok(self.tagged(job_updates(updates)))
     }
 
     async fn get_documents(
@@ -115,7 +130,7 @@ impl SearchService for SearchApi {
                 None => response.missing_ids.push(id),
             }
         }
-        Ok(Response::new(response))
+        Ok(self.tagged(response))
     }
 
     async fn delete_documents(
@@ -130,7 +145,7 @@ impl SearchService for SearchApi {
         filter.validate("filter")?;
         let filter = (!filter.is_empty()).then_some(filter);
         let deleted = self.corpus()?.delete(request.ids, filter).await?;
-        Ok(Response::new(DeleteDocumentsResponse { deleted_count: deleted as u32 }))
+        Ok(self.tagged(DeleteDocumentsResponse { deleted_count: deleted as u32 }))
     }
 
     async fn search(&self, request: Request<SearchRequest>) -> Result<Response<SearchResponse>, Status> {
@@ -142,7 +157,7 @@ impl SearchService for SearchApi {
             .into_iter()
             .map(|hits| QueryResult { hits: hits.into_iter().map(|h| convert::hit_to_wire(h, dtype)).collect() })
             .collect();
-        Ok(Response::new(SearchResponse { results, took_ms: started.elapsed().as_secs_f64() * 1000.0 }))
+        Ok(self.tagged(SearchResponse { results, took_ms: started.elapsed().as_secs_f64() * 1000.0 }))
     }
 
     type SearchStreamStream = BoxStream<SearchStreamResponse>;
@@ -173,7 +188,7 @@ impl SearchService for SearchApi {
                 hits: hits.into_iter().map(|h| convert::hit_to_wire(h, dtype)).collect(),
             })
         });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(self.tagged(Box::pin(stream)))
     }
 
     async fn get_index_stats(
@@ -182,7 +197,7 @@ impl SearchService for SearchApi {
     ) -> Result<Response<GetIndexStatsResponse>, Status> {
         let corpus = self.corpus()?;
         let stats = corpus.stats().await?;
-        Ok(Response::new(GetIndexStatsResponse {
+        Ok(self.tagged(GetIndexStatsResponse {
             document_count: stats.documents,
             chunk_count: stats.chunks,
             unique_vector_count: stats.unique_vectors,

@@ -4,7 +4,11 @@
 
 pub mod search;
 
-use embedwire_proto::v1::{EmbedRequest, EmbedResponse, EmbeddingDtype, InfoResponse, Limits, TokenizedInput, Usage};
+use embedwire_proto::v1::{
+    EmbedRequest, EmbedResponse, EmbeddingDtype, InfoResponse, Limits, StoreInfo, StoreNode, TokenizedInput, Usage,
+};
+
+use crate::store::{StoreDescription, StoreHealth};
 use embedwire_proto::vectors;
 
 use crate::backend::RawEmbeddings;
@@ -146,6 +150,22 @@ pub fn info_response(
             max_input_chars: saturate(limits.max_input_chars),
         }),
         version: env!("CARGO_PKG_VERSION").to_string(),
+        store: None,
+    }
+}
+
+/// The store part of Info.
+pub fn store_info(description: &StoreDescription, health: &StoreHealth) -> StoreInfo {
+    StoreInfo {
+        kind: description.kind.to_string(),
+        shared: description.shared,
+        index_id: description.index_id.clone(),
+        healthy: health.healthy,
+        nodes: health
+            .nodes
+            .iter()
+            .map(|node| StoreNode { name: node.name.clone(), address: node.address.clone(), healthy: node.healthy })
+            .collect(),
     }
 }
 

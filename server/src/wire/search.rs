@@ -9,7 +9,7 @@ use embedwire_proto::vectors;
 
 use crate::corpus::filter::{Condition, Filter};
 use crate::corpus::search::{Hit, Query, SearchParams};
-use crate::corpus::store::{DocumentRecord, JobRecord, JobState, NewDocument};
+use crate::store::{DocumentRecord, JobRecord, JobState, NewDocument};
 use crate::error::{Error, Result};
 
 /// The default number of hits per query, as the /v1 HTTP API has it.

@@ -1,4 +1,4 @@
-//! The durable store: one redb database file in the data directory. redb commits
+//! The embedded store's durable half: one redb database file in the data directory. redb commits
 //! are atomic and fsynced, so what a commit wrote survives a crash, and a crash
 //! mid-commit leaves the previous state.
 //!
@@ -12,13 +12,13 @@
 //!   Ingest writes here before it answers; indexing moves documents from here into
 //!   `documents` in the same commit that counts them processed.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use super::text::ContentHash;
+use super::super::{DocumentRecord, IndexedDocument, JobRecord, NewDocument};
+use crate::corpus::text::ContentHash;
 use crate::error::{Error, Result};
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
@@ -29,87 +29,10 @@ const PENDING: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("pendi
 
 const META_MODEL: &str = "model";
 const META_NEXT_CHUNK_ID: &str = "next_chunk_id";
+const META_INDEX_ID: &str = "index_id";
 
 /// The database file inside the data directory.
 pub const DATABASE_FILE: &str = "embedwire.redb";
-
-/// A document as a client submits it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NewDocument {
-    pub id: String,
-    pub text: String,
-    pub metadata: BTreeMap<String, String>,
-}
-
-/// A chunk of a stored document.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StoredChunk {
-    pub chunk_id: u64,
-    pub start_byte: u32,
-    pub end_byte: u32,
-    pub start_char: u32,
-    pub end_char: u32,
-    pub hash: ContentHash,
-}
-
-/// A stored, indexed document.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DocumentRecord {
-    /// The normalized text.
-    pub text: String,
-    pub metadata: BTreeMap<String, String>,
-    pub chunks: Vec<StoredChunk>,
-    /// Unix seconds.
-    pub indexed_at: f64,
-}
-
-/// Where a job stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum JobState {
-    Pending,
-    Running,
-    Completed,
-    Failed,
-}
-
-/// The progress of one ingestion job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobRecord {
-    pub id: String,
-    pub state: JobState,
-    pub total: u64,
-    pub processed: u64,
-    pub failed: u64,
-    /// The first failure's reason.
-    pub error: Option<String>,
-    /// Unix seconds.
-    pub started_at: f64,
-    pub finished_at: Option<f64>,
-    /// Sequence number the next appended document gets in `pending`.
-    pub next_sequence: u64,
-    /// An IngestStream is still adding documents.
-    pub receiving: bool,
-    /// Bumped by every stored change, so readers can tell newer states from older.
-    pub revision: u64,
-}
-
-impl JobRecord {
-    /// Whether the job has ended.
-    pub fn is_finished(&self) -> bool {
-        matches!(self.state, JobState::Completed | JobState::Failed)
-    }
-}
-
-/// A document to index, with the vectors of its chunks.
-#[derive(Debug, Clone)]
-pub struct IndexedDocument {
-    /// Its place in `pending`.
-    pub sequence: u64,
-    pub id: String,
-    pub record: DocumentRecord,
-    /// One vector per chunk, in chunk order (chunk ids are assigned on commit).
-    pub vectors: Vec<Vec<f32>>,
-}
 
 /// What a commit changed, for the in-memory index to follow.
 #[derive(Debug, Default)]
@@ -183,6 +106,12 @@ impl Store {
                     meta.insert(META_MODEL, model.as_bytes()).map_err(storage)?;
                 }
             }
+            // A name for this index that survives restarts, so a gateway can tell
+            // whether an answer still comes from the index that holds the data.
+            if meta.get(META_INDEX_ID).map_err(storage)?.is_none() {
+                let id = format!("embedded-{}", uuid::Uuid::new_v4());
+                meta.insert(META_INDEX_ID, id.as_bytes()).map_err(storage)?;
+            }
             // Create every table so that readers never meet a missing one.
             txn.open_table(DOCUMENTS).map_err(storage)?;
             txn.open_table(VECTORS).map_err(storage)?;
@@ -191,6 +120,14 @@ impl Store {
         }
         txn.commit().map_err(storage)?;
         Ok(store)
+    }
+
+    /// The index's stable name (written at creation).
+    pub fn index_id(&self) -> Result<String> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let meta = txn.open_table(META).map_err(storage)?;
+        let id = meta.get(META_INDEX_ID).map_err(storage)?.map(|v| String::from_utf8_lossy(v.value()).into_owned());
+        id.ok_or_else(|| Error::Storage("the store has no index id".into()))
     }
 
     /// Stores a new job and its documents in one durable commit.

@@ -4,8 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::filter::Filter;
-use super::store::{DocumentRecord, IndexChanges};
+use super::redb_file::IndexChanges;
+use crate::corpus::filter::Filter;
+use crate::store::DocumentRecord;
 use crate::error::Result;
 use crate::index::{ChunkId, IndexKind, IndexParams, VectorIndex};
 

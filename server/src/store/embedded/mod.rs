@@ -1,0 +1,256 @@
+//! The embedded store, the default: everything durable in one redb file in the data
+//! directory ([`redb_file`]), and an in-memory index rebuilt from it at start
+//! ([`view`]: exact SIMD scan or HNSW, plus chunk and metadata lookups). Private to
+//! this server: another server has another index.
+//!
+//! Writes (indexing, deletes) commit to the file first and then update the view, one
+//! at a time under `write_gate`. Searches only take the view's read lock, held for
+//! the index scan alone: never across a disk write.
+
+pub mod redb_file;
+pub mod view;
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use async_trait::async_trait;
+
+use self::redb_file::{IndexChanges, Store};
+use self::view::IndexView;
+use super::{
+    Claim, CorpusStore, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, NewDocument,
+    StoreDescription, StoreHealth, StoreQuery, StoredHit, ViewCounts,
+};
+use crate::corpus::filter::Filter;
+use crate::corpus::text::ContentHash;
+use crate::error::{Error, Result};
+use crate::index::{ChunkId, IndexKind, IndexParams};
+
+/// Where and how the embedded store keeps its data.
+#[derive(Debug, Clone)]
+pub struct EmbeddedSettings {
+    pub data_dir: PathBuf,
+    pub index_kind: IndexKind,
+    pub index_params: IndexParams,
+    /// Memory the file may use as page cache.
+    pub cache_bytes: usize,
+}
+
+/// redb file + in-memory index.
+pub struct EmbeddedStore {
+    file: Arc<Store>,
+    view: Arc<RwLock<IndexView>>,
+    /// Serializes file commits with the view updates that follow them, so the view
+    /// applies changes in commit order.
+    write_gate: tokio::sync::Mutex<()>,
+    description: StoreDescription,
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the file for `model` (id and dimension) and loads the index
+    /// from it. Blocking: reads the whole file.
+    pub fn open(settings: &EmbeddedSettings, model: &str, dim: usize) -> Result<Self> {
+        let file = Store::open(&settings.data_dir, model, settings.cache_bytes)?;
+        let mut view = IndexView::new(settings.index_kind, dim, settings.index_params)?;
+        let mut stored = Vec::new();
+        file.for_each_document(|id, record, vectors| stored.push((id, record, vectors)))?;
+        view.load(stored)?;
+        tracing::info!(documents = view.document_count(), chunks = view.chunk_count(), "embedded store loaded");
+        let description = StoreDescription {
+            kind: "embedded",
+            shared: false,
+            index_id: file.index_id()?,
+            index_kind: match settings.index_kind {
+                IndexKind::Exact => "exact",
+                IndexKind::Hnsw => "hnsw",
+            },
+        };
+        Ok(EmbeddedStore {
+            file: Arc::new(file),
+            view: Arc::new(RwLock::new(view)),
+            write_gate: tokio::sync::Mutex::new(()),
+            description,
+        })
+    }
+
+    /// Runs blocking file work off the async runtime.
+    async fn with_file<T: Send + 'static>(&self, work: impl FnOnce(&Store) -> Result<T> + Send + 'static) -> Result<T> {
+        let file = self.file.clone();
+        tokio::task::spawn_blocking(move || work(&file))
+            .await
+            .map_err(|e| Error::Storage(format!("store task: {e}")))?
+    }
+
+    /// Follows a commit in the view.
+    fn apply(&self, changes: IndexChanges) {
+        let mut view = self.view.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Err(error) = view.apply(changes) {
+            tracing::error!(%error, "the index refused committed vectors; it is rebuilt from the store at the next start");
+        }
+    }
+
+    fn read_view(&self) -> std::sync::RwLockReadGuard<'_, IndexView> {
+        self.view.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A hit before its text is read from the file.
+struct Candidate {
+    hit: StoredHit,
+    byte_range: (u32, u32),
+}
+
+#[async_trait]
+impl CorpusStore for EmbeddedStore {
+    fn description(&self) -> &StoreDescription {
+        &self.description
+    }
+
+    async fn health(&self) -> StoreHealth {
+        StoreHealth { healthy: true, detail: String::new(), nodes: Vec::new() }
+    }
+
+    async fn create_job(&self, job: JobRecord, documents: Vec<NewDocument>) -> Result<JobRecord> {
+        self.with_file(move |file| file.create_job(&job, &documents)).await
+    }
+
+    async fn append_to_job(&self, job_id: &str, documents: Vec<NewDocument>) -> Result<JobRecord> {
+        let id = job_id.to_string();
+        self.with_file(move |file| file.append_to_job(&id, &documents)).await
+    }
+
+    async fn update_job(&self, job_id: &str, change: JobChange) -> Result<JobRecord> {
+        let id = job_id.to_string();
+        self.with_file(move |file| file.update_job(&id, |job, _| Ok(change(job)))).await
+    }
+
+    async fn job(&self, job_id: &str) -> Result<Option<JobRecord>> {
+        let id = job_id.to_string();
+        self.with_file(move |file| Ok(file.jobs()?.into_iter().find(|job| job.id == id))).await
+    }
+
+    async fn jobs(&self, unfinished_only: bool) -> Result<Vec<JobRecord>> {
+        let jobs = self.with_file(|file| file.jobs()).await?;
+        Ok(jobs.into_iter().filter(|job| !unfinished_only || !job.is_finished()).collect())
+    }
+
+    async fn claim_job(&self, _job_id: &str) -> Result<Claim> {
+        // One server, one runner: nobody to share with.
+        Ok(Claim::Granted)
+    }
+
+    async fn settle_job(&self, job_id: &str) -> Result<JobRecord> {
+        // Counted exactly in the commits that stored the documents.
+        self.job(job_id).await?.ok_or_else(|| Error::NotFound(format!("job {job_id} does not exist")))
+    }
+
+    async fn pending_documents(&self, job_id: &str, from: u64, limit: usize) -> Result<Vec<(u64, NewDocument)>> {
+        let id = job_id.to_string();
+        self.with_file(move |file| file.pending_documents(&id, from, limit)).await
+    }
+
+    async fn existing_vectors(&self, hashes: Vec<ContentHash>) -> Result<Vec<Option<Vec<f32>>>> {
+        self.with_file(move |file| file.existing_vectors(&hashes)).await
+    }
+
+    async fn commit_indexed(
+        &self,
+        job_id: &str,
+        documents: Vec<IndexedDocument>,
+        failed: Vec<(u64, String)>,
+    ) -> Result<JobRecord> {
+        let _gate = self.write_gate.lock().await;
+        let id = job_id.to_string();
+        let (changes, job) = self.with_file(move |file| file.commit_indexed(&id, documents, &failed)).await?;
+        self.apply(changes);
+        Ok(job)
+    }
+
+    async fn delete_documents(&self, ids: Vec<String>, filter: Option<Filter>) -> Result<usize> {
+        let _gate = self.write_gate.lock().await;
+        let mut targets = ids;
+        if let Some(filter) = filter {
+            targets.extend(self.read_view().document_ids_matching(&filter));
+        }
+        targets.sort();
+        targets.dedup();
+        let changes = self.with_file(move |file| file.delete_documents(&targets)).await?;
+        let deleted = changes.removed_documents.len();
+        self.apply(changes);
+        Ok(deleted)
+    }
+
+    async fn documents(&self, ids: Vec<String>) -> Result<Vec<Option<DocumentRecord>>> {
+        self.with_file(move |file| {
+            let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+            file.documents(&refs)
+        })
+        .await
+    }
+
+    async fn stats(&self) -> Result<IndexStats> {
+        let ViewCounts { documents, chunks } = self.cached_counts();
+        let (unique_vectors, pending_documents) =
+            self.with_file(|file| Ok((file.vector_count()?, file.pending_count()?))).await?;
+        Ok(IndexStats { documents, chunks, unique_vectors, pending_documents })
+    }
+
+    fn cached_counts(&self) -> ViewCounts {
+        let view = self.read_view();
+        ViewCounts { documents: view.document_count() as u64, chunks: view.chunk_count() as u64 }
+    }
+
+    async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>> {
+        let mut candidates = {
+            let view = self.read_view();
+            let filter = query.filter;
+            let passes = |id: ChunkId| view.chunk_matches(id, filter);
+            let predicate: Option<&(dyn Fn(ChunkId) -> bool + Sync)> =
+                if filter.is_empty() { None } else { Some(&passes) };
+            view.index
+                .search(query.vector, query.count, query.score_threshold, predicate)?
+                .into_iter()
+                .filter_map(|(chunk_id, score)| {
+                    let chunk = view.chunk(chunk_id)?;
+                    Some(Candidate {
+                        hit: StoredHit {
+                            document_id: chunk.document.id.clone(),
+                            chunk_index: chunk.index,
+                            start_char: chunk.start_char,
+                            end_char: chunk.end_char,
+                            score,
+                            text: None,
+                            metadata: if query.with_metadata { chunk.document.metadata.clone() } else { Default::default() },
+                            vector: if query.with_vector { view.index.get(chunk_id).map(|v| v.to_vec()) } else { None },
+                        },
+                        byte_range: (chunk.start_byte, chunk.end_byte),
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        if query.with_text && !candidates.is_empty() {
+            let wanted: Vec<(String, (u32, u32))> =
+                candidates.iter().map(|c| (c.hit.document_id.clone(), c.byte_range)).collect();
+            let texts = self
+                .with_file(move |file| {
+                    let ids: Vec<&str> = wanted.iter().map(|(id, _)| id.as_str()).collect();
+                    let records = file.documents(&ids)?;
+                    Ok(wanted
+                        .iter()
+                        .zip(records)
+                        .map(|((_, (start, end)), record)| {
+                            // A document deleted since the scan has no text any more.
+                            record
+                                .and_then(|r| r.text.get(*start as usize..*end as usize).map(str::to_string))
+                                .unwrap_or_default()
+                        })
+                        .collect::<Vec<_>>())
+                })
+                .await?;
+            for (candidate, text) in candidates.iter_mut().zip(texts) {
+                candidate.hit.text = Some(text);
+            }
+        }
+        Ok(candidates.into_iter().map(|c| c.hit).collect())
+    }
+}

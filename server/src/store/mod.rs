@@ -1,0 +1,185 @@
+//! The storage seam: where the corpus keeps documents, chunk vectors and jobs, and
+//! how it searches them. The corpus core (chunking, embedding, jobs, rerank,
+//! citations) is written once against [`CorpusStore`]; an engine is chosen once at
+//! start (`--store`) and the core never asks which one it holds.
+//!
+//! # Layout
+//! - [`records`]: the plain records every engine stores (documents, chunks, jobs).
+//! - [`embedded`]: the default: one redb file plus an in-memory exact or HNSW index,
+//!   private to this server.
+//! - [`weaviate`]: a Weaviate cluster over its gRPC API, shared by any number of
+//!   servers.
+//!
+//! Failures an engine cannot hide come back as the server's [`Error`]: a store that
+//! cannot be reached is `Unavailable` naming the store, a request the engine cannot
+//! express is `InvalidArgument` naming the field.
+
+pub mod embedded;
+pub mod records;
+pub mod weaviate;
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+pub use records::{DocumentRecord, IndexedDocument, JobRecord, JobState, NewDocument, StoredChunk};
+
+use crate::corpus::filter::Filter;
+use crate::corpus::text::ContentHash;
+use crate::error::Result;
+
+/// A change to a job, applied by the store inside its read-change-write.
+pub type JobChange = Box<dyn FnOnce(&mut JobRecord) + Send>;
+
+/// What a store is, fixed for its lifetime (Info and `/healthz` report it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreDescription {
+    /// "embedded" or "weaviate".
+    pub kind: &'static str,
+    /// Whether other servers read and write the same index.
+    pub shared: bool,
+    /// Names the index: the same on every server sharing it.
+    pub index_id: String,
+    /// How the index searches: "exact", "hnsw", or the engine's own.
+    pub index_kind: &'static str,
+}
+
+/// One node of a store cluster, as last seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreNode {
+    pub name: String,
+    pub address: String,
+    pub healthy: bool,
+}
+
+/// Whether the store can be used now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreHealth {
+    pub healthy: bool,
+    /// Why not, when unhealthy.
+    pub detail: String,
+    pub nodes: Vec<StoreNode>,
+}
+
+/// Counts for GetIndexStats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IndexStats {
+    pub documents: u64,
+    pub chunks: u64,
+    pub unique_vectors: u64,
+    pub pending_documents: u64,
+}
+
+/// Sizes of the searchable index, known without a round trip (for metrics).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ViewCounts {
+    pub documents: u64,
+    pub chunks: u64,
+}
+
+/// One vector query as the store runs it.
+#[derive(Debug, Clone)]
+pub struct StoreQuery<'a> {
+    pub vector: &'a [f32],
+    /// Best hits wanted (offset already added by the core).
+    pub count: usize,
+    pub score_threshold: Option<f32>,
+    pub filter: &'a Filter,
+    pub with_text: bool,
+    pub with_metadata: bool,
+    pub with_vector: bool,
+}
+
+/// One matching chunk, best first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredHit {
+    pub document_id: String,
+    pub chunk_index: u32,
+    pub start_char: u32,
+    pub end_char: u32,
+    /// Cosine similarity to the query.
+    pub score: f32,
+    /// The chunk's text (when asked for; empty if its document is gone since).
+    pub text: Option<String>,
+    /// The document's metadata (when asked for).
+    pub metadata: BTreeMap<String, String>,
+    pub vector: Option<Vec<f32>>,
+}
+
+/// Whether this server may work on a job now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Yes; nobody else held it.
+    Granted,
+    /// Yes, taken over from a server whose lease ran out (it may have died).
+    TakenOver,
+    /// No: another server holds a live lease.
+    HeldElsewhere,
+}
+
+/// Documents, chunk vectors, jobs and search, behind one interface.
+///
+/// Every write is durable when the call returns (and, for a shared store, visible to
+/// every server). Writes of indexed documents are idempotent, so a batch that two
+/// servers both finish (after a lease ran out) is stored once.
+#[async_trait]
+pub trait CorpusStore: Send + Sync + 'static {
+    /// What the store is.
+    fn description(&self) -> &StoreDescription;
+
+    /// Whether it answers now, with its nodes (cheap: cached by engines with a network).
+    async fn health(&self) -> StoreHealth;
+
+    /// Stores a new job with its documents, durably, before the caller acknowledges.
+    async fn create_job(&self, job: JobRecord, documents: Vec<NewDocument>) -> Result<JobRecord>;
+
+    /// Appends documents to a job that is receiving (IngestStream), durably.
+    async fn append_to_job(&self, job_id: &str, documents: Vec<NewDocument>) -> Result<JobRecord>;
+
+    /// Changes a job (read, change, write); NOT_FOUND for an unknown job.
+    async fn update_job(&self, job_id: &str, change: JobChange) -> Result<JobRecord>;
+
+    /// A job by id.
+    async fn job(&self, job_id: &str) -> Result<Option<JobRecord>>;
+
+    /// Every job not finished yet (and, at start of an embedded store, every job).
+    async fn jobs(&self, unfinished_only: bool) -> Result<Vec<JobRecord>>;
+
+    /// Asks to work on a job for a while; a shared store grants it to one server at a
+    /// time by lease. Called before each batch, so it also renews the lease.
+    async fn claim_job(&self, job_id: &str) -> Result<Claim>;
+
+    /// Recounts a job's progress from what is still pending (shared stores, where two
+    /// servers may have counted the same batch), then returns it.
+    async fn settle_job(&self, job_id: &str) -> Result<JobRecord>;
+
+    /// Up to `limit` documents of a job still waiting, from sequence `from` on.
+    async fn pending_documents(&self, job_id: &str, from: u64, limit: usize) -> Result<Vec<(u64, NewDocument)>>;
+
+    /// The stored vectors of those chunk `hashes` that exist (dedup).
+    async fn existing_vectors(&self, hashes: Vec<ContentHash>) -> Result<Vec<Option<Vec<f32>>>>;
+
+    /// Stores indexed documents (replacing earlier versions of the same ids), takes
+    /// them and the `failed` ones out of the job's pending documents, and counts them.
+    async fn commit_indexed(
+        &self,
+        job_id: &str,
+        documents: Vec<IndexedDocument>,
+        failed: Vec<(u64, String)>,
+    ) -> Result<JobRecord>;
+
+    /// Deletes documents by id and those matching `filter`; returns how many existed.
+    async fn delete_documents(&self, ids: Vec<String>, filter: Option<Filter>) -> Result<usize>;
+
+    /// Stored documents by id (None for unknown ids), in order.
+    async fn documents(&self, ids: Vec<String>) -> Result<Vec<Option<DocumentRecord>>>;
+
+    /// What the index holds.
+    async fn stats(&self) -> Result<IndexStats>;
+
+    /// Sizes known without a round trip (the last seen, for a remote store).
+    fn cached_counts(&self) -> ViewCounts;
+
+    /// The best chunks for one query vector, best first.
+    async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>>;
+}

@@ -1,0 +1,166 @@
+//! The connection to a Weaviate cluster: gRPC for every data call (rotating over the
+//! nodes and skipping one that cannot be reached), HTTP/JSON for the one-time schema
+//! calls and the node list. Every call is timed and counted by operation for
+//! `/metrics`, and every failure becomes `Unavailable` naming the store.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use embedwire_proto::weaviate::v1 as pb;
+use pb::weaviate_client::WeaviateClient;
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::{Error, Result};
+use crate::metrics::StoreMetrics;
+
+/// How long a node that refused a connection is skipped.
+const NODE_COOL_DOWN: Duration = Duration::from_secs(2);
+/// Largest answer accepted from Weaviate (a page of hits with vectors).
+const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+
+/// One node's gRPC endpoint.
+struct GrpcNode {
+    address: String,
+    channel: Channel,
+    /// Skipped until then after a connection failure.
+    down_until: Mutex<Option<Instant>>,
+}
+
+/// gRPC channels and an HTTP client to the cluster.
+pub struct Connection {
+    grpc: Vec<GrpcNode>,
+    http_urls: Vec<String>,
+    http: reqwest::Client,
+    /// Where the next call starts, so calls spread over the nodes.
+    next: AtomicUsize,
+    metrics: &'static StoreMetrics,
+}
+
+/// A failed call's cause: whether another node might succeed.
+fn node_unreachable(status: &tonic::Status) -> bool {
+    matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown)
+        && !status.message().contains("consistency")
+}
+
+impl Connection {
+    /// Channels to every node; connections open on first use.
+    pub fn new(http_urls: Vec<String>, grpc_addresses: &[String], timeout: Duration) -> Result<Self> {
+        let grpc = grpc_addresses
+            .iter()
+            .map(|address| {
+                let endpoint = Endpoint::from_shared(format!("http://{address}"))
+                    .map_err(|e| Error::Config(format!("--weaviate-grpc {address:?}: {e}")))?
+                    .connect_timeout(Duration::from_secs(2))
+                    .timeout(timeout)
+                    .tcp_nodelay(true);
+                Ok(GrpcNode { address: address.clone(), channel: endpoint.connect_lazy(), down_until: Mutex::new(None) })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(timeout)
+            .build()
+            .map_err(|e| Error::Config(format!("HTTP client: {e}")))?;
+        Ok(Connection { grpc, http_urls, http, next: AtomicUsize::new(0), metrics: StoreMetrics::global() })
+    }
+
+    /// The gRPC addresses, as configured.
+    pub fn grpc_addresses(&self) -> Vec<String> {
+        self.grpc.iter().map(|node| node.address.clone()).collect()
+    }
+
+    /// Runs one gRPC call, trying the next node when one cannot be reached. Calls
+    /// are idempotent (deterministic object ids), so a retry cannot double a write.
+    pub async fn call<T, F, Fut>(&self, operation: &'static str, call: F) -> Result<T>
+    where
+        F: Fn(WeaviateClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let started = Instant::now();
+        let result = self.call_any_node(operation, call).await;
+        self.metrics.observe(operation, started.elapsed(), result.is_ok());
+        result
+    }
+
+    async fn call_any_node<T, F, Fut>(&self, operation: &'static str, call: F) -> Result<T>
+    where
+        F: Fn(WeaviateClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let count = self.grpc.len();
+        let first = self.next.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        // Nodes in rotation order, those known to be down last (still tried: they may be back).
+        let mut order: Vec<&GrpcNode> = (0..count).map(|i| &self.grpc[(first + i) % count]).collect();
+        order.sort_by_key(|node| node.down_until.lock().expect("lock").is_some_and(|until| until > now));
+        let mut last_error = String::new();
+        for node in order {
+            let client = WeaviateClient::new(node.channel.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            match call(client).await {
+                Ok(response) => {
+                    *node.down_until.lock().expect("lock") = None;
+                    return Ok(response.into_inner());
+                }
+                Err(status) if node_unreachable(&status) => {
+                    *node.down_until.lock().expect("lock") = Some(Instant::now() + NODE_COOL_DOWN);
+                    last_error = format!("{}: {}", node.address, status.message());
+                }
+                Err(status) => {
+                    return Err(Error::Unavailable(format!(
+                        "weaviate store: {operation} failed at {}: {}",
+                        node.address,
+                        status.message()
+                    )));
+                }
+            }
+        }
+        Err(Error::Unavailable(format!("weaviate store unreachable ({operation}): no node answered; last: {last_error}")))
+    }
+
+    /// GET a JSON document from the first node that answers; `Ok(None)` for 404.
+    pub async fn get_json(&self, path: &str) -> Result<Option<serde_json::Value>> {
+        let started = Instant::now();
+        let result = self.get_json_any(path).await;
+        self.metrics.observe("http_get", started.elapsed(), result.is_ok());
+        result
+    }
+
+    async fn get_json_any(&self, path: &str) -> Result<Option<serde_json::Value>> {
+        let mut last_error = String::new();
+        for url in &self.http_urls {
+            match self.http.get(format!("{url}{path}")).send().await {
+                Ok(response) if response.status() == reqwest::StatusCode::NOT_FOUND => return Ok(None),
+                Ok(response) if response.status().is_success() => {
+                    return response
+                        .json()
+                        .await
+                        .map(Some)
+                        .map_err(|e| Error::Unavailable(format!("weaviate store at {url}: GET {path}: {e}")));
+                }
+                Ok(response) => last_error = format!("{url}: GET {path}: HTTP {}", response.status()),
+                Err(e) => last_error = format!("{url}: {e}"),
+            }
+        }
+        Err(Error::Unavailable(format!("weaviate store unreachable: {last_error}")))
+    }
+
+    /// POST a JSON document to the first node that answers; returns the status and body.
+    pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> Result<(u16, String)> {
+        let mut last_error = String::new();
+        for url in &self.http_urls {
+            match self.http.post(format!("{url}{path}")).json(body).send().await {
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    let text = response.text().await.unwrap_or_default();
+                    return Ok((status, text));
+                }
+                Err(e) => last_error = format!("{url}: {e}"),
+            }
+        }
+        Err(Error::Unavailable(format!("weaviate store unreachable: {last_error}")))
+    }
+}

@@ -1,0 +1,579 @@
+//! The Weaviate store: one index in a Weaviate cluster (sharded, replicated),
+//! shared by any number of embedwire servers. Everything a server must not lose
+//! lives in the cluster, so a server holds no state of its own: jobs, documents
+//! waiting to be indexed, documents, chunks and their vectors.
+//!
+//! # Layout
+//! - [`client`]: gRPC and HTTP connections to the nodes, failover, metrics.
+//! - [`schema`]: the collections, created once, and the model check.
+//! - [`convert`]: object ids, properties, metadata filters.
+//! - [`jobs`]: job records, leases, pending documents.
+//!
+//! Writes go out at `--write-consistency` (QUORUM by default) with object ids
+//! derived from (document id, chunk index), so a batch written twice (a retry, or
+//! two servers after a lease ran out) is stored once. Searches read at
+//! `--read-consistency`.
+
+pub mod client;
+pub mod convert;
+pub mod jobs;
+pub mod schema;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use embedwire_proto::weaviate::v1 as pb;
+use pb::filters::Operator;
+
+use self::client::Connection;
+use self::convert::{PropertiesBuilder, PropertiesReader};
+use self::schema::{Collections, Layout};
+use super::{
+    Claim, CorpusStore, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, NewDocument,
+    StoreDescription, StoreHealth, StoreNode, StoreQuery, StoredHit, ViewCounts,
+};
+use crate::config::{Consistency, ServerConfig};
+use crate::corpus::filter::Filter;
+use crate::corpus::text::ContentHash;
+use crate::error::{Error, Result};
+
+/// Objects per BatchObjects call.
+const WRITE_BATCH_OBJECTS: usize = 512;
+/// Weaviate's default cap on results of one query (QUERY_MAXIMUM_RESULTS), which
+/// also bounds one batch delete.
+pub const MAX_RESULTS: usize = 10_000;
+/// How often the store's health and sizes are read in the background.
+const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
+/// Document and chunk counts are refreshed every this many health checks.
+const COUNTS_EVERY: u32 = 5;
+
+/// The `--weaviate-*` settings.
+#[derive(Debug, Clone)]
+pub struct WeaviateSettings {
+    pub http_urls: Vec<String>,
+    pub grpc_addresses: Vec<String>,
+    pub collection: String,
+    pub shards: Option<usize>,
+    pub replication_factor: Option<usize>,
+    pub read_consistency: Consistency,
+    pub write_consistency: Consistency,
+    pub timeout: Duration,
+    pub job_lease: Duration,
+}
+
+impl WeaviateSettings {
+    /// The settings of the server's flags.
+    pub fn from_config(config: &ServerConfig) -> Self {
+        WeaviateSettings {
+            http_urls: config.weaviate_http.iter().map(|u| u.trim_end_matches('/').to_string()).collect(),
+            grpc_addresses: config.weaviate_grpc.clone(),
+            collection: config.collection.clone(),
+            shards: config.shards,
+            replication_factor: config.replication_factor,
+            read_consistency: config.read_consistency,
+            write_consistency: config.write_consistency,
+            timeout: Duration::from_secs_f64(config.weaviate_timeout_secs),
+            job_lease: Duration::from_secs_f64(config.job_lease_secs),
+        }
+    }
+}
+
+fn level(consistency: Consistency) -> i32 {
+    (match consistency {
+        Consistency::One => pb::ConsistencyLevel::One,
+        Consistency::Quorum => pb::ConsistencyLevel::Quorum,
+        Consistency::All => pb::ConsistencyLevel::All,
+    }) as i32
+}
+
+/// A Weaviate cluster as a [`CorpusStore`].
+pub struct WeaviateStore {
+    connection: Arc<Connection>,
+    names: Collections,
+    settings: WeaviateSettings,
+    description: StoreDescription,
+    /// This server's name in job leases.
+    server_id: String,
+    health: Arc<Mutex<StoreHealth>>,
+    counts: Arc<Mutex<ViewCounts>>,
+}
+
+impl WeaviateStore {
+    /// Reaches the cluster, creates the collections if missing and checks that they
+    /// hold vectors of `model_id` with `dim` dimensions. Any failure is a clear
+    /// configuration error: the server does not start against a cluster it cannot use.
+    pub async fn connect(settings: WeaviateSettings, model_id: &str, dim: usize) -> Result<Self> {
+        let connection = Arc::new(Connection::new(settings.http_urls.clone(), &settings.grpc_addresses, settings.timeout)?);
+        let nodes = read_nodes(&connection).await.map_err(|e| {
+            Error::Config(format!("--weaviate-http {}: cannot reach the cluster: {e}", settings.http_urls.join(",")))
+        })?;
+        let node_count = nodes.len().max(1);
+        let layout = Layout {
+            shards: settings.shards.unwrap_or(node_count),
+            replication_factor: settings.replication_factor.unwrap_or(node_count.min(3)),
+        };
+        if layout.replication_factor > node_count {
+            return Err(Error::Config(format!(
+                "--replication-factor {} exceeds the cluster's {node_count} nodes",
+                layout.replication_factor
+            )));
+        }
+        let names = Collections::named(&settings.collection);
+        schema::ensure(&connection, &names, &format!("{model_id} dim={dim}"), layout).await?;
+        let mut node_names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        node_names.sort();
+        let description = StoreDescription {
+            kind: "weaviate",
+            shared: true,
+            index_id: format!("weaviate:{}@{}", names.chunks, node_names.join(",")),
+            index_kind: "weaviate-hnsw",
+        };
+        let store = WeaviateStore {
+            connection: connection.clone(),
+            names,
+            settings,
+            description,
+            server_id: uuid::Uuid::new_v4().to_string(),
+            health: Arc::new(Mutex::new(StoreHealth { healthy: true, detail: String::new(), nodes })),
+            counts: Arc::new(Mutex::new(ViewCounts::default())),
+        };
+        // The data API must answer too, not only the REST one.
+        store.count(&store.names.jobs.clone(), None).await.map_err(|e| {
+            Error::Config(format!("--weaviate-grpc {}: {e}", store.settings.grpc_addresses.join(",")))
+        })?;
+        store.refresh_counts().await?;
+        tracing::info!(
+            index = %store.description.index_id,
+            shards = layout.shards,
+            replication_factor = layout.replication_factor,
+            "weaviate store ready"
+        );
+        store.spawn_health_follower();
+        Ok(store)
+    }
+
+    /// Reads the node list and, now and then, the sizes, until the process ends.
+    fn spawn_health_follower(&self) {
+        let follower = WeaviateStore {
+            connection: self.connection.clone(),
+            names: self.names.clone(),
+            settings: self.settings.clone(),
+            description: self.description.clone(),
+            server_id: self.server_id.clone(),
+            health: self.health.clone(),
+            counts: self.counts.clone(),
+        };
+        tokio::spawn(async move {
+            let mut ticks = 0u32;
+            loop {
+                tokio::time::sleep(HEALTH_INTERVAL).await;
+                // Nobody else holds the health any more: the store is gone.
+                if Arc::strong_count(&follower.health) == 1 {
+                    return;
+                }
+                let state = match read_nodes(&follower.connection).await {
+                    Ok(nodes) => StoreHealth { healthy: true, detail: String::new(), nodes },
+                    Err(error) => {
+                        let mut nodes = follower.health.lock().expect("lock").nodes.clone();
+                        nodes.iter_mut().for_each(|n| n.healthy = false);
+                        StoreHealth { healthy: false, detail: error.to_string(), nodes }
+                    }
+                };
+                let healthy = state.healthy;
+                *follower.health.lock().expect("lock") = state;
+                ticks += 1;
+                if healthy && ticks % COUNTS_EVERY == 0 {
+                    let _ = follower.refresh_counts().await;
+                }
+            }
+        });
+    }
+
+    async fn refresh_counts(&self) -> Result<IndexStats> {
+        let documents = self.count(&self.names.documents, None).await?;
+        let chunks = self.count(&self.names.chunks, None).await?;
+        let pending = self.count(&self.names.pending, Some(convert::boolean_equals("failed", false))).await?;
+        *self.counts.lock().expect("lock") = ViewCounts { documents, chunks };
+        Ok(IndexStats { documents, chunks, unique_vectors: chunks, pending_documents: pending })
+    }
+
+    /// Objects in `collection` (matching `filter`).
+    async fn count(&self, collection: &str, filter: Option<pb::Filters>) -> Result<u64> {
+        let request = pb::AggregateRequest {
+            collection: collection.to_string(),
+            objects_count: true,
+            filters: filter,
+            ..Default::default()
+        };
+        let reply = self.connection.call("aggregate", |mut c| {
+            let request = request.clone();
+            async move { c.aggregate(request).await }
+        }).await?;
+        Ok(match reply.result {
+            Some(pb::aggregate_reply::Result::SingleResult(single)) => single.objects_count.unwrap_or(0).max(0) as u64,
+            _ => 0,
+        })
+    }
+
+    /// Runs a search request.
+    async fn query(&self, operation: &'static str, request: pb::SearchRequest) -> Result<Vec<pb::SearchResult>> {
+        let reply = self.connection.call(operation, |mut c| {
+            let request = request.clone();
+            async move { c.search(request).await }
+        }).await?;
+        Ok(reply.results)
+    }
+
+    /// A plain (non-vector) query of `collection`.
+    fn lookup(
+        &self,
+        collection: &str,
+        filter: Option<pb::Filters>,
+        properties: &[&str],
+        limit: usize,
+        consistency: Consistency,
+    ) -> pb::SearchRequest {
+        pb::SearchRequest {
+            collection: collection.to_string(),
+            consistency_level: Some(level(consistency)),
+            properties: Some(pb::PropertiesRequest {
+                non_ref_properties: properties.iter().map(|p| p.to_string()).collect(),
+                ..Default::default()
+            }),
+            metadata: Some(pb::MetadataRequest { uuid: true, ..Default::default() }),
+            limit: limit.min(MAX_RESULTS) as u32,
+            filters: filter,
+            uses_127_api: true,
+            ..Default::default()
+        }
+    }
+
+    /// Writes objects (created or replaced as a whole) at the write consistency.
+    async fn put(&self, operation: &'static str, objects: Vec<pb::BatchObject>) -> Result<()> {
+        for batch in objects.chunks(WRITE_BATCH_OBJECTS) {
+            let request = pb::BatchObjectsRequest {
+                objects: batch.to_vec(),
+                consistency_level: Some(level(self.settings.write_consistency)),
+            };
+            let reply = self.connection.call(operation, |mut c| {
+            let request = request.clone();
+            async move { c.batch_objects(request).await }
+        }).await?;
+            if let Some(error) = reply.errors.first() {
+                return Err(Error::Unavailable(format!(
+                    "weaviate store: {operation}: {} of {} objects not written, e.g. #{}: {}",
+                    reply.errors.len(),
+                    batch.len(),
+                    error.index,
+                    error.error
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes every object of `collection` matching `filter`; returns how many.
+    async fn delete_where(&self, operation: &'static str, collection: &str, filter: pb::Filters) -> Result<u64> {
+        let mut deleted = 0;
+        loop {
+            let request = pb::BatchDeleteRequest {
+                collection: collection.to_string(),
+                filters: Some(filter.clone()),
+                consistency_level: Some(level(self.settings.write_consistency)),
+                ..Default::default()
+            };
+            let reply = self.connection.call(operation, |mut c| {
+            let request = request.clone();
+            async move { c.batch_delete(request).await }
+        }).await?;
+            if reply.failed > 0 {
+                return Err(Error::Unavailable(format!(
+                    "weaviate store: {operation}: {} of {} objects not deleted",
+                    reply.failed, reply.matches
+                )));
+            }
+            deleted += reply.successful.max(0) as u64;
+            // One call deletes at most MAX_RESULTS objects.
+            if (reply.matches as usize) < MAX_RESULTS {
+                return Ok(deleted);
+            }
+        }
+    }
+
+    /// The chunk and document objects of indexed documents, and the filter that
+    /// selects chunks left over from longer earlier versions.
+    fn document_objects(&self, documents: &[IndexedDocument]) -> (Vec<pb::BatchObject>, Vec<pb::BatchObject>, Vec<pb::Filters>) {
+        let mut chunks = Vec::new();
+        let mut records = Vec::new();
+        let mut stale = Vec::new();
+        for document in documents {
+            let record = &document.record;
+            let meta = convert::meta_pairs(&record.metadata);
+            let metadata_json = serde_json::to_string(&record.metadata).expect("strings serialize");
+            for (index, (chunk, vector)) in record.chunks.iter().zip(&document.vectors).enumerate() {
+                let text = record.text.get(chunk.start_byte as usize..chunk.end_byte as usize).unwrap_or_default();
+                chunks.push(pb::BatchObject {
+                    uuid: convert::chunk_uuid(&document.id, index as u32),
+                    collection: self.names.chunks.clone(),
+                    vector_bytes: embedwire_proto::vectors::f32_to_le_bytes(vector).into(),
+                    properties: Some(
+                        PropertiesBuilder::default()
+                            .text("doc_id", &document.id)
+                            .number("chunk_index", index as f64)
+                            .number("start_byte", chunk.start_byte as f64)
+                            .number("end_byte", chunk.end_byte as f64)
+                            .number("start_char", chunk.start_char as f64)
+                            .number("end_char", chunk.end_char as f64)
+                            .text("hash", hex(&chunk.hash))
+                            .text("text", text)
+                            .text("metadata_json", &metadata_json)
+                            .texts("meta", meta.clone())
+                            .build(),
+                    ),
+                    ..Default::default()
+                });
+            }
+            stale.push(
+                convert::all_of(vec![
+                    convert::text_equals("doc_id", &document.id),
+                    convert::number_compare(Operator::GreaterThanEqual, "chunk_index", record.chunks.len() as f64),
+                ])
+                .expect("two parts"),
+            );
+            records.push(pb::BatchObject {
+                uuid: convert::document_uuid(&document.id),
+                collection: self.names.documents.clone(),
+                properties: Some(
+                    PropertiesBuilder::default()
+                        .text("doc_id", &document.id)
+                        .text("text", &record.text)
+                        .text("metadata_json", &metadata_json)
+                        .text("chunks_json", serde_json::to_string(&record.chunks).expect("chunks serialize"))
+                        .number("indexed_at", record.indexed_at)
+                        .texts("meta", meta)
+                        .build(),
+                ),
+                ..Default::default()
+            });
+        }
+        (chunks, records, stale)
+    }
+}
+
+/// The cluster's nodes, from any node's REST API.
+async fn read_nodes(connection: &Connection) -> Result<Vec<StoreNode>> {
+    let body = connection
+        .get_json("/v1/nodes")
+        .await?
+        .ok_or_else(|| Error::Unavailable("weaviate store: /v1/nodes not found".into()))?;
+    let nodes = body["nodes"].as_array().cloned().unwrap_or_default();
+    let grpc = connection.grpc_addresses();
+    Ok(nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| StoreNode {
+            name: node["name"].as_str().unwrap_or_default().to_string(),
+            // Weaviate does not report client addresses; the configured ones line up
+            // when they are given in node order.
+            address: grpc.get(i).cloned().unwrap_or_default(),
+            healthy: node["status"].as_str() == Some("HEALTHY"),
+        })
+        .collect())
+}
+
+/// A content hash as lowercase hex.
+fn hex(hash: &ContentHash) -> String {
+    hash.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[async_trait]
+impl CorpusStore for WeaviateStore {
+    fn description(&self) -> &StoreDescription {
+        &self.description
+    }
+
+    async fn health(&self) -> StoreHealth {
+        self.health.lock().expect("lock").clone()
+    }
+
+    async fn create_job(&self, job: JobRecord, documents: Vec<NewDocument>) -> Result<JobRecord> {
+        jobs::create(self, job, documents).await
+    }
+
+    async fn append_to_job(&self, job_id: &str, documents: Vec<NewDocument>) -> Result<JobRecord> {
+        jobs::append(self, job_id, documents).await
+    }
+
+    async fn update_job(&self, job_id: &str, change: JobChange) -> Result<JobRecord> {
+        jobs::update(self, job_id, change).await
+    }
+
+    async fn job(&self, job_id: &str) -> Result<Option<JobRecord>> {
+        Ok(jobs::read(self, job_id).await?.map(|parts| parts.record(job_id)))
+    }
+
+    async fn jobs(&self, unfinished_only: bool) -> Result<Vec<JobRecord>> {
+        jobs::list(self, unfinished_only).await
+    }
+
+    async fn claim_job(&self, job_id: &str) -> Result<Claim> {
+        jobs::claim(self, job_id).await
+    }
+
+    async fn settle_job(&self, job_id: &str) -> Result<JobRecord> {
+        jobs::settle(self, job_id).await
+    }
+
+    async fn pending_documents(&self, job_id: &str, from: u64, limit: usize) -> Result<Vec<(u64, NewDocument)>> {
+        jobs::pending(self, job_id, from, limit).await
+    }
+
+    async fn existing_vectors(&self, hashes: Vec<ContentHash>) -> Result<Vec<Option<Vec<f32>>>> {
+        let mut known: HashMap<String, Vec<f32>> = HashMap::new();
+        let wanted: Vec<String> = hashes.iter().map(hex).collect();
+        for group in wanted.chunks(256) {
+            let mut request = self.lookup(
+                &self.names.chunks,
+                Some(convert::text_any("hash", group.to_vec())),
+                &["hash"],
+                group.len() * 4,
+                self.settings.read_consistency,
+            );
+            request.metadata = Some(pb::MetadataRequest { vector: true, ..Default::default() });
+            for result in self.query("dedup_lookup", request).await? {
+                if let Some(vector) = convert::result_vector(&result) {
+                    known.insert(PropertiesReader::of(&result).text("hash"), vector);
+                }
+            }
+        }
+        Ok(wanted.iter().map(|hash| known.get(hash).cloned()).collect())
+    }
+
+    async fn commit_indexed(
+        &self,
+        job_id: &str,
+        documents: Vec<IndexedDocument>,
+        failed: Vec<(u64, String)>,
+    ) -> Result<JobRecord> {
+        let (chunks, records, stale) = self.document_objects(&documents);
+        self.put("write_chunks", chunks).await?;
+        if let Some(stale) = convert::any_of(stale) {
+            self.delete_where("delete_stale_chunks", &self.names.chunks, stale).await?;
+        }
+        self.put("write_documents", records).await?;
+        let sequences: Vec<u64> = documents.iter().map(|d| d.sequence).collect();
+        jobs::finish_documents(self, job_id, &sequences, &failed).await
+    }
+
+    async fn delete_documents(&self, ids: Vec<String>, filter: Option<Filter>) -> Result<usize> {
+        let mut selections = Vec::new();
+        for group in ids.chunks(256) {
+            selections.push(convert::text_any("doc_id", group.to_vec()));
+        }
+        if let Some(filter) = filter
+            && let Some(translated) = convert::metadata_filter(&filter, "filter")?
+        {
+            selections.push(translated);
+        }
+        let mut deleted = 0;
+        for selection in selections {
+            // Chunks first: a document whose record is gone never shows up in search.
+            self.delete_where("delete_chunks", &self.names.chunks, selection.clone()).await?;
+            deleted += self.delete_where("delete_documents", &self.names.documents, selection).await?;
+        }
+        Ok(deleted as usize)
+    }
+
+    async fn documents(&self, ids: Vec<String>) -> Result<Vec<Option<DocumentRecord>>> {
+        let mut found: HashMap<String, DocumentRecord> = HashMap::new();
+        for group in ids.chunks(256) {
+            let request = self.lookup(
+                &self.names.documents,
+                Some(convert::text_any("doc_id", group.to_vec())),
+                &["doc_id", "text", "metadata_json", "chunks_json", "indexed_at"],
+                group.len(),
+                self.settings.read_consistency,
+            );
+            for result in self.query("get_documents", request).await? {
+                let properties = PropertiesReader::of(&result);
+                let record = DocumentRecord {
+                    text: properties.text("text"),
+                    metadata: serde_json::from_str(&properties.text("metadata_json")).unwrap_or_default(),
+                    chunks: serde_json::from_str(&properties.text("chunks_json"))
+                        .map_err(|e| Error::Storage(format!("weaviate store: a document's chunks: {e}")))?,
+                    indexed_at: properties.number("indexed_at"),
+                };
+                found.insert(properties.text("doc_id"), record);
+            }
+        }
+        Ok(ids.iter().map(|id| found.get(id).cloned()).collect())
+    }
+
+    async fn stats(&self) -> Result<IndexStats> {
+        self.refresh_counts().await
+    }
+
+    fn cached_counts(&self) -> ViewCounts {
+        *self.counts.lock().expect("lock")
+    }
+
+    async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>> {
+        if query.count > MAX_RESULTS {
+            return Err(Error::invalid(
+                "top_k",
+                format!("offset plus top_k (and rerank candidates) may be at most {MAX_RESULTS} with the weaviate store"),
+            ));
+        }
+        let mut properties = vec!["doc_id", "chunk_index", "start_char", "end_char"];
+        if query.with_text {
+            properties.push("text");
+        }
+        if query.with_metadata {
+            properties.push("metadata_json");
+        }
+        let mut request = self.lookup(
+            &self.names.chunks,
+            convert::metadata_filter(query.filter, "filter")?,
+            &properties,
+            query.count,
+            self.settings.read_consistency,
+        );
+        request.metadata = Some(pb::MetadataRequest { distance: true, vector: query.with_vector, ..Default::default() });
+        // `vector_bytes` is deprecated for named vectors; the collection has one unnamed vector.
+        #[allow(deprecated)]
+        let near_vector = pb::NearVector {
+            vector_bytes: embedwire_proto::vectors::f32_to_le_bytes(query.vector).into(),
+            // Cosine distance is 1 - similarity.
+            distance: query.score_threshold.map(|threshold| 1.0 - threshold as f64),
+            ..Default::default()
+        };
+        request.near_vector = Some(near_vector);
+        let results = self.query("search", request).await?;
+        let mut hits: Vec<StoredHit> = results
+            .iter()
+            .map(|result| {
+                let properties = PropertiesReader::of(result);
+                let distance = result.metadata.as_ref().map(|m| m.distance).unwrap_or(1.0);
+                StoredHit {
+                    document_id: properties.text("doc_id"),
+                    chunk_index: properties.number("chunk_index") as u32,
+                    start_char: properties.number("start_char") as u32,
+                    end_char: properties.number("end_char") as u32,
+                    score: 1.0 - distance,
+                    text: query.with_text.then(|| properties.text("text")),
+                    metadata: if query.with_metadata {
+                        serde_json::from_str(&properties.text("metadata_json")).unwrap_or_default()
+                    } else {
+                        Default::default()
+                    },
+                    vector: if query.with_vector { convert::result_vector(result) } else { None },
+                }
+            })
+            .filter(|hit| query.score_threshold.is_none_or(|threshold| hit.score >= threshold))
+            .collect();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        Ok(hits)
+    }
+}

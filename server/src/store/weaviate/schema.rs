@@ -1,0 +1,194 @@
+//! The four Weaviate collections behind one embedwire collection name, created once
+//! (idempotently: servers may start at the same moment) over Weaviate's REST API.
+//!
+//! - `<Name>`: one object per chunk, with its vector (cosine HNSW), document id,
+//!   chunk index, spans, content hash, text and metadata.
+//! - `<Name>Documents`: one object per document: text, metadata, chunk spans.
+//! - `<Name>Jobs`: two objects per job: the header (written by the server that took
+//!   the ingest) and the progress (written by whichever server runs it, with the lease).
+//! - `<Name>Pending`: documents acknowledged but not yet indexed.
+//!
+//! The chunk collection's description records the model and dimension; a server
+//! with another model is refused at start.
+
+use serde_json::{Value, json};
+
+use super::client::Connection;
+use crate::error::{Error, Result};
+
+/// The Weaviate class names of one embedwire collection.
+#[derive(Debug, Clone)]
+pub struct Collections {
+    pub chunks: String,
+    pub documents: String,
+    pub jobs: String,
+    pub pending: String,
+}
+
+impl Collections {
+    /// The classes of `name` (first letter upper-cased, as Weaviate requires).
+    pub fn named(name: &str) -> Self {
+        let mut chars = name.chars();
+        let base = match chars.next() {
+            Some(first) => first.to_ascii_uppercase().to_string() + chars.as_str(),
+            None => String::new(),
+        };
+        Collections {
+            chunks: base.clone(),
+            documents: format!("{base}Documents"),
+            jobs: format!("{base}Jobs"),
+            pending: format!("{base}Pending"),
+        }
+    }
+}
+
+/// How a new collection is laid out over the cluster.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    pub shards: usize,
+    pub replication_factor: usize,
+}
+
+fn text(name: &str, filterable: bool) -> Value {
+    json!({"name": name, "dataType": ["text"], "tokenization": "field",
+           "indexFilterable": filterable, "indexSearchable": false})
+}
+
+fn texts(name: &str) -> Value {
+    json!({"name": name, "dataType": ["text[]"], "tokenization": "field",
+           "indexFilterable": true, "indexSearchable": false})
+}
+
+fn number(name: &str, filterable: bool) -> Value {
+    json!({"name": name, "dataType": ["number"], "indexFilterable": filterable, "indexRangeFilters": false})
+}
+
+fn boolean(name: &str) -> Value {
+    json!({"name": name, "dataType": ["boolean"], "indexFilterable": true})
+}
+
+/// The model marker in the chunk collection's description.
+fn model_marker(model: &str) -> String {
+    format!("embedwire chunks; model: {model}")
+}
+
+fn class(name: &str, description: &str, layout: Layout, vectors: bool, properties: Vec<Value>) -> Value {
+    json!({
+        "class": name,
+        "description": description,
+        "vectorizer": "none",
+        "vectorIndexType": "hnsw",
+        "vectorIndexConfig": {"distance": "cosine", "skip": !vectors},
+        "shardingConfig": {"desiredCount": layout.shards},
+        "replicationConfig": {"factor": layout.replication_factor},
+        "invertedIndexConfig": {"indexTimestamps": false},
+        "properties": properties,
+    })
+}
+
+/// Creates the collections that are missing and checks the chunk collection's model
+/// (`model` names the model id and dimension).
+pub async fn ensure(connection: &Connection, names: &Collections, model: &str, layout: Layout) -> Result<()> {
+    let definitions = [
+        class(
+            &names.chunks,
+            &model_marker(model),
+            layout,
+            true,
+            vec![
+                text("doc_id", true),
+                number("chunk_index", true),
+                number("start_byte", false),
+                number("end_byte", false),
+                number("start_char", false),
+                number("end_char", false),
+                text("hash", true),
+                text("text", false),
+                text("metadata_json", false),
+                texts("meta"),
+            ],
+        ),
+        class(
+            &names.documents,
+            "embedwire documents",
+            layout,
+            false,
+            vec![
+                text("doc_id", true),
+                text("text", false),
+                text("metadata_json", false),
+                text("chunks_json", false),
+                number("indexed_at", false),
+                texts("meta"),
+            ],
+        ),
+        class(
+            &names.jobs,
+            "embedwire ingestion jobs",
+            layout,
+            false,
+            vec![
+                text("job_id", true),
+                text("part", true),
+                text("state", true),
+                text("record_json", false),
+                text("lease_owner", false),
+                number("lease_until", false),
+            ],
+        ),
+        class(
+            &names.pending,
+            "embedwire documents acknowledged and not yet indexed",
+            layout,
+            false,
+            vec![
+                text("job_id", true),
+                number("sequence", true),
+                boolean("failed"),
+                text("reason", false),
+                text("document_json", false),
+            ],
+        ),
+    ];
+    for definition in definitions {
+        let name = definition["class"].as_str().expect("class name").to_string();
+        let existing = connection.get_json(&format!("/v1/schema/{name}")).await?;
+        let existing = match existing {
+            Some(existing) => existing,
+            None => create(connection, &name, &definition).await?,
+        };
+        if name == names.chunks {
+            check_model(&name, &existing, model)?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates one class; when another server created it first, reads theirs.
+async fn create(connection: &Connection, name: &str, definition: &Value) -> Result<Value> {
+    let (status, body) = connection.post_json("/v1/schema", definition).await?;
+    if (200..300).contains(&status) {
+        tracing::info!(collection = name, "created the weaviate collection");
+        return Ok(definition.clone());
+    }
+    if status == 422 && body.contains("already exists") {
+        return connection
+            .get_json(&format!("/v1/schema/{name}"))
+            .await?
+            .ok_or_else(|| Error::Config(format!("weaviate collection {name} vanished while it was being created")));
+    }
+    Err(Error::Config(format!("weaviate refused to create collection {name}: HTTP {status}: {body}")))
+}
+
+fn check_model(name: &str, existing: &Value, model: &str) -> Result<()> {
+    let description = existing["description"].as_str().unwrap_or_default();
+    let expected = model_marker(model);
+    if description != expected {
+        let held = description.strip_prefix("embedwire chunks; model: ").unwrap_or(description);
+        return Err(Error::Config(format!(
+            "weaviate collection {name} holds vectors of {held:?}, not {model:?} (model or dimension differ): \
+             use another --collection"
+        )));
+    }
+    Ok(())
+}
