@@ -197,11 +197,24 @@ start_gateway() {
 
 http_ok() { curl -fsS -o /dev/null --max-time 2 "$1" 2>/dev/null; }
 
-# How many nodes node i reports HEALTHY on /v1/nodes.
-weaviate_healthy_count() {
-  curl -fsS --max-time 2 "http://127.0.0.1:$(port "WEAVIATE_HTTP_$1")/v1/nodes" 2>/dev/null |
-    python3 -c 'import json,sys; print(sum(n.get("status") == "HEALTHY" for n in json.load(sys.stdin)["nodes"]))' \
-      2>/dev/null || echo 0
+# Whether node i reports every node HEALTHY on /v1/nodes and, on /v1/cluster/statistics,
+# every node ready with one Raft leader and the same applied index ("synchronized").
+# After a restart on old data, ready and HEALTHY come before that, and a schema change
+# sent in between can fail ("grpc: the client connection is closing").
+weaviate_settled() {
+  local base="http://127.0.0.1:$(port "WEAVIATE_HTTP_$1")"
+  {
+    curl -fsS --max-time 2 "$base/v1/nodes" && echo && curl -fsS --max-time 2 "$base/v1/cluster/statistics"
+  } 2>/dev/null | python3 -c '
+import json, sys
+nodes, stats = (json.loads(line) for line in sys.stdin.read().splitlines() if line.strip())
+want = int(sys.argv[1])
+leaders = {s.get("leaderId") for s in stats["statistics"]}
+ok = (sum(n.get("status") == "HEALTHY" for n in nodes["nodes"]) == want
+      and stats["synchronized"] and len(stats["statistics"]) == want
+      and len(leaders) == 1 and "" not in leaders and None not in leaders
+      and all(s.get("ready") for s in stats["statistics"]))
+sys.exit(0 if ok else 1)' "$WEAVIATE_NODES" 2>/dev/null
 }
 
 # The readiness probe of one process: 0 when ready.
@@ -209,8 +222,7 @@ ready() {
   case "$1" in
     weaviate-*)
       local i="${1#weaviate-}"
-      http_ok "http://127.0.0.1:$(port "WEAVIATE_HTTP_$i")/v1/.well-known/ready" &&
-        [[ "$(weaviate_healthy_count "$i")" == "$WEAVIATE_NODES" ]]
+      http_ok "http://127.0.0.1:$(port "WEAVIATE_HTTP_$i")/v1/.well-known/ready" && weaviate_settled "$i"
       ;;
     server-*) http_ok "http://127.0.0.1:$(port "SERVER_PORT_${1#server-}")/readyz" ;;
     gateway) http_ok "http://127.0.0.1:$GATEWAY_PORT/readyz" ;;

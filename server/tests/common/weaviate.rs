@@ -207,16 +207,35 @@ impl WeaviateCluster {
     }
 
     /// Waits until every running node answers `/v1/nodes` with every node of the
-    /// cluster `HEALTHY`.
+    /// cluster `HEALTHY` and the cluster has settled on a Raft leader (see
+    /// [`WeaviateCluster::raft_settled`]).
     pub fn wait_all_healthy(&self) {
         let names = self.node_names();
         let running: Vec<usize> = (0..names.len()).filter(|&i| self.is_running(i)).collect();
-        self.wait_for("every node to report the whole cluster HEALTHY", || {
+        self.wait_for("every node to report the whole cluster HEALTHY with one Raft leader", || {
             running.iter().all(|&via| {
                 let statuses = self.node_statuses(via);
                 names.iter().all(|name| statuses.iter().any(|(n, s)| n == name && s == "HEALTHY"))
+                    && self.raft_settled(via)
             })
         });
+    }
+
+    /// Whether node `via`'s `/v1/cluster/statistics` shows every node ready, with the same
+    /// applied Raft index (`synchronized`) and the same leader. Ready and `HEALTHY` come
+    /// before that after a restart on old data, and a schema change sent in between can
+    /// fail with "grpc: the client connection is closing" (the leader is still changing).
+    pub fn raft_settled(&self, via: usize) -> bool {
+        let count = self.nodes().len();
+        let port = self.nodes()[via].ports.http;
+        let Some((200, body)) = http_get(port, "/v1/cluster/statistics") else { return false };
+        let Ok(json) = serde_json::from_str::<Value>(&body) else { return false };
+        let stats = json["statistics"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let leader = stats.first().and_then(|s| s["leaderId"].as_str()).unwrap_or_default();
+        json["synchronized"] == true
+            && stats.len() == count
+            && !leader.is_empty()
+            && stats.iter().all(|s| s["leaderId"] == leader && s["ready"] == true)
     }
 
     /// Waits until node `via` no longer reports node `i` as `HEALTHY` (absent or any
