@@ -131,7 +131,8 @@ impl Connection {
 
     async fn get_json_any(&self, path: &str) -> Result<Option<serde_json::Value>> {
         let mut last_error = String::new();
-        for url in &self.http_urls {
+        // Twice round: a pooled connection to a node that restarted fails once.
+        for url in self.http_urls.iter().chain(&self.http_urls) {
             match self.http.get(format!("{url}{path}")).send().await {
                 Ok(response) if response.status() == reqwest::StatusCode::NOT_FOUND => return Ok(None),
                 Ok(response) if response.status().is_success() => {
@@ -151,7 +152,7 @@ impl Connection {
     /// POST a JSON document to the first node that answers; returns the status and body.
     pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> Result<(u16, String)> {
         let mut last_error = String::new();
-        for url in &self.http_urls {
+        for url in self.http_urls.iter().chain(&self.http_urls) {
             match self.http.post(format!("{url}{path}")).json(body).send().await {
                 Ok(response) => {
                     let status = response.status().as_u16();

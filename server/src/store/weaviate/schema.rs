@@ -164,20 +164,33 @@ pub async fn ensure(connection: &Connection, names: &Collections, model: &str, l
     Ok(())
 }
 
+/// Schema changes go through the cluster's Raft leader; while a leader is being
+/// elected (a cluster just started or restarted) they fail for a few seconds.
+const SCHEMA_ATTEMPTS: u32 = 20;
+const SCHEMA_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Creates one class; when another server created it first, reads theirs.
 async fn create(connection: &Connection, name: &str, definition: &Value) -> Result<Value> {
-    let (status, body) = connection.post_json("/v1/schema", definition).await?;
-    if (200..300).contains(&status) {
-        tracing::info!(collection = name, "created the weaviate collection");
-        return Ok(definition.clone());
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let (status, body) = connection.post_json("/v1/schema", definition).await?;
+        if (200..300).contains(&status) {
+            tracing::info!(collection = name, "created the weaviate collection");
+            return Ok(definition.clone());
+        }
+        if status == 422 && body.contains("already exists") {
+            return connection.get_json(&format!("/v1/schema/{name}")).await?.ok_or_else(|| {
+                Error::Config(format!("weaviate collection {name} vanished while it was being created"))
+            });
+        }
+        let leader_busy = status >= 500 || body.contains("rpc error") || body.contains("leader");
+        if !leader_busy || attempt >= SCHEMA_ATTEMPTS {
+            return Err(Error::Config(format!("weaviate refused to create collection {name}: HTTP {status}: {body}")));
+        }
+        tracing::info!(collection = name, status, %body, "schema change not accepted yet; retrying");
+        tokio::time::sleep(SCHEMA_RETRY_PAUSE).await;
     }
-    if status == 422 && body.contains("already exists") {
-        return connection
-            .get_json(&format!("/v1/schema/{name}"))
-            .await?
-            .ok_or_else(|| Error::Config(format!("weaviate collection {name} vanished while it was being created")));
-    }
-    Err(Error::Config(format!("weaviate refused to create collection {name}: HTTP {status}: {body}")))
 }
 
 fn check_model(name: &str, existing: &Value, model: &str) -> Result<()> {
