@@ -10,8 +10,10 @@
 #
 # Full run: about 15 minutes on 2 cores, results in bench/results/. --quick: every
 # piece for a few seconds, results in $BENCH_RESULTS_DIR (default
-# target/bench-quick), so a quick run never overwrites the real figures. The
-# search-bench (about 6 minutes) is not part of this run: ./target/release/search-bench.
+# target/bench-quick), so a quick run never overwrites the real figures. Not part of
+# this run (`make bench-long` runs them): search-bench (about 6 minutes), overload-bench,
+# soak-bench, index-bench at 1M, and store-bench (about 15 minutes: the embedded store
+# against Weaviate clusters of 1 and 3 nodes, results in bench/results/store/).
 #
 # Builds the server and the bench first (BENCH_NO_BUILD=1 skips that, to measure
 # the binaries already in target/release; BENCH_SERVER_BIN names another server

@@ -2,9 +2,15 @@
 # A local split deployment on loopback: a 3-node Weaviate cluster, two embedwire-server
 # processes storing into it (--store weaviate) and one embedwire-gateway in front of both.
 #
-#   cluster.sh up [--weaviate-only]   start everything (or only Weaviate), wait until ready
-#   cluster.sh status                 what runs, and whether each part is healthy
-#   cluster.sh down                   stop everything by pid (TERM, then KILL after a grace period)
+#   cluster.sh up [--nodes N] [--weaviate-only]   start everything (or only Weaviate), wait until ready
+#   cluster.sh status                             what runs, and whether each part is healthy
+#   cluster.sh down                               stop everything by pid (TERM, then KILL after a grace period)
+#
+# --nodes N: Weaviate nodes (default: as saved, else 3); the servers' collection gets N shards and
+# min(2, N) replicas. `--nodes N --weaviate-only` is the way to get a Weaviate cluster of
+# any size for a program of your own (store-bench does): the addresses are in
+# $STATE/ports.env (WEAVIATE_HTTP_i, WEAVIATE_GRPC_i) and the node pids in
+# $STATE/pids/weaviate-i.pid.
 #
 # Every port is a free loopback port, picked at the first `up` and kept in the state dir
 # (${EMBEDWIRE_CLUSTER_DIR:-$EMBEDWIRE_CACHE/cluster}) with the pids, logs and data, so
@@ -19,7 +25,9 @@ STATE="${EMBEDWIRE_CLUSTER_DIR:-$CACHE/cluster}"
 WEAVIATE_BIN="$CACHE/bin/weaviate-server"
 SERVER_BIN="$PWD/target/release/embedwire-server"
 GATEWAY_BIN="$PWD/target/release/embedwire-gateway"
+# The nodes of the cluster in the state dir (`up --nodes` may change it).
 WEAVIATE_NODES=3
+[[ -f "$STATE/nodes" ]] && WEAVIATE_NODES="$(cat "$STATE/nodes")"
 SERVERS=2
 # How long to wait for readiness: a cold Weaviate cluster takes ~15 s, a server loads its model.
 READY_TIMEOUT_SECS=120
@@ -182,8 +190,8 @@ start_servers() {
       --store weaviate \
       --weaviate-http "$(weaviate_http_urls)" \
       --weaviate-grpc "$(weaviate_grpc_addrs)" \
-      --replication-factor 2 \
-      --shards 3 \
+      --replication-factor "$((WEAVIATE_NODES < 2 ? WEAVIATE_NODES : 2))" \
+      --shards "$WEAVIATE_NODES" \
       --listen "127.0.0.1:$(port "SERVER_PORT_$i")" \
       --data-dir "$STATE/data/server-$i"
   done
@@ -285,8 +293,21 @@ cmd_status() {
 }
 
 cmd_up() {
-  local weaviate_only=false
-  [[ "${1:-}" == "--weaviate-only" ]] && weaviate_only=true
+  # Without --nodes: the saved cluster's size (3 for a new one), so `down` then `up`
+  # brings back the same cluster.
+  local weaviate_only=false nodes="$WEAVIATE_NODES"
+  while (($# > 0)); do
+    case "$1" in
+      --weaviate-only) weaviate_only=true ;;
+      --nodes)
+        [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || die "--nodes needs a number of nodes (1 or more)"
+        nodes="$2"
+        shift
+        ;;
+      *) die "unknown option $1 (usage: $0 up [--nodes N] [--weaviate-only])" ;;
+    esac
+    shift
+  done
   [[ -x "$WEAVIATE_BIN" ]] || die "$WEAVIATE_BIN not found: run \`make setup\`"
   if ! $weaviate_only; then
     [[ -x "$SERVER_BIN" && -x "$GATEWAY_BIN" ]] || die "release binaries missing: run \`make setup\`"
@@ -303,6 +324,7 @@ cmd_up() {
         log "partly up (not running: ${dead[*]}); \`$0 down\`, then \`$0 up\` starts it all again"
         return 1
       fi
+      ((nodes == WEAVIATE_NODES)) || log "it has $WEAVIATE_NODES Weaviate nodes, not $nodes"
       log "already up (\`$0 down\` first to start again)"
       return 0
     fi
@@ -310,13 +332,22 @@ cmd_up() {
 
   mkdir -p "$STATE"
   rm -rf "$STATE/pids"
-  if [[ -f "$STATE/ports.env" ]] && saved_ports_free; then
+  local saved_nodes="$WEAVIATE_NODES"
+  WEAVIATE_NODES="$nodes"
+  if [[ -f "$STATE/ports.env" ]] && ((saved_nodes == nodes)) && saved_ports_free; then
     log "starting on the saved ports and data in $STATE"
   else
-    [[ -d "$STATE/data" ]] && log "saved ports are taken; starting on new ports with empty data"
+    if [[ -d "$STATE/data" ]]; then
+      if ((saved_nodes != nodes)); then
+        log "the saved cluster had $saved_nodes nodes, not $nodes; starting on new ports with empty data"
+      else
+        log "saved ports are taken; starting on new ports with empty data"
+      fi
+    fi
     rm -rf "$STATE/data"
     pick_ports >"$STATE/ports.env.new"
     mv "$STATE/ports.env.new" "$STATE/ports.env"
+    echo "$nodes" >"$STATE/nodes"
   fi
   if $weaviate_only; then touch "$STATE/weaviate-only"; else rm -f "$STATE/weaviate-only"; fi
   source "$STATE/ports.env"
@@ -364,5 +395,5 @@ case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up [--weaviate-only] | down | status" >&2; exit 2 ;;
+  *) echo "usage: $0 up [--nodes N] [--weaviate-only] | down | status" >&2; exit 2 ;;
 esac

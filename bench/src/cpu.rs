@@ -17,6 +17,29 @@ pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     Ok(stat.user + stat.system)
 }
 
+/// User plus system CPU time of several processes together (the nodes of a
+/// cluster), each with all its threads.
+pub fn cpu_time_of(pids: &[u32]) -> anyhow::Result<Duration> {
+    pids.iter().map(|&pid| cpu_time(pid)).sum()
+}
+
+/// CPU time the whole machine has been busy so far, every core, process and the
+/// kernel (the first line of /proc/stat, all but idle and iowait): against the
+/// processes a bench knows of, it shows the load that others put on the machine.
+pub fn machine_busy_time() -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    parse_machine_busy(&stat).context("parsing the cpu line of /proc/stat")
+}
+
+/// user + nice + system + irq + softirq + steal of the `cpu` line (guest time is
+/// already part of user).
+fn parse_machine_busy(stat: &str) -> Option<Duration> {
+    let line = stat.lines().find(|line| line.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line.split_whitespace().skip(1).map(|field| field.parse().ok()).collect::<Option<_>>()?;
+    let busy: u64 = [0, 1, 2, 5, 6, 7].iter().map(|&i| ticks.get(i).copied().unwrap_or(0)).sum();
+    Some(Duration::from_millis(busy * TICK.as_millis() as u64))
+}
+
 /// System (kernel) CPU time the process has used so far: page faults, system
 /// calls. A large share points at memory being mapped and zeroed over and over.
 pub fn system_time(pid: u32) -> anyhow::Result<Duration> {
@@ -256,6 +279,13 @@ mod tests {
         assert!((both.server_cores - 1.25).abs() < 1e-9 && (both.bench_cores - 0.3).abs() < 1e-9);
         assert!((both.server_system_cores - 0.2).abs() < 1e-9);
         assert_eq!(both.server_threads, [thread(1, 1.0), thread(2, 0.25)]);
+    }
+
+    #[test]
+    fn machine_busy_leaves_out_idle_and_iowait() {
+        let stat = "cpu  100 5 50 9000 40 3 2 1 0 0\ncpu0 50 2 25 4500 20 1 1 0 0 0\nintr 1\n";
+        assert_eq!(parse_machine_busy(stat), Some(TICK * 161));
+        assert!(machine_busy_time().unwrap() > Duration::ZERO);
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //! (the same embeddings as gRPC bytes and dtypes against HTTP JSON, base64 and
 //! octet-stream) and `src/bin/gateway_bench` (the /v1 HTTP contract under the
 //! existing gateways' load pattern: embedwire against the Python baseline of
-//! `bench/baseline/`, and HTTP search against gRPC Search). `bench/run.sh` runs
+//! `bench/baseline/`, and HTTP search against gRPC Search) and `src/bin/store_bench`
+//! (ingest and search on the embedded store against Weaviate clusters of 1 and 3
+//! nodes, with the CPU each search and chunk costs in embedwire and in Weaviate). `bench/run.sh` runs
 //! them all and `bench/report.py` turns their output into `bench/results/REPORT.md`.
 //!
 //! # Layout
@@ -32,6 +34,8 @@
 //! - [`latency`]: mean and percentiles.
 //! - [`cpu`]: CPU time of a process and of each of its threads, from /proc.
 //! - [`targets`]: figures against targets: the printed table and the summary CSV.
+//! - [`weaviate_cluster`]: a Weaviate cluster of N nodes on loopback, started and
+//!   stopped with `scripts/cluster.sh`; its addresses and node pids.
 
 pub mod closed_loop;
 pub mod corpus;
@@ -46,4 +50,5 @@ pub mod open_loop;
 pub mod server_binary;
 pub mod server_process;
 pub mod targets;
+pub mod weaviate_cluster;
 pub mod wire_count;
