@@ -60,7 +60,9 @@ pub struct BenchConfig {
 
     /// Slices the corpus is ingested in: slice k goes into every store before slice
     /// k+1 goes into any, so that a change in the machine's load (other jobs) during
-    /// the minutes this takes hits every store alike [default: 5, --quick: 1].
+    /// the minutes this takes hits every store alike. Short turns (20 s or so) follow
+    /// the load of other jobs better: a build landing on one store's 2-minute turn
+    /// skewed a run by 2 x [default: 10, --quick: 1].
     #[arg(long, env = "STORE_BENCH_SLICES")]
     pub slices: Option<usize>,
 
@@ -85,7 +87,7 @@ pub struct BenchConfig {
     pub run_secs: Option<f64>,
 
     /// The Search runs of the stores alternate in this many rounds of run-secs /
-    /// rounds each, for the same reason as --slices [default: 3, --quick: 1].
+    /// rounds each, for the same reason as --slices [default: 6, --quick: 1].
     #[arg(long, env = "STORE_BENCH_ROUNDS")]
     pub rounds: Option<usize>,
 
@@ -152,11 +154,11 @@ impl BenchConfig {
         Plan {
             nodes,
             documents: count(self.documents, 10_000, 200),
-            slices: count(self.slices, 5, 1),
+            slices: count(self.slices, 10, 1),
             warmup_calls: count(None, 64, 16),
             search_warmup: Duration::from_secs_f64(if self.quick { 0.5 } else { 2.0 }),
             run_time: Duration::from_secs_f64(self.run_secs.unwrap_or(if self.quick { 2.0 } else { 30.0 })),
-            rounds: count(self.rounds, 3, 1),
+            rounds: count(self.rounds, 6, 1),
         }
     }
 

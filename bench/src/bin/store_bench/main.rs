@@ -97,7 +97,14 @@ fn main() -> anyhow::Result<()> {
     }
 
     let runtime = tokio::runtime::Runtime::new()?;
-    let stores = runtime.block_on(measure(&config, &plan, &server_bin, &server, &corpus, &clusters))?;
+    // On SIGINT or SIGTERM the measuring stops and everything started is stopped by
+    // pid: the servers as their handles drop, the clusters as `clusters` drops.
+    let stores = runtime.block_on(async {
+        tokio::select! {
+            stores = measure(&config, &plan, &server_bin, &server, &corpus, &clusters) => stores,
+            signal = interrupted() => Err(anyhow::anyhow!("{signal}: stopped")),
+        }
+    })?;
     let setup = RunSetup {
         quick: config.quick,
         documents: corpus.documents.len(),
@@ -366,6 +373,17 @@ async fn search_in_turns(
             (LoadResult::combine(&runs), Cost::sum(&costs))
         })
         .collect())
+}
+
+/// Waits for SIGINT or SIGTERM; names it.
+async fn interrupted() -> &'static str {
+    let Ok(mut terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        _ = terminate.recv() => "SIGTERM",
+    }
 }
 
 /// The bytes of every file under `dir` (the nodes' data: objects, vectors, indexes).

@@ -101,6 +101,20 @@ impl StoreResult {
     pub fn store_ms_per_search(&self) -> f64 {
         ms_per(self.search_cost.store, self.search.calls as u64)
     }
+
+    /// This store's ingest rate relative to `base` if both were bound by CPU alone,
+    /// the nodes on the same cores as the server: the ratio of their CPU per chunk.
+    /// The machine's other load does not move it, unlike the measured rates.
+    pub fn cpu_bound_ingest_ratio(&self, base: &StoreResult) -> f64 {
+        (base.server_ms_per_chunk() + base.store_ms_per_chunk())
+            / (self.server_ms_per_chunk() + self.store_ms_per_chunk()).max(1e-9)
+    }
+
+    /// The same for searches.
+    pub fn cpu_bound_search_ratio(&self, base: &StoreResult) -> f64 {
+        (base.server_ms_per_search() + base.store_ms_per_search())
+            / (self.server_ms_per_search() + self.store_ms_per_search()).max(1e-9)
+    }
 }
 
 impl Results {
@@ -243,6 +257,16 @@ pub fn rows(results: &Results) -> Vec<Row> {
             base.server_ms_per_search()
         );
         let measured = |ratio: f64| format!("{ratio:.2} x");
+        for (what, ratio) in
+            [("ingest", store.cpu_bound_ingest_ratio(base)), ("search", store.cpu_bound_search_ratio(base))]
+        {
+            rows.push(Row::info(
+                format!("{label} / embedded: {what} if bound by CPU (ratio of CPU per unit)"),
+                ratio,
+                "x",
+                measured(ratio),
+            ));
+        }
         if judged.as_ref() == Some(label) {
             rows.push(
                 Row::judged(
@@ -293,7 +317,7 @@ pub fn stores_csv(results: &Results) -> String {
          ingest_weaviate_cpu_ms_per_chunk,ingest_bench_cores,ingest_other_stores_cores,ingest_outside_cores,searches,\
          search_s,search_per_s,search_ratio,search_p50_ms,search_p95_ms,search_p99_ms,search_server_cpu_ms_per_search,\
          search_weaviate_cpu_ms_per_search,search_bench_cores,search_other_stores_cores,search_outside_cores,\
-         rss_after_ingest_mib,weaviate_data_mib\n",
+         ingest_cpu_bound_ratio,search_cpu_bound_ratio,rss_after_ingest_mib,weaviate_data_mib\n",
     );
     for s in &results.stores {
         let layout = s.layout.as_ref();
@@ -329,6 +353,8 @@ pub fn stores_csv(results: &Results) -> String {
             format!("{:.3}", q.cores(q.bench)),
             format!("{:.3}", q.cores(q.others)),
             format!("{:.3}", q.cores(q.outside())),
+            format!("{:.3}", s.cpu_bound_ingest_ratio(base)),
+            format!("{:.3}", s.cpu_bound_search_ratio(base)),
             format!("{:.1}", mib(s.rss_after_ingest)),
             s.data_bytes.map_or(String::new(), |b| format!("{:.1}", mib(b))),
         ];
