@@ -292,6 +292,13 @@ async fn one_index_shared_by_two_servers_and_the_gateway() {
     assert_eq!(health["status"], "ok", "{health}");
     assert_eq!(health["store"]["kind"], "weaviate", "{health}");
 
+    // Store calls are timed by operation.
+    let metrics = http.get(format!("{}/metrics", a.address)).send().await.unwrap().text().await.unwrap();
+    for operation in ["search", "write_chunks", "delete_pending"] {
+        let series = format!("embedwire_store_request_seconds_count{{store=\"weaviate\",operation=\"{operation}\"}}");
+        assert!(metrics.contains(&series), "{series} missing from /metrics");
+    }
+
     // Deleted through B, gone on A.
     let deleted = client_b
         .delete_documents(DeleteDocumentsRequest { ids: vec!["s-0".into(), "s-1".into()], filter: None })

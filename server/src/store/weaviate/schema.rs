@@ -80,7 +80,17 @@ fn class(name: &str, description: &str, layout: Layout, vectors: bool, propertie
         "vectorIndexType": "hnsw",
         "vectorIndexConfig": {"distance": "cosine", "skip": !vectors},
         "shardingConfig": {"desiredCount": layout.shards},
-        "replicationConfig": {"factor": layout.replication_factor},
+        // A node that was down misses the writes and deletes made meanwhile, and a
+        // search (any consistency level) reads one replica per shard, preferring the
+        // coordinator's own: without repair, every read through a restarted node hides
+        // acknowledged documents and counts deleted pending ones (seen in
+        // tests/weaviate_faults.rs). Async replication repairs in the background;
+        // time-based resolution lets the newer delete win, so deletes reach it too.
+        "replicationConfig": {
+            "factor": layout.replication_factor,
+            "asyncEnabled": true,
+            "deletionStrategy": "TimeBasedResolution",
+        },
         "invertedIndexConfig": {"indexTimestamps": false},
         "properties": properties,
     })
