@@ -123,7 +123,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("model", "dim", "max_input_tokens", "pooling", "backend", "dtypes", "limits", "version")
+    __slots__ = ("model", "dim", "max_input_tokens", "pooling", "backend", "dtypes", "limits", "version", "store")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     MAX_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +132,7 @@ class InfoResponse(_message.Message):
     DTYPES_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
     model: str
     dim: int
     max_input_tokens: int
@@ -140,7 +141,32 @@ class InfoResponse(_message.Message):
     dtypes: _containers.RepeatedScalarFieldContainer[EmbeddingDtype]
     limits: Limits
     version: str
-    def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., pooling: _Optional[str] = ..., backend: _Optional[str] = ..., dtypes: _Optional[_Iterable[_Union[EmbeddingDtype, str]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., version: _Optional[str] = ...) -> None: ...
+    store: StoreInfo
+    def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., pooling: _Optional[str] = ..., backend: _Optional[str] = ..., dtypes: _Optional[_Iterable[_Union[EmbeddingDtype, str]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., version: _Optional[str] = ..., store: _Optional[_Union[StoreInfo, _Mapping]] = ...) -> None: ...
+
+class StoreInfo(_message.Message):
+    __slots__ = ("kind", "shared", "index_id", "healthy", "nodes")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    INDEX_ID_FIELD_NUMBER: _ClassVar[int]
+    HEALTHY_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    shared: bool
+    index_id: str
+    healthy: bool
+    nodes: _containers.RepeatedCompositeFieldContainer[StoreNode]
+    def __init__(self, kind: _Optional[str] = ..., shared: _Optional[bool] = ..., index_id: _Optional[str] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[StoreNode, _Mapping]]] = ...) -> None: ...
+
+class StoreNode(_message.Message):
+    __slots__ = ("name", "address", "healthy")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HEALTHY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    address: str
+    healthy: bool
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., healthy: _Optional[bool] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("max_inputs_per_request", "max_request_bytes", "max_in_flight_inputs", "max_batch_size", "max_batch_tokens", "max_input_chars")
