@@ -107,9 +107,10 @@ mod tests {
     }
 }
 
-/// The server's timing metadata (`x-embedwire-*-ms`) copied onto an HTTP answer.
+/// The server's timing metadata (`x-embedwire-*-ms`) and model precision
+/// (`x-embedwire-precision`) copied onto an HTTP answer.
 pub fn with_timing(mut response: Response, metadata: &tonic::metadata::MetadataMap) -> Response {
-    for name in ["x-embedwire-queue-ms", "x-embedwire-inference-ms", "x-embedwire-total-ms"] {
+    for name in ["x-embedwire-queue-ms", "x-embedwire-inference-ms", "x-embedwire-total-ms", "x-embedwire-precision"] {
         if let Some(value) = metadata.get(name).and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()) {
             response.headers_mut().insert(name, value);
         }

@@ -89,6 +89,15 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_MODEL_ID")]
     pub model_id: Option<String>,
 
+    /// The model's arithmetic: fp32 (vectors equal to sentence-transformers' to 1e-5),
+    /// int8 (the quantized graph `model_int8.onnx` that the setup builds beside
+    /// model.onnx: faster where the CPU has VNNI/AMX, cosine to fp32 about 0.99), or
+    /// auto (int8 only on a CPU with VNNI or AMX int8 instructions and with an int8
+    /// graph present, else fp32). Applies to the cross-encoder too when its directory
+    /// has an int8 graph. Info and every response's metadata name the precision used.
+    #[arg(long, env = "EMBEDWIRE_PRECISION", value_enum, default_value = "fp32")]
+    pub precision: crate::model::precision::PrecisionChoice,
+
     /// ONNX Runtime shared library [default: CACHE/onnxruntime/lib/libonnxruntime.so].
     #[arg(long, env = "EMBEDWIRE_ORT_LIBRARY")]
     pub ort_library: Option<PathBuf>,

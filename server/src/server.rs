@@ -33,7 +33,7 @@ use crate::index::{IndexKind, IndexParams};
 use crate::model::cross_encoder::{CrossEncoder, Reranker};
 use crate::model::onnx::init_runtime;
 use crate::model::pseudo::PseudoModel;
-use crate::model::{ModelInfo, Pooling};
+use crate::model::{ModelInfo, Pooling, Precision};
 use crate::service::embed::{EmbedApi, EmbedApiSettings};
 use crate::service::search::SearchApi;
 use crate::stats::Stats;
@@ -360,8 +360,8 @@ fn corpus_settings(config: &ServerConfig) -> CorpusSettings {
 fn load_reranker(config: &ServerConfig) -> Result<Option<Reranker>> {
     let Some(dir) = &config.rerank_model_dir else { return Ok(None) };
     let environment = init_runtime(&config.ort_library())?;
-    let encoder = CrossEncoder::load(environment, dir, config.onnx_settings())?;
-    tracing::info!(model = %dir.display(), "cross-encoder loaded for reranking");
+    let encoder = CrossEncoder::load(environment, dir, config.onnx_settings(), config.precision)?;
+    tracing::info!(model = %dir.display(), precision = encoder.precision().name(), "cross-encoder loaded for reranking");
     Ok(Some(Reranker::new(encoder)))
 }
 
@@ -381,6 +381,7 @@ async fn load_backend(config: &ServerConfig, stats: Arc<Stats>) -> Result<Backen
                 dim: config.pseudo_dim,
                 max_input_tokens: PSEUDO_MAX_TOKENS,
                 pooling: Pooling::Mean,
+                precision: Precision::Fp32,
             };
             Ok(Backend::Pseudo { model, info })
         }
@@ -407,6 +408,7 @@ fn local_model_config(config: &ServerConfig) -> LocalModelConfig {
             max_bulk_batch_tokens: config.max_bulk_batch_tokens,
         },
         max_queue_wait: (config.max_queue_ms > 0).then(|| Duration::from_millis(config.max_queue_ms)),
+        precision: config.precision,
     }
 }
 

@@ -13,6 +13,7 @@ use common::{TempDir, max_abs_diff, venv_python};
 use embedwire_server::ServerConfig;
 use embedwire_server::model::cross_encoder::{CrossEncoder, Reranker, TokenizedPair};
 use embedwire_server::model::onnx::init_runtime;
+use embedwire_server::model::precision::PrecisionChoice;
 use serde_json::Value;
 
 /// Largest difference allowed between Rust's scores and Python's: the same graph on the
@@ -88,7 +89,7 @@ async fn the_cross_encoder_scores_pairs_as_python_does_and_candidates_order_by_i
     let config = ServerConfig::parse_from(["embedwire-server"]);
     let environment = init_runtime(&config.ort_library()).expect("ONNX Runtime (run `make setup`)");
     let settings = config.onnx_settings();
-    let mut encoder = CrossEncoder::load(environment, &dir.0, settings).unwrap();
+    let mut encoder = CrossEncoder::load(environment, &dir.0, settings, PrecisionChoice::Fp32).unwrap();
     // No sentence_bert_config.json: the default 512, capped by the 64 position embeddings.
     assert_eq!(encoder.max_tokens(), 64);
 

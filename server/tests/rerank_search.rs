@@ -14,6 +14,7 @@ use embedwire_proto::v1::{Document, IngestRequest, SearchQuery, SearchRequest, W
 use embedwire_server::ServerConfig;
 use embedwire_server::model::cross_encoder::CrossEncoder;
 use embedwire_server::model::onnx::{OnnxSettings, init_runtime};
+use embedwire_server::model::precision::PrecisionChoice;
 use futures::StreamExt;
 use tonic::transport::Channel;
 
@@ -63,7 +64,12 @@ async fn reranked_hits_follow_the_cross_encoder() {
     let config = ServerConfig::parse_from(["embedwire-server"]);
     let environment = init_runtime(&config.ort_library()).unwrap();
     let mut encoder =
-        CrossEncoder::load(environment, &model.0, OnnxSettings { intra_op_threads: 1, spin: false, arena: false })
+        CrossEncoder::load(
+            environment,
+            &model.0,
+            OnnxSettings { intra_op_threads: 1, spin: false, arena: false },
+            PrecisionChoice::Fp32,
+        )
             .unwrap();
     let texts: Vec<&str> = plain.iter().map(|h| h.text.as_str()).collect();
     let scores = encoder.score(&query, &texts).unwrap();

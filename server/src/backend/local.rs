@@ -9,6 +9,7 @@ use crate::batcher::{BatchLimits, BatchModel, Priority, TokenBudgetBatcher};
 use crate::error::{Error, Result};
 use crate::model::files::ModelFiles;
 use crate::model::onnx::{OnnxModel, OnnxSettings, init_runtime};
+use crate::model::precision::{self, CpuInt8, PrecisionChoice};
 use crate::model::tokenizer::TextTokenizer;
 use crate::model::{ModelInfo, TokenizedText};
 use crate::stats::Stats;
@@ -28,6 +29,8 @@ pub struct LocalModelConfig {
     pub batch: BatchLimits,
     /// Longest expected wait for the model an interactive request is admitted to.
     pub max_queue_wait: Option<Duration>,
+    /// fp32, int8 or auto.
+    pub precision: PrecisionChoice,
 }
 
 /// Tokenizer + batcher + model thread.
@@ -65,13 +68,16 @@ impl LocalBackend {
         let files = ModelFiles::read(&config.model_dir)?;
         let environment = init_runtime(&config.ort_library)?;
         let tokenizer = TextTokenizer::from_file(&files.tokenizer_path, files.max_input_tokens)?;
-        let mut model = OnnxModel::load(environment, &files, config.onnx)?;
+        let chosen = precision::resolve(config.precision, &config.model_dir, &files.onnx_path, CpuInt8::detect())?;
+        tracing::info!(precision = chosen.precision.name(), graph = %chosen.graph.display(), reason = %chosen.reason, "model graph");
+        let mut model = OnnxModel::load(environment, &files, &chosen.graph, config.onnx)?;
         warm_up(&mut model, &tokenizer)?;
         let info = ModelInfo {
             model_id: config.model_id.clone(),
             dim: model.dim(),
             max_input_tokens: files.max_input_tokens,
             pooling: files.pooling,
+            precision: chosen.precision,
         };
         let batch = BatchLimits {
             // A single sequence always fits, whatever the budget says.

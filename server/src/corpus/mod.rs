@@ -89,6 +89,11 @@ impl Corpus {
         Ok(Arc::new(Corpus { store, jobs, engine, reranker, settings }))
     }
 
+    /// The precision queries and documents are embedded at.
+    pub fn model_precision(&self) -> crate::model::Precision {
+        self.engine.info().map(|info| info.precision).unwrap_or_default()
+    }
+
     /// What the store is.
     pub fn store_description(&self) -> &StoreDescription {
         self.store.description()

@@ -16,6 +16,7 @@ use tokenizers::{Tokenizer, TruncationParams, TruncationStrategy};
 
 use super::files::ModelFiles;
 use super::onnx::{OnnxSettings, attention_mask, check_bert_inputs, open_session, pad_rows, tensor};
+use super::precision::{self, CpuInt8, Precision, PrecisionChoice};
 use crate::error::{Error, Result};
 
 /// The graph output that holds the scores.
@@ -41,12 +42,22 @@ pub struct CrossEncoder {
     max_tokens: usize,
     /// Whether the graph takes `token_type_ids` (BERT does; some exports drop it).
     takes_token_type_ids: bool,
+    /// The graph loaded: fp32, or the int8 one beside it.
+    precision: Precision,
 }
 
 impl CrossEncoder {
     /// Loads `model.onnx` (or `onnx/model.onnx`), `tokenizer.json` and `config.json` from
     /// `model_dir`. Blocking: opening the graph takes a moment.
-    pub fn load(environment: &Environment, model_dir: &Path, settings: OnnxSettings) -> Result<Self> {
+    /// `choice` picks the graph as for the embedding model, except that a directory
+    /// without an int8 graph runs fp32 with a warning instead of refusing to start:
+    /// the embedding model's precision is the one `--precision` promises.
+    pub fn load(
+        environment: &Environment,
+        model_dir: &Path,
+        settings: OnnxSettings,
+        choice: PrecisionChoice,
+    ) -> Result<Self> {
         if !model_dir.is_dir() {
             return Err(Error::Config(format!("cross-encoder directory {} does not exist", model_dir.display())));
         }
@@ -55,10 +66,28 @@ impl CrossEncoder {
         // by the position embeddings.
         let files = ModelFiles::read(model_dir)?;
         let tokenizer = pair_tokenizer(&files.tokenizer_path, files.max_input_tokens)?;
-        let session = open_session(environment, &files.onnx_path, settings)?;
-        let takes_token_type_ids = check_bert_inputs(&session, &files.onnx_path)?;
-        check_logits_output(&session, &files.onnx_path)?;
-        Ok(CrossEncoder { session, tokenizer, max_tokens: files.max_input_tokens, takes_token_type_ids })
+        let chosen = match precision::resolve(choice, model_dir, &files.onnx_path, CpuInt8::detect()) {
+            Ok(chosen) => chosen,
+            Err(missing) => {
+                tracing::warn!(%missing, "the cross-encoder runs at fp32");
+                precision::resolve(PrecisionChoice::Fp32, model_dir, &files.onnx_path, CpuInt8::default())?
+            }
+        };
+        let session = open_session(environment, &chosen.graph, settings)?;
+        let takes_token_type_ids = check_bert_inputs(&session, &chosen.graph)?;
+        check_logits_output(&session, &chosen.graph)?;
+        Ok(CrossEncoder {
+            session,
+            tokenizer,
+            max_tokens: files.max_input_tokens,
+            takes_token_type_ids,
+            precision: chosen.precision,
+        })
+    }
+
+    /// The graph's precision.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// Longest pair in tokens, special tokens included.

@@ -8,15 +8,18 @@
 //! - [`pooling`]: mean / CLS pooling and L2 normalization.
 //! - [`pseudo`]: deterministic hash vectors for the pseudo backend.
 //! - [`cross_encoder`]: scores (query, passage) pairs for search's rerank stage.
+//! - [`precision`]: fp32 or the int8 graph beside it (`--precision`).
 
 pub mod cross_encoder;
 pub mod files;
 pub mod onnx;
 pub mod pooling;
+pub mod precision;
 pub mod pseudo;
 pub mod tokenizer;
 
 pub use pooling::Pooling;
+pub use precision::Precision;
 
 /// What clients are told about the served model.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +32,8 @@ pub struct ModelInfo {
     pub max_input_tokens: usize,
     /// How token vectors are pooled.
     pub pooling: Pooling,
+    /// The precision the model runs at.
+    pub precision: Precision,
 }
 
 /// One text as the model sees it.

@@ -75,14 +75,14 @@ pub struct OnnxModel {
 }
 
 impl OnnxModel {
-    /// Loads the graph of `files` into a session.
-    pub fn load(environment: &Environment, files: &ModelFiles, settings: OnnxSettings) -> Result<Self> {
-        let session = open_session(environment, &files.onnx_path, settings)?;
-        let takes_token_type_ids = check_bert_inputs(&session, &files.onnx_path)?;
+    /// Loads `graph` (the fp32 graph of `files` or its int8 twin) into a session.
+    pub fn load(environment: &Environment, files: &ModelFiles, graph: &Path, settings: OnnxSettings) -> Result<Self> {
+        let session = open_session(environment, graph, settings)?;
+        let takes_token_type_ids = check_bert_inputs(&session, graph)?;
         let output = pick_output(&session).ok_or_else(|| {
             Error::Config(format!(
                 "{}: no last_hidden_state, token_embeddings or sentence_embedding output",
-                files.onnx_path.display()
+                graph.display()
             ))
         })?;
         Ok(OnnxModel { session, output, takes_token_type_ids, dim: files.hidden_size, pooling: files.pooling })

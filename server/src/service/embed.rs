@@ -91,6 +91,7 @@ impl EmbedService for EmbedApi {
         let (reply, timing) = embed_timed(&self.engine, request.into_inner()).await?;
         let mut response = Response::new(reply);
         wire::add_timing_metadata(response.metadata_mut(), timing, started.elapsed());
+        wire::add_precision_metadata(response.metadata_mut(), self.engine.info()?.precision);
         Ok(response)
     }
 
@@ -117,7 +118,9 @@ impl EmbedService for EmbedApi {
                 }
             })
             .buffered(self.settings.stream_read_ahead);
-        Ok(Response::new(Box::pin(responses)))
+        let mut response = Response::new(Box::pin(responses) as Self::EmbedStreamStream);
+        wire::add_precision_metadata(response.metadata_mut(), self.engine.info()?.precision);
+        Ok(response)
     }
 
     async fn tokenize(&self, request: Request<TokenizeRequest>) -> Result<Response<TokenizeResponse>, Status> {

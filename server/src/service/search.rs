@@ -41,13 +41,17 @@ impl SearchApi {
     }
 
     /// A response naming the index it came from (`x-embedwire-index`), so a client
-    /// or gateway can tell when a failover put it on another index.
+    /// or gateway can tell when a failover put it on another index, and the model's
+    /// precision (`x-embedwire-precision`).
     fn tagged<T>(&self, message: T) -> Response<T> {
         let mut response = Response::new(message);
         if let Some(corpus) = self.corpus.get()
             && let Ok(value) = corpus.store_description().index_id.parse()
         {
             response.metadata_mut().insert(INDEX_METADATA, value);
+        }
+        if let Some(corpus) = self.corpus.get() {
+            wire::add_precision_metadata(response.metadata_mut(), corpus.model_precision());
         }
         response
     }

@@ -14,7 +14,7 @@ use embedwire_proto::vectors;
 use crate::backend::RawEmbeddings;
 use crate::engine::{EmbedOptions, Embeddings, RequestLimits};
 use crate::error::{Error, Result};
-use crate::model::{ModelInfo, Pooling, TokenizedText};
+use crate::model::{ModelInfo, Pooling, Precision, TokenizedText};
 
 /// Every dtype Embed can return, for Info.
 const SUPPORTED_DTYPES: [EmbeddingDtype; 5] = [
@@ -89,13 +89,21 @@ pub fn embed_options(request: &EmbedRequest) -> EmbedOptions {
 /// Encodes finished vectors as `dtype`.
 pub fn embed_response(embeddings: Embeddings, dtype: EmbeddingDtype) -> EmbedResponse {
     let count = embeddings.token_counts.len();
-    let encoded = vectors::encode_rows(&embeddings.values, embeddings.dim, dtype);
     let prompt_tokens: u32 = embeddings.token_counts.iter().sum();
+    let (bytes, encoded) = if vectors::effective_dtype(dtype) == EmbeddingDtype::Float32 {
+        // FLOAT32 is the values' own memory: handing the vector over saves a 4-byte-
+        // per-value allocation and copy on every answer (and, with the transport's
+        // own buffer, kept the allocator from returning pages it faulted in again).
+        (vectors::f32_rows_into_bytes(embeddings.values), vectors::EncodedRows::default())
+    } else {
+        let mut encoded = vectors::encode_rows(&embeddings.values, embeddings.dim, dtype);
+        (std::mem::take(&mut encoded.bytes).into(), encoded)
+    };
     EmbedResponse {
         dim: embeddings.dim as u32,
         count: count as u32,
         dtype: dtype as i32,
-        embeddings: encoded.bytes.into(),
+        embeddings: bytes,
         row_scales: encoded.row_scales,
         values: encoded.values,
         usage: Some(Usage { prompt_tokens, total_tokens: prompt_tokens }),
@@ -151,6 +159,7 @@ pub fn info_response(
         }),
         version: env!("CARGO_PKG_VERSION").to_string(),
         store: None,
+        precision: info.precision.name().to_string(),
     }
 }
 
@@ -181,12 +190,24 @@ pub fn model_info_from_wire(info: InfoResponse) -> Result<ModelInfo> {
         dim: info.dim as usize,
         max_input_tokens: info.max_input_tokens as usize,
         pooling,
+        // An upstream older than the precision field runs fp32.
+        precision: if info.precision == "int8" { Precision::Int8 } else { Precision::Fp32 },
     })
 }
 
 fn saturate(value: usize) -> u32 {
     u32::try_from(value).unwrap_or(u32::MAX)
 }
+
+/// Response metadata naming the precision the model ran at
+/// (`x-embedwire-precision: fp32|int8`), so no caller mistakes int8 vectors for the
+/// reference ones.
+pub fn add_precision_metadata(metadata: &mut tonic::metadata::MetadataMap, precision: Precision) {
+    metadata.insert(PRECISION_METADATA, tonic::metadata::MetadataValue::from_static(precision.name()));
+}
+
+/// The response metadata key of [`add_precision_metadata`].
+pub const PRECISION_METADATA: &str = "x-embedwire-precision";
 
 /// Response metadata saying where an Embed call's time went, in milliseconds (as TEI's
 /// `x-queue-time` / `x-inference-time` headers do): `x-embedwire-queue-ms` (waiting

@@ -123,7 +123,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("model", "dim", "max_input_tokens", "pooling", "backend", "dtypes", "limits", "version", "store")
+    __slots__ = ("model", "dim", "max_input_tokens", "pooling", "backend", "dtypes", "limits", "version", "store", "precision")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     MAX_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +133,7 @@ class InfoResponse(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
     model: str
     dim: int
     max_input_tokens: int
@@ -142,7 +143,8 @@ class InfoResponse(_message.Message):
     limits: Limits
     version: str
     store: StoreInfo
-    def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., pooling: _Optional[str] = ..., backend: _Optional[str] = ..., dtypes: _Optional[_Iterable[_Union[EmbeddingDtype, str]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., version: _Optional[str] = ..., store: _Optional[_Union[StoreInfo, _Mapping]] = ...) -> None: ...
+    precision: str
+    def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., pooling: _Optional[str] = ..., backend: _Optional[str] = ..., dtypes: _Optional[_Iterable[_Union[EmbeddingDtype, str]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., version: _Optional[str] = ..., store: _Optional[_Union[StoreInfo, _Mapping]] = ..., precision: _Optional[str] = ...) -> None: ...
 
 class StoreInfo(_message.Message):
     __slots__ = ("kind", "shared", "index_id", "healthy", "nodes")
