@@ -235,7 +235,9 @@ impl GrpcUpstream {
                     .map_err(|e| format!("upstream address {address:?}: {e}"))?
                     .connect_timeout(settings.connect_timeout)
                     .timeout(settings.request_timeout)
-                    .tcp_nodelay(true);
+                    .tcp_nodelay(true)
+                    // Vector answers in one DATA frame, not 16 KiB pieces (see the constant).
+                    .max_frame_size(embedwire_proto::transport::MAX_FRAME_SIZE);
                 Ok(Member {
                     address: address.clone(),
                     channel: endpoint.connect_lazy(),

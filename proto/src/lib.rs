@@ -9,7 +9,9 @@
 //!   from the protos vendored under `proto/weaviate/` at the pinned version.
 //! - [`vectors`]: the byte encodings of embedding rows (f32, f16, int8, packed bits)
 //!   and their decoding, one implementation for every peer.
+//! - [`transport`]: HTTP/2 settings every peer uses (the DATA frame size).
 
+pub mod transport;
 pub mod vectors;
 
 /// The `embedwire.v1` package: messages, `*_client` and `*_server` modules.

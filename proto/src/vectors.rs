@@ -3,6 +3,8 @@
 //! Rows are row-major and little-endian whatever the host, so any client can decode
 //! them with one call (`numpy.frombuffer(b, "<f4")`, `Float32Array`, ...).
 
+use prost::bytes::Bytes;
+
 use crate::v1::EmbeddingDtype;
 
 /// Why bytes could not be decoded into rows.
@@ -67,11 +69,30 @@ pub fn encode_rows(values: &[f32], dim: usize, dtype: EmbeddingDtype) -> Encoded
 
 /// Float32 values as little-endian bytes.
 pub fn f32_to_le_bytes(values: &[f32]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(values.len() * 4);
-    for value in values {
-        bytes.extend_from_slice(&value.to_le_bytes());
+    #[cfg(target_endian = "little")]
+    {
+        // One memcpy: appending 4 bytes per value ran at a tenth of memory speed
+        // (7-11 % of the server's CPU on a 256 x 384 answer).
+        little_endian::as_bytes(values).to_vec()
     }
-    bytes
+    #[cfg(not(target_endian = "little"))]
+    {
+        values.iter().flat_map(|value| value.to_le_bytes()).collect()
+    }
+}
+
+/// Float32 rows as little-endian bytes for `EmbedResponse.embeddings`, taking the
+/// vector: on little-endian hosts its own buffer becomes the `Bytes`, so a FLOAT32
+/// answer is neither allocated nor copied a second time before the transport.
+pub fn f32_rows_into_bytes(values: Vec<f32>) -> Bytes {
+    #[cfg(target_endian = "little")]
+    {
+        Bytes::from_owner(little_endian::F32Bytes(values))
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        Bytes::from(f32_to_le_bytes(&values))
+    }
 }
 
 /// Decodes `count` rows of `dim` values back to float32, row-major. FLOAT16 and INT8
@@ -122,7 +143,54 @@ pub fn decode_rows(
 
 /// Little-endian bytes (a multiple of 4 long) as float32 values.
 pub fn f32_from_le_bytes(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+    #[cfg(target_endian = "little")]
+    {
+        // One memcpy instead of assembling each value from 4 bytes; every decoding
+        // client (gRPC and octet-stream alike) pays this per answer.
+        let mut values = Vec::with_capacity(bytes.len() / 4);
+        little_endian::extend_from_bytes(&mut values, bytes);
+        values
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+    }
+}
+
+/// On a little-endian host an `f32` slice already is the wire encoding; these views
+/// let it be copied or handed out whole.
+#[cfg(target_endian = "little")]
+mod little_endian {
+    /// The bytes of `values`, as they lie in memory.
+    pub(super) fn as_bytes(values: &[f32]) -> &[u8] {
+        // SAFETY: the slice covers exactly the memory of `values` (len * 4 bytes,
+        // same lifetime); f32 has no padding and u8 needs no alignment.
+        unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) }
+    }
+
+    /// Appends the whole f32 values in `bytes` (any bit pattern is a valid f32)
+    /// without zeroing the space first.
+    pub(super) fn extend_from_bytes(values: &mut Vec<f32>, bytes: &[u8]) {
+        let count = bytes.len() / 4;
+        values.reserve(count);
+        // SAFETY: `reserve` made room for `count` more values; the copy writes
+        // exactly their count * 4 bytes (u8 source, no overlap with a fresh
+        // reservation) before the length is raised to cover them.
+        unsafe {
+            let end = values.as_mut_ptr().add(values.len()).cast::<u8>();
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), end, count * 4);
+            values.set_len(values.len() + count);
+        }
+    }
+
+    /// Owns a vector so that `Bytes::from_owner` can serve its memory as bytes.
+    pub(super) struct F32Bytes(pub(super) Vec<f32>);
+
+    impl AsRef<[u8]> for F32Bytes {
+        fn as_ref(&self) -> &[u8] {
+            as_bytes(&self.0)
+        }
+    }
 }
 
 /// Symmetric per-row quantization: the largest magnitude of a row maps to 127, so
@@ -184,6 +252,14 @@ mod tests {
         let encoded = encode_rows(&values, 10, EmbeddingDtype::Ubinary);
         // bits 1001001001 -> 0b1001_0010, 0b0100_0000
         assert_eq!(encoded.bytes, vec![0b1001_0010, 0b0100_0000]);
+    }
+
+    #[test]
+    fn owned_float32_rows_are_the_same_bytes_as_the_copy() {
+        let bytes = f32_rows_into_bytes(ROWS.to_vec());
+        assert_eq!(&bytes[..], &f32_to_le_bytes(&ROWS)[..]);
+        assert_eq!(&bytes[4..8], &(-0.25f32).to_le_bytes());
+        assert_eq!(f32_from_le_bytes(&bytes), ROWS);
     }
 
     #[test]

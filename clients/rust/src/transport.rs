@@ -51,7 +51,8 @@ pub(crate) fn endpoint(address: &str, config: &ClientConfig) -> Result<Endpoint>
         .tcp_nodelay(true)
         .connect_timeout(config.connect_timeout)
         .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+        .max_frame_size(embedwire_proto::transport::MAX_FRAME_SIZE);
     if address.starts_with("https://") { with_tls(endpoint, address, config) } else { Ok(endpoint) }
 }
 
