@@ -113,12 +113,13 @@ fn soak_quick_run_prints_the_table_and_writes_csv() {
 fn overload_quick_run_prints_the_table_and_writes_csv() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let (stdout, dir) = run_quick(env!("CARGO_BIN_EXE_overload-bench"), "overload-bench");
-    let default_bound = ServerConfig::parse_from(["embedwire-server"]).max_queue_ms;
+    // The server derives its default bound from the model's speed ("auto").
+    assert_eq!(ServerConfig::parse_from(["embedwire-server"]).max_queue_ms, None);
     for figure in [
         "unloaded p99 = p99 latency".to_string(),
         "max Embed throughput".to_string(),
-        format!("rejection latency, queue bound {default_bound} ms (default)"),
-        format!("accepted latency, queue bound {default_bound} ms (default)"),
+        "rejection latency, queue bound auto (default)".to_string(),
+        "accepted latency, queue bound auto (default)".to_string(),
         "rejection latency, queue bound 20 ms".to_string(),
         "accepted latency, queue bound 20 ms".to_string(),
         "goodput, queue bound 20 ms".to_string(),
@@ -134,7 +135,7 @@ fn overload_quick_run_prints_the_table_and_writes_csv() {
                   server_cores";
     let runs = csv_lines(&dir.join("overload_bench_runs.csv"), header);
     let bounds: Vec<(&str, &str)> = runs.iter().map(|r| (r[0].as_str(), r[1].as_str())).collect();
-    assert_eq!(bounds, [(default_bound.to_string().as_str(), "1"), ("20", "0")]);
+    assert_eq!(bounds, [("auto", "1"), ("20", "0")]);
     for run in &runs {
         let number = |i: usize| run[i].parse::<f64>().unwrap_or_else(|_| panic!("field {i} of {run:?}"));
         // Every call sent is accounted for: accepted, rejected or failed.

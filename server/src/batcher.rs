@@ -45,9 +45,11 @@ pub struct BatchLimits {
     pub max_bulk_batch_tokens: usize,
 }
 
-/// Who waits for a request: a person (search, Embed) or a background job. Bulk work
-/// runs only when no interactive work waits, one batch at a time, so a large ingest
-/// delays a search by at most one batch.
+/// Which lane a request takes (see `lanes`): interactive (a person waits: a search,
+/// a small Embed) or bulk (background ingestion, Embed calls bigger than the
+/// queue-time bound). Bulk work runs one batch at a time, when no interactive work
+/// waits or once every [`INTERACTIVE_BATCHES_PER_BULK`] interactive batches, so a
+/// large ingest delays a search by at most one batch and is never starved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Priority {
     #[default]
@@ -261,15 +263,16 @@ impl SequenceQueue {
     }
 
     /// Blocks until sequences are waiting, then takes up to `max_sequences`
-    /// interactive ones, oldest first, or when none wait, one batch of bulk ones.
-    /// Waits up to `max_wait` more while fewer than `fill_target` wait. None when the
-    /// queue is closed and empty.
+    /// interactive ones, oldest first, or one batch of bulk ones when none wait or
+    /// `bulk_due`. Waits up to `max_wait` more while fewer than `fill_target` wait.
+    /// None when the queue is closed and empty.
     fn take_window(
         &self,
         max_sequences: usize,
         fill_target: usize,
+        bulk_due: bool,
         limits: BatchLimits,
-    ) -> Option<Vec<QueuedSequence>> {
+    ) -> Option<Window> {
         let mut state = self.lock();
         while state.waiting() == 0 {
             if state.closed {
@@ -285,14 +288,26 @@ impl SequenceQueue {
             }
             state = self.changed.wait_timeout(state, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }
-        if !state.interactive.is_empty() {
+        if !state.interactive.is_empty() && !(bulk_due && !state.bulk.is_empty()) {
             let take = state.interactive.len().min(max_sequences);
-            return Some(state.interactive.drain(..take).collect());
+            return Some(Window { sequences: state.interactive.drain(..take).collect(), priority: Priority::Interactive });
         }
         let take = one_batch_of(&state.bulk, limits);
-        Some(state.bulk.drain(..take).collect())
+        Some(Window { sequences: state.bulk.drain(..take).collect(), priority: Priority::Bulk })
     }
 }
+
+/// Sequences taken off the queue together, all of one lane.
+struct Window {
+    sequences: Vec<QueuedSequence>,
+    priority: Priority,
+}
+
+/// While interactive work keeps the queue busy, bulk work still gets one batch after
+/// this many interactive ones: slowed by overload, not starved. Small enough that a
+/// bulk caller keeps a fifth of the model; large enough that interactive calls wait
+/// for a bulk batch rarely.
+pub const INTERACTIVE_BATCHES_PER_BULK: usize = 4;
 
 /// How many sequences from the front of `queue` make one batch under the limits.
 fn one_batch_of(queue: &VecDeque<QueuedSequence>, limits: BatchLimits) -> usize {
@@ -320,10 +335,13 @@ fn run_model_thread<M: BatchModel>(
     work_ahead: &WorkAhead,
 ) {
     let mut previous_batch_size = 1;
+    let mut interactive_batches_since_bulk = 0;
     let window_size = limits.max_batch_size * BATCHES_PER_WINDOW;
-    while let Some(window) = queue.take_window(window_size, previous_batch_size, limits) {
+    loop {
+        let bulk_due = interactive_batches_since_bulk >= INTERACTIVE_BATCHES_PER_BULK;
+        let Some(window) = queue.take_window(window_size, previous_batch_size, bulk_due, limits) else { break };
         stats.queue_depth.store(queue.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        let mut live = drop_abandoned(window, stats, work_ahead);
+        let mut live = drop_abandoned(window.sequences, stats, work_ahead);
         live.sort_by_key(|s| s.ids.len());
         for batch in split_under_budget(live, limits) {
             // Callers may have left while earlier batches of this window ran.
@@ -333,6 +351,10 @@ fn run_model_thread<M: BatchModel>(
             }
             run_batch(&mut model, &batch, stats, work_ahead);
             previous_batch_size = batch.len();
+            match window.priority {
+                Priority::Interactive => interactive_batches_since_bulk += 1,
+                Priority::Bulk => interactive_batches_since_bulk = 0,
+            }
         }
     }
 }
@@ -538,5 +560,36 @@ mod tests {
         assert_eq!(Stats::get(&stats.dropped_sequences), 2);
         assert_eq!(Stats::get(&stats.sequences), 2);
         assert_eq!(batcher.work_ahead().tokens(), 0, "embedded and dropped tokens both leave the work ahead");
+    }
+
+    #[tokio::test]
+    async fn bulk_work_gets_a_batch_in_every_few_while_interactive_work_keeps_coming() {
+        let (entered_tx, entered) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let model = GatedModel {
+            entered: entered_tx,
+            release: release_rx,
+            inner: RecordingModel { batches: batches.clone() },
+        };
+        // One sequence a batch, so the order of batches is the order of sequences.
+        let batcher = TokenBudgetBatcher::start(model, limits(1, 100), Arc::new(Stats::default())).unwrap();
+        let blocker = batcher.submit(vec![sequence(1, 0)], Priority::Interactive);
+        entered.recv().unwrap();
+        drop(entered);
+        // Bulk sequences have length 9, interactive ones length 2.
+        let bulk = batcher.submit(vec![sequence(9, 100), sequence(9, 101)], Priority::Bulk);
+        let interactive: Vec<BatchReply> =
+            (0..12).map(|i| batcher.submit(vec![sequence(2, i + 1)], Priority::Interactive)).collect();
+        release.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
+        for reply in interactive {
+            reply.await.unwrap().unwrap();
+        }
+        bulk.await.unwrap().unwrap();
+        let order: Vec<usize> = batches.lock().unwrap().iter().map(|batch| batch[0]).collect();
+        // The blocker and four interactive batches, then bulk; four more, then bulk.
+        let bulk_at: Vec<usize> = order.iter().enumerate().filter(|&(_, &len)| len == 9).map(|(i, _)| i).collect();
+        assert_eq!(bulk_at, vec![5, 10], "batch lengths in order: {order:?}");
     }
 }

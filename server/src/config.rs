@@ -146,10 +146,12 @@ pub struct ServerConfig {
     /// Longest expected wait for the model, in milliseconds, that a new Embed or
     /// search is admitted to: the interactive tokens queued ahead of it times the
     /// model's recent time per token. Past it the call gets RESOURCE_EXHAUSTED at
-    /// once, so under overload the calls the server accepts stay fast (0: no bound).
-    /// Background ingestion is never refused by it.
-    #[arg(long, env = "EMBEDWIRE_MAX_QUEUE_MS", default_value_t = 500)]
-    pub max_queue_ms: u64,
+    /// once, so under overload the calls the server accepts stay fast. Calls bigger
+    /// than the bound take the bulk lane instead: never refused, slowed by overload.
+    /// [default: 3 x the model's time for one short text, measured at start, at
+    /// least 4 ms; 0: no bound]. Background ingestion is never refused by it.
+    #[arg(long, env = "EMBEDWIRE_MAX_QUEUE_MS")]
+    pub max_queue_ms: Option<u64>,
 
     /// Inputs admitted (queued or running) at once; past it, RESOURCE_EXHAUSTED.
     #[arg(long, env = "EMBEDWIRE_MAX_IN_FLIGHT_INPUTS", default_value_t = 4096)]

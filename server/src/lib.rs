@@ -14,6 +14,7 @@
 //! - [`engine`]: the request pipeline: validation, admission, backend, options.
 //! - [`admission`]: the bound on in-flight inputs (RESOURCE_EXHAUSTED past it).
 //! - [`work_ahead`]: the expected wait for the model, for admission by queue time.
+//! - [`lanes`]: interactive or bulk lane per call, and the queue-time bound.
 //! - [`backend`]: onnx (local model), pseudo (hash vectors) and remote (upstreams).
 //! - [`batcher`]: dynamic batching under a token budget on the model thread.
 //! - [`model`]: model files, tokenizer, ONNX Runtime, pooling, pseudo vectors.
@@ -28,6 +29,7 @@ pub mod corpus;
 pub mod engine;
 pub mod error;
 pub mod index;
+pub mod lanes;
 pub mod metrics;
 pub mod model;
 pub mod server;

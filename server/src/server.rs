@@ -33,6 +33,7 @@ use crate::index::{IndexKind, IndexParams};
 use crate::model::cross_encoder::{CrossEncoder, Reranker};
 use crate::model::onnx::init_runtime;
 use crate::model::pseudo::PseudoModel;
+use crate::lanes::QueueBound;
 use crate::model::{ModelInfo, Pooling, Precision};
 use crate::service::embed::{EmbedApi, EmbedApiSettings};
 use crate::service::search::SearchApi;
@@ -407,7 +408,7 @@ fn local_model_config(config: &ServerConfig) -> LocalModelConfig {
             max_wait: config.max_batch_wait(),
             max_bulk_batch_tokens: config.max_bulk_batch_tokens,
         },
-        max_queue_wait: (config.max_queue_ms > 0).then(|| Duration::from_millis(config.max_queue_ms)),
+        queue_bound: QueueBound::from_flag(config.max_queue_ms),
         precision: config.precision,
     }
 }

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use common::{
     InProcessServer, ONNX, PSEUDO, READY_TIMEOUT, ServerProcess, embed_request, health_status, rows, wait_serving,
 };
+use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use embedwire_proto::v1::{EmbedRequest, InfoRequest};
+use tonic::transport::Channel;
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
 
@@ -126,33 +128,69 @@ async fn overload_is_refused_at_once_with_resource_exhausted() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_call_that_would_wait_past_the_queue_bound_is_refused_at_once() {
-    // The in-flight bound is far away: only the expected wait can refuse.
-    let flags = [ONNX, &["--max-queue-ms", "5", "--max-batch-size", "8", "--max-in-flight-inputs", "4096"]].concat();
+async fn small_calls_past_the_queue_bound_are_refused_at_once_and_the_accepted_ones_answered() {
+    // The in-flight bound is far away: only the expected wait can refuse. Each call
+    // is one long text, a few ms of model work: under the 20 ms bound, so every
+    // call is interactive, but 300 at once are far more work than the bound.
+    let flags = [ONNX, &["--max-queue-ms", "20", "--max-batch-size", "8", "--max-in-flight-inputs", "4096"]].concat();
     let server = InProcessServer::start(&flags).await;
     // Before any batch the model's speed is unknown and nothing is refused.
     server.client().await.embed(embed_request(&["the model's speed is measured on this one"])).await.unwrap();
 
-    // 64 texts of ~250 tokens: seconds of work, admitted because nothing waits ahead.
-    let mut busy_client = server.client().await;
-    let texts = long_texts(64);
-    let busy =
-        tokio::spawn(async move { busy_client.embed(EmbedRequest { inputs: texts, ..Default::default() }).await });
-    eventually("the big request to be queued", || server.engine.queue_depth() > 0).await;
+    let mut calls = Vec::new();
+    for text in long_texts(300) {
+        let mut client = server.client().await;
+        calls.push(tokio::spawn(async move { client.embed(EmbedRequest { inputs: vec![text], ..Default::default() }).await }));
+    }
+    let (mut answered, mut refused) = (0, 0);
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(answer) => {
+                assert_eq!(answer.into_inner().count, 1);
+                answered += 1;
+            }
+            Err(status) => {
+                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                assert!(status.message().contains("--max-queue-ms"), "the message names the setting: {}", status.message());
+                refused += 1;
+            }
+        }
+    }
+    eprintln!("answered {answered}, refused {refused}");
+    assert!(refused > 0, "300 calls at once are more than 20 ms of work: some must be refused");
+    assert!(answered > 0, "the calls within the bound are answered");
+    assert_eq!(server.engine.stats().rejected_overload.load(Ordering::SeqCst), refused);
+    server.client().await.embed(embed_request(&["room again"])).await.expect("the queue drained");
+    server.stop().await.unwrap();
+}
 
-    let status = server.client().await.embed(embed_request(&["one more"])).await.unwrap_err();
-    assert_eq!(status.code(), Code::ResourceExhausted);
-    assert!(status.message().contains("--max-queue-ms"), "the message names the setting: {}", status.message());
-    assert!(!busy.is_finished(), "refused at once, while the work ahead still ran");
-    assert_eq!(server.engine.stats().rejected_overload.load(Ordering::SeqCst), 1);
+#[tokio::test(flavor = "multi_thread")]
+async fn a_small_call_behind_bulk_calls_is_admitted_and_answered_first_and_bulk_is_never_refused() {
+    // The default (derived) bound: a few times one short text's model time.
+    let server = InProcessServer::start(&[ONNX, &["--max-batch-size", "8"]].concat()).await;
+    server.client().await.embed(embed_request(&["the model's speed is measured on this one"])).await.unwrap();
 
-    // A request as large as the work ahead of it waits no longer than its own work
-    // takes: admitted past the bound (bulk callers keep the batches full).
-    let as_large = EmbedRequest { inputs: long_texts(64), ..Default::default() };
-    let answer = server.client().await.embed(as_large).await.expect("a bulk request is admitted");
-    assert_eq!(answer.into_inner().count, 64);
+    // 64 texts of ~250 tokens: seconds of work, far more than the bound: bulk lane.
+    let spawn_bulk = |mut client: EmbedServiceClient<Channel>| {
+        tokio::spawn(async move { client.embed(EmbedRequest { inputs: long_texts(64), ..Default::default() }).await })
+    };
+    let first_bulk = spawn_bulk(server.client().await);
+    eventually("the bulk call to be queued", || server.engine.queue_depth() > 0).await;
+    // Another bulk call while the first runs: slowed, not refused.
+    let second_bulk = spawn_bulk(server.client().await);
 
-    assert_eq!(busy.await.unwrap().expect("admitted work completes").into_inner().count, 64);
+    let started = Instant::now();
+    let small = server.client().await.embed(embed_request(&["a quick question"])).await;
+    let small_took = started.elapsed();
+    assert_eq!(small.expect("a small call behind bulk work is admitted").into_inner().count, 1);
+    assert!(!first_bulk.is_finished(), "answered within the bulk work, in {small_took:?}");
+    eprintln!("small call behind bulk work answered in {small_took:?}");
+
+    for bulk in [first_bulk, second_bulk] {
+        assert_eq!(bulk.await.unwrap().expect("bulk calls are never refused for queue time").into_inner().count, 64);
+    }
+    assert_eq!(server.engine.stats().rejected_overload.load(Ordering::SeqCst), 0);
+    eventually("the queue to drain", || server.engine.queue_depth() == 0).await;
     server.client().await.embed(embed_request(&["room again"])).await.expect("the queue drained");
     server.stop().await.unwrap();
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::{RawEmbeddings, check_truncation, token_counts};
 use crate::batcher::{BatchLimits, BatchModel, Priority, TokenBudgetBatcher};
 use crate::error::{Error, Result};
+use crate::lanes::{self, QueueBound};
 use crate::model::files::ModelFiles;
 use crate::model::onnx::{OnnxModel, OnnxSettings, init_runtime};
 use crate::model::precision::{self, CpuInt8, PrecisionChoice};
@@ -28,7 +29,7 @@ pub struct LocalModelConfig {
     /// Batch formation.
     pub batch: BatchLimits,
     /// Longest expected wait for the model an interactive request is admitted to.
-    pub max_queue_wait: Option<Duration>,
+    pub queue_bound: QueueBound,
     /// fp32, int8 or auto.
     pub precision: PrecisionChoice,
 }
@@ -38,7 +39,8 @@ pub struct LocalBackend {
     tokenizer: Arc<TextTokenizer>,
     batcher: TokenBudgetBatcher,
     info: ModelInfo,
-    max_queue_wait: Option<Duration>,
+    /// The resolved queue-time bound; None: off.
+    queue_bound: Option<Duration>,
 }
 
 impl BatchModel for OnnxModel {
@@ -71,7 +73,13 @@ impl LocalBackend {
         let chosen = precision::resolve(config.precision, &config.model_dir, &files.onnx_path, CpuInt8::detect())?;
         tracing::info!(precision = chosen.precision.name(), graph = %chosen.graph.display(), reason = %chosen.reason, "model graph");
         let mut model = OnnxModel::load(environment, &files, &chosen.graph, config.onnx)?;
-        warm_up(&mut model, &tokenizer)?;
+        let lone_short_text = warm_up(&mut model, &tokenizer)?;
+        let queue_bound = config.queue_bound.resolve(lone_short_text);
+        tracing::info!(
+            lone_short_text_ms = lone_short_text.as_secs_f64() * 1e3,
+            queue_bound_ms = queue_bound.map(|b| b.as_secs_f64() * 1e3),
+            "admission: interactive calls wait at most the queue-time bound; bigger calls take the bulk lane"
+        );
         let info = ModelInfo {
             model_id: config.model_id.clone(),
             dim: model.dim(),
@@ -86,7 +94,7 @@ impl LocalBackend {
             ..config.batch
         };
         let batcher = TokenBudgetBatcher::start(model, batch, stats)?;
-        Ok(LocalBackend { tokenizer: Arc::new(tokenizer), batcher, info, max_queue_wait: config.max_queue_wait })
+        Ok(LocalBackend { tokenizer: Arc::new(tokenizer), batcher, info, queue_bound })
     }
 
     /// The served model.
@@ -103,9 +111,10 @@ impl LocalBackend {
     pub async fn embed(&self, texts: Vec<String>, truncate: bool, priority: Priority) -> Result<RawEmbeddings> {
         // Before tokenizing: under overload most calls are refused, and each
         // refusal should cost as little CPU as possible, which the model needs.
-        if priority == Priority::Interactive {
-            self.admit_by_queue_time(&texts)?;
-        }
+        let priority = match priority {
+            Priority::Interactive => lanes::admit(self.batcher.work_ahead(), self.queue_bound, texts.len())?,
+            Priority::Bulk => Priority::Bulk,
+        };
         let tokenized = if texts.len() <= INLINE_TOKENIZE_LIMIT {
             self.tokenize(&texts)?
         } else {
@@ -122,32 +131,6 @@ impl LocalBackend {
         Ok(RawEmbeddings { values, token_counts, timing })
     }
 
-    /// Refuses new interactive work while the work ahead of it would keep it waiting
-    /// longer than the bound, unless the request is large enough that the wait is
-    /// small beside its own work: bulk Embed calls (hundreds of texts each, a few at
-    /// once) then keep the model's batches full, while single queries under overload
-    /// are refused and the ones accepted stay fast. The request's own work is
-    /// estimated from its bytes, so that a refusal costs no tokenization.
-    fn admit_by_queue_time(&self, texts: &[String]) -> Result<()> {
-        let work_ahead = self.batcher.work_ahead();
-        let (Some(bound), Some(wait)) = (self.max_queue_wait, work_ahead.expected_wait()) else {
-            return Ok(());
-        };
-        if wait <= bound {
-            return Ok(());
-        }
-        let own = work_ahead.time_for(estimated_tokens(texts)).unwrap_or_default();
-        if wait <= own * MAX_QUEUE_SLOWDOWN {
-            return Ok(());
-        }
-        Err(Error::ResourceExhausted(format!(
-            "server overloaded: about {} ms of model work is queued ahead, more than the {} ms bound \
-             (--max-queue-ms) and than {MAX_QUEUE_SLOWDOWN} x this request's own; retry later",
-            wait.as_millis(),
-            bound.as_millis()
-        )))
-    }
-
     /// Byte offsets of the tokens of `text`, untruncated.
     pub fn token_offsets(&self, text: &str) -> Result<Vec<(usize, usize)>> {
         self.tokenizer.token_offsets(text)
@@ -159,25 +142,27 @@ impl LocalBackend {
     }
 }
 
-/// A request may wait past the queue-time bound for up to this many times its own
-/// model work: its answer then takes at most about this many times longer than on
-/// an idle server.
-const MAX_QUEUE_SLOWDOWN: u32 = 4;
-
-/// Tokens of `texts` as the admission check guesses them without tokenizing: about
-/// four bytes a token in English WordPiece, plus the two special tokens of each.
-fn estimated_tokens(texts: &[String]) -> u64 {
-    texts.iter().map(|text| text.len() as u64 / 4 + 2).sum()
-}
-
-/// Runs one small batch before serving: ONNX Runtime's first run allocates and
+/// Runs a few small batches before serving: ONNX Runtime's first run allocates and
 /// plans, and costs many times a normal batch. Better at start than in the first
-/// caller's latency, or in the speed estimate that admission goes by.
-fn warm_up(model: &mut OnnxModel, tokenizer: &TextTokenizer) -> Result<()> {
+/// caller's latency, or in the speed estimate that admission goes by. Returns the
+/// model's time for one short text (the median of a few runs), which the derived
+/// queue-time bound is made of.
+fn warm_up(model: &mut OnnxModel, tokenizer: &TextTokenizer) -> Result<Duration> {
     let text = tokenizer.tokenize("a short sentence to warm the model up")?;
     model.embed_batch(&[text.ids.as_slice(), text.ids.as_slice()])?;
-    Ok(())
+    let mut lone_runs = Vec::with_capacity(LONE_TEXT_RUNS);
+    for _ in 0..LONE_TEXT_RUNS {
+        let started = std::time::Instant::now();
+        model.embed_batch(&[text.ids.as_slice()])?;
+        lone_runs.push(started.elapsed());
+    }
+    lone_runs.sort();
+    Ok(lone_runs[LONE_TEXT_RUNS / 2])
 }
+
+/// Timed runs of one short text at start: the median of five shrugs off a descheduled
+/// thread and costs a few milliseconds.
+const LONE_TEXT_RUNS: usize = 5;
 
 fn tokenize_all(tokenizer: &TextTokenizer, texts: &[String]) -> Result<Vec<TokenizedText>> {
     texts.iter().map(|text| tokenizer.tokenize(text)).collect()

@@ -20,7 +20,8 @@ pub struct BenchConfig {
     pub quick: bool,
 
     /// The --max-queue-ms values to overload, one fresh server each [default: the
-    /// server's default, 50, 20, 15, 10, 5; --quick: the default, 20].
+    /// server's default (derived from the model's speed), 50, 20, 15, 10, 5;
+    /// --quick: the default, 20].
     #[arg(long, env = "OVERLOAD_BENCH_QUEUE_BOUNDS_MS", value_delimiter = ',')]
     pub queue_bounds_ms: Vec<u64>,
 
@@ -87,10 +88,9 @@ pub struct BenchConfig {
 /// The resolved amounts of work of one run.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// Queue-time bounds to overload, in ms, in order.
-    pub bounds_ms: Vec<u64>,
-    /// The server's own default bound.
-    pub default_bound_ms: u64,
+    /// Queue-time bounds to overload, in ms, in order; None is the server's
+    /// default (no flag: derived from the model's measured speed).
+    pub bounds_ms: Vec<Option<u64>>,
     /// Untimed calls on each fresh server before it is measured.
     pub warmup_calls: usize,
     pub max_time: Duration,
@@ -127,18 +127,18 @@ impl BenchConfig {
     /// The amounts of work: explicit flags win, then the full or quick defaults.
     pub fn plan(&self) -> Result<Plan, String> {
         let server = ServerConfig::try_parse_from(["embedwire-server"]).map_err(|e| e.to_string())?;
+        // The server's default: a fixed number when it has one, else no flag.
         let default_bound_ms = server.max_queue_ms;
         let bounds_ms = match (self.queue_bounds_ms.is_empty(), self.quick) {
-            (false, _) => self.queue_bounds_ms.clone(),
-            (true, false) => vec![default_bound_ms, 50, 20, 15, 10, 5],
-            (true, true) => vec![default_bound_ms, 20],
+            (false, _) => self.queue_bounds_ms.iter().copied().map(Some).collect(),
+            (true, false) => vec![default_bound_ms, Some(50), Some(20), Some(15), Some(10), Some(5)],
+            (true, true) => vec![default_bound_ms, Some(20)],
         };
         let pick = |explicit: Option<f64>, full: f64, quick: f64| {
             Duration::from_secs_f64(explicit.unwrap_or(if self.quick { quick } else { full }))
         };
         Ok(Plan {
             bounds_ms,
-            default_bound_ms,
             warmup_calls: if self.quick { 64 } else { 512 },
             max_time: pick(self.max_secs, 10.0, 2.0),
             unloaded_time: pick(self.unloaded_secs, 10.0, 2.0),

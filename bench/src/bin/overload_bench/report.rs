@@ -42,8 +42,8 @@ pub fn definition(unloaded_fraction: f64) -> String {
 /// One overload run under one queue-time bound, with its baseline.
 #[derive(Debug, Clone)]
 pub struct BoundRun {
-    /// --max-queue-ms of the server.
-    pub bound_ms: u64,
+    /// --max-queue-ms of the server; None: the server's derived default.
+    pub bound_ms: Option<u64>,
     /// Whether it is the server's default.
     pub default: bool,
     pub baseline: Baseline,
@@ -55,7 +55,12 @@ pub struct BoundRun {
 
 impl BoundRun {
     fn label(&self) -> String {
-        format!("queue bound {} ms{}", self.bound_ms, if self.default { " (default)" } else { "" })
+        format!("queue bound {}{}", self.bound_name(), if self.default { " (default)" } else { "" })
+    }
+
+    /// `N ms`, or `auto` for the server's derived bound.
+    pub fn bound_name(&self) -> String {
+        self.bound_ms.map_or("auto".to_string(), |ms| format!("{ms} ms"))
     }
 
     /// The rejection p99 as judged: a run without rejections has none to be fast.
@@ -175,7 +180,7 @@ pub fn runs_csv(runs: &[BoundRun]) -> String {
         let _ = writeln!(
             out,
             "{},{},{:.1},{:.3},{:.3},{:.1},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.1},{:.3},{},{:.2}",
-            bound.bound_ms,
+            bound.bound_ms.map_or("auto".to_string(), |ms| ms.to_string()),
             u8::from(bound.default),
             baseline.max_rate,
             ms(baseline.unloaded.accepted.p50),
