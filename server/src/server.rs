@@ -150,6 +150,8 @@ impl EmbedServer {
         let mut builder = Server::builder()
             .accept_http1(true)
             .max_concurrent_streams(config.max_concurrent_streams)
+            // What clients may send us; the frames we send are sized by their setting.
+            .max_frame_size(embedwire_proto::transport::MAX_FRAME_SIZE)
             .http2_keepalive_interval(Some(Duration::from_secs(config.http2_keepalive_secs)))
             .http2_keepalive_timeout(Some(Duration::from_secs(config.http2_keepalive_secs)));
         if let Some(timeout) = config.request_timeout_secs {
