@@ -119,6 +119,18 @@ async fn search_finds_relevant_chunks_with_citations_and_exact_scores() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_int8_model_finds_the_same_answers() {
+    let data = TempDir::new("int8");
+    let (server, mut client, _) = corpus_server(&[ONNX, &["--precision", "int8"]].concat(), &data).await;
+    let questions = ["which pet purrs?", "a programming language that is memory safe", "how do I make pasta?"];
+    let response = client.search(search(&questions, 1)).await.unwrap();
+    assert_eq!(response.metadata().get("x-embedwire-precision").unwrap(), "int8");
+    let top: Vec<&str> = response.get_ref().results.iter().map(|result| result.hits[0].document_id.as_str()).collect();
+    assert_eq!(top, ["cats", "rust", "pasta"]);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn filters_paging_threshold_and_vectors() {
     let data = TempDir::new("filters");
     let (server, mut client, _) = corpus_server(ONNX, &data).await;

@@ -61,7 +61,10 @@ impl LocalBackend {
     /// Checks that the model's files exist and parse; cheap, so the server can fail
     /// at start with a clear message before it begins to listen.
     pub fn check_files(config: &LocalModelConfig) -> Result<ModelFiles> {
-        ModelFiles::read(&config.model_dir)
+        let files = ModelFiles::read(&config.model_dir)?;
+        // `--precision int8` without an int8 graph is a start error too.
+        precision::resolve(config.precision, &config.model_dir, &files.onnx_path, CpuInt8::detect())?;
+        Ok(files)
     }
 
     /// Loads ONNX Runtime, the tokenizer and the model, and starts the model thread.

@@ -43,7 +43,9 @@ impl RemoteBackend {
                 let endpoint = Endpoint::from_shared(address.clone())
                     .map_err(|e| Error::Config(format!("--upstream {address}: {e}")))?
                     .connect_timeout(Duration::from_secs(2))
-                    .tcp_nodelay(true);
+                    .tcp_nodelay(true)
+                    // Large answers in few frames: each frame is a write on the sender.
+                    .max_frame_size(embedwire_proto::transport::MAX_FRAME_SIZE);
                 let client = EmbedServiceClient::new(endpoint.connect_lazy())
                     .max_decoding_message_size(max_message_bytes)
                     .max_encoding_message_size(max_message_bytes);

@@ -11,9 +11,9 @@ use embedwire_proto::v1::{
 use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::batcher::BatchTiming;
+use crate::batcher::{BatchTiming, Priority};
 use crate::corpus::Corpus;
-use crate::engine::EmbeddingEngine;
+use crate::engine::{EmbedOptions, EmbeddingEngine};
 use crate::error::{Error, Result};
 use crate::wire;
 
@@ -51,16 +51,29 @@ impl EmbedApi {
 
 /// Validates, embeds and encodes one request; also says where its time went.
 async fn embed_timed(engine: &EmbeddingEngine, request: EmbedRequest) -> Result<(EmbedResponse, BatchTiming)> {
+    embed_in_lane(engine, request, Priority::Interactive).await
+}
+
+/// [`embed_timed`] in a given lane.
+async fn embed_in_lane(
+    engine: &EmbeddingEngine,
+    request: EmbedRequest,
+    priority: Priority,
+) -> Result<(EmbedResponse, BatchTiming)> {
     let dtype = wire::dtype_of(&request)?;
-    let options = wire::embed_options(&request);
+    let options = EmbedOptions { priority, ..wire::embed_options(&request) };
     let embeddings = engine.embed(request.inputs, options).await?;
     let timing = embeddings.timing;
     Ok((wire::embed_response(embeddings, dtype), timing))
 }
 
-/// [`embed_timed`] without the timing (stream answers have no per-message metadata).
+/// One message of an EmbedStream, without the timing (stream answers have no
+/// per-message metadata). Streams take the bulk lane: a stream is a producer that
+/// wants throughput and keeps several messages in flight by design, and HTTP/2 flow
+/// control already slows it to the model's pace, so refusing its messages for
+/// queue time would only make it resend them.
 async fn embed_one(engine: &EmbeddingEngine, request: EmbedRequest) -> Result<EmbedResponse> {
-    Ok(embed_timed(engine, request).await?.0)
+    Ok(embed_in_lane(engine, request, Priority::Bulk).await?.0)
 }
 
 /// Answers one stream message; its failure is reported in-band, tagged with its id.
