@@ -271,6 +271,7 @@ async fn load_and_install(
         .map_err(|e| Error::Config(format!("reranker loader: {e}")))??;
     let corpus = Corpus::open(settings, store, engine, reranker).await?;
     let _ = corpus_cell.set(corpus.clone());
+    release_loading_memory();
     let runner = tokio::spawn(corpus.clone().run_jobs(runner_shutdown.clone()));
     set_health(&health, ServingStatus::Serving).await;
     tokio::spawn(follow_store_health(corpus, health, store_healthy, runner_shutdown));
@@ -412,6 +413,19 @@ fn local_model_config(config: &ServerConfig) -> LocalModelConfig {
         },
         queue_bound: QueueBound::from_flag(config.max_queue_ms),
         precision: config.precision,
+    }
+}
+
+/// Hands the memory that loading freed back to the kernel. ONNX Runtime reads the
+/// graph file into memory, copies its weights out and frees the copy (90 MB for the
+/// default fp32 model), and opening the store frees its scratch too, in pieces small
+/// enough to stay in malloc's heaps, where only a heap's top is ever trimmed:
+/// without this the idle server kept about 30 MiB more.
+fn release_loading_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages to the kernel; safe at any time.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
