@@ -27,7 +27,11 @@ pub fn resolve(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
 pub fn build_into(dir: &Path) -> anyhow::Result<PathBuf> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("the bench crate has no parent")?;
     let mut build = Command::new("cargo");
-    build.current_dir(workspace).args(["build", "-p", "embedwire-server", "--bin", SERVER_BIN]);
+    // --workspace, not -p: cargo unifies dependency features over the packages it
+    // selects, so `-p embedwire-server` alone builds ring, rustls, tonic, ... with other
+    // features than the workspace build of `make setup`, rebuilds them (minutes) and
+    // leaves a binary that the next workspace build rebuilds again.
+    build.current_dir(workspace).args(["build", "--workspace", "--bin", SERVER_BIN]);
     if !cfg!(debug_assertions) {
         build.arg("--release");
     }

@@ -32,6 +32,12 @@ pub struct BenchConfig {
     #[arg(long, env = "EMBEDWIRE_MODEL_DIR")]
     pub model_dir: Option<PathBuf>,
 
+    /// The graph to measure, in-process and in the server (`--precision`): fp32
+    /// (model.onnx) or int8 (model_int8.onnx beside it). Run the bench once per
+    /// precision, each into its own --results-dir, to compare them.
+    #[arg(long, env = "EMBED_BENCH_PRECISION", value_enum, default_value = "fp32")]
+    pub precision: embedwire_server::model::precision::PrecisionChoice,
+
     /// ONNX Runtime shared library, used in-process and passed to the server
     /// [default: the server's default].
     #[arg(long, env = "EMBEDWIRE_ORT_LIBRARY")]
@@ -144,7 +150,17 @@ impl BenchConfig {
             flags.extend(["--ort-library".into(), library.into()]);
         }
         let server = ServerConfig::try_parse_from(flags).map_err(|e| e.to_string())?;
-        Ok(ModelPaths { model_dir: server.model_dir(), ort_library: server.ort_library() })
+        let model_dir = server.model_dir();
+        let files = embedwire_server::model::files::ModelFiles::read(&model_dir).map_err(|e| e.to_string())?;
+        let cpu = embedwire_server::model::precision::CpuInt8::detect();
+        let chosen = embedwire_server::model::precision::resolve(self.precision, &model_dir, &files.onnx_path, cpu)
+            .map_err(|e| e.to_string())?;
+        Ok(ModelPaths {
+            model_dir,
+            graph: chosen.graph,
+            precision: chosen.precision.name(),
+            ort_library: server.ort_library(),
+        })
     }
 }
 
@@ -153,6 +169,10 @@ impl BenchConfig {
 pub struct ModelPaths {
     /// The model directory (model.onnx, tokenizer.json, configs).
     pub model_dir: PathBuf,
+    /// The graph the precision picks in it.
+    pub graph: PathBuf,
+    /// Its precision, as the server's --precision names it.
+    pub precision: &'static str,
     /// The ONNX Runtime shared library.
     pub ort_library: PathBuf,
 }

@@ -94,7 +94,7 @@ fn load(paths: &ModelPaths, texts: &[String], threads: usize) -> anyhow::Result<
     let tokenizer = TextTokenizer::from_file(&files.tokenizer_path, files.max_input_tokens)?;
     // Spinning off, as in the server's default, so both sides use the same options.
     let settings = OnnxSettings { intra_op_threads: threads, spin: false, arena: false };
-    let model = OnnxModel::load(environment, &files, &files.onnx_path, settings)?;
+    let model = OnnxModel::load(environment, &files, &paths.graph, settings)?;
     let sequences = texts.iter().map(|text| tokenizer.tokenize(text).map(|t| t.ids)).collect::<Result<Vec<_>, _>>()?;
     Ok((model, sequences))
 }

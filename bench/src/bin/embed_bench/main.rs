@@ -60,9 +60,11 @@ fn main() -> anyhow::Result<()> {
     let server_bin = server_binary::resolve(config.server_bin.as_deref())?;
 
     println!(
-        "embed-bench{}: model {}, {} intra-op threads",
+        "embed-bench{}: model {} ({}, {}), {} intra-op threads",
         if config.quick { " --quick" } else { "" },
         paths.model_dir.display(),
+        paths.precision,
+        paths.graph.file_name().unwrap_or_default().to_string_lossy(),
         config.intra_op_threads
     );
     println!("in-process ceiling");
@@ -160,6 +162,11 @@ fn server_command(config: &BenchConfig, paths: &ModelPaths, binary: PathBuf) -> 
         ("--backend", "onnx".into()),
         ("--intra-op-threads", config.intra_op_threads.to_string().into()),
         ("--model-dir", paths.model_dir.clone().into()),
+        ("--precision", paths.precision.into()),
+        // Throughput here is the capacity at 32 closed-loop callers of one sentence
+        // each: every call waits for a full batch (~36 ms on 2 cores), which the
+        // default latency bound refuses by design (overload-bench measures that).
+        ("--max-queue-ms", "0".into()),
         ("--ort-library", paths.ort_library.clone().into()),
     ];
     ServerCommand::new(binary, defaults, &config.server_args)
