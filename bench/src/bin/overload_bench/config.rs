@@ -19,9 +19,9 @@ pub struct BenchConfig {
     #[arg(long, env = "OVERLOAD_BENCH_QUICK")]
     pub quick: bool,
 
-    /// The --max-queue-ms values to overload, one fresh server each [default: the
-    /// server's default (derived from the model's speed), 50, 20, 15, 10, 5;
-    /// --quick: the default, 20].
+    /// The --max-queue-ms values to overload after the server's default (derived
+    /// from the model's speed, always run first), one fresh server each [default:
+    /// 50, 20, 15, 10, 5; --quick: 20].
     #[arg(long, env = "OVERLOAD_BENCH_QUEUE_BOUNDS_MS", value_delimiter = ',')]
     pub queue_bounds_ms: Vec<u64>,
 
@@ -130,7 +130,7 @@ impl BenchConfig {
         // The server's default: a fixed number when it has one, else no flag.
         let default_bound_ms = server.max_queue_ms;
         let bounds_ms = match (self.queue_bounds_ms.is_empty(), self.quick) {
-            (false, _) => self.queue_bounds_ms.iter().copied().map(Some).collect(),
+            (false, _) => std::iter::once(default_bound_ms).chain(self.queue_bounds_ms.iter().copied().map(Some)).collect(),
             (true, false) => vec![default_bound_ms, Some(50), Some(20), Some(15), Some(10), Some(5)],
             (true, true) => vec![default_bound_ms, Some(20)],
         };

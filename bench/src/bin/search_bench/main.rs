@@ -103,7 +103,12 @@ fn main() -> anyhow::Result<()> {
 /// The server's flags: its defaults, but the bench's intra-op thread count, and
 /// the --server-arg flags (which replace a default of the same name).
 fn server_command(config: &BenchConfig, binary: std::path::PathBuf) -> ServerCommand {
-    let defaults = vec![("--intra-op-threads", config.intra_op_threads.to_string().into())];
+    // The queue-time bound off: the bench measures capacity with closed-loop
+    // clients, whose calls wait for full batches by design.
+    let defaults = vec![
+        ("--intra-op-threads", config.intra_op_threads.to_string().into()),
+        ("--max-queue-ms", "0".into()),
+    ];
     ServerCommand::new(binary, defaults, &config.server_args)
 }
 
