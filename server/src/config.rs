@@ -148,7 +148,7 @@ pub struct ServerConfig {
     /// model's recent time per token. Past it the call gets RESOURCE_EXHAUSTED at
     /// once, so under overload the calls the server accepts stay fast. Calls bigger
     /// than the bound take the bulk lane instead: never refused, slowed by overload.
-    /// [default: 3 x the model's time for one short text, measured at start, at
+    /// [default: 2 x the model's time for one short text, measured at start, at
     /// least 4 ms; 0: no bound]. Background ingestion is never refused by it.
     #[arg(long, env = "EMBEDWIRE_MAX_QUEUE_MS")]
     pub max_queue_ms: Option<u64>,
