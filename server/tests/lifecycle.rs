@@ -137,14 +137,20 @@ async fn small_calls_past_the_queue_bound_are_refused_at_once_and_the_accepted_o
     // Before any batch the model's speed is unknown and nothing is refused.
     server.client().await.embed(embed_request(&["the model's speed is measured on this one"])).await.unwrap();
 
-    let mut calls = Vec::new();
-    for text in long_texts(300) {
-        let mut client = server.client().await;
-        calls.push(tokio::spawn(async move { client.embed(EmbedRequest { inputs: vec![text], ..Default::default() }).await }));
+    // Connections first, then every call at once: on a fast machine calls that
+    // trickle in as connections open would never find 20 ms of work ahead.
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(server.client().await);
     }
+    let calls = long_texts(300).into_iter().enumerate().map(|(i, text)| {
+        let mut client = clients[i % clients.len()].clone();
+        async move { client.embed(EmbedRequest { inputs: vec![text], ..Default::default() }).await }
+    });
+    let results = futures::future::join_all(calls).await;
     let (mut answered, mut refused) = (0, 0);
-    for call in calls {
-        match call.await.unwrap() {
+    for result in results {
+        match result {
             Ok(answer) => {
                 assert_eq!(answer.into_inner().count, 1);
                 answered += 1;
