@@ -41,8 +41,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
     // Vectors go out as `vector_bytes` without a copy.
     config.bytes(["."]);
-    tonic_prost_build::configure()
-        .build_server(false)
-        .compile_with_config(config, &weaviate_protos, &[weaviate_root, well_known])?;
+    tonic_prost_build::configure().build_server(false).compile_with_config(
+        config,
+        &weaviate_protos,
+        &[weaviate_root, well_known],
+    )?;
     Ok(())
 }

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from verify_onnx import pad_batch  # noqa: F401 (also used as quality.pad_batch)
 from wordpiece import WordPieceTokenizer
 
 BATCH_SIZE = 32
@@ -48,17 +49,6 @@ def make_session(model_path, threads=2, spinning=True):
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
-
-
-def pad_batch(id_lists):
-    length = max(len(ids) for ids in id_lists)
-    input_ids = np.zeros((len(id_lists), length), np.int64)
-    attention_mask = np.zeros_like(input_ids)
-    for row, ids in enumerate(id_lists):
-        input_ids[row, : len(ids)] = ids
-        attention_mask[row, : len(ids)] = 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask,
-            "token_type_ids": np.zeros_like(input_ids)}
 
 
 def length_batches(id_lists, batch_size=BATCH_SIZE):

@@ -115,10 +115,12 @@ impl TokenBudgetBatcher {
         }
         self.queue.push(
             priority,
-            sequences
-                .into_iter()
-                .enumerate()
-                .map(|(row, ids)| QueuedSequence { job: job.clone(), row, ids, interactive }),
+            sequences.into_iter().enumerate().map(|(row, ids)| QueuedSequence {
+                job: job.clone(),
+                row,
+                ids,
+                interactive,
+            }),
         );
         receiver
     }
@@ -290,7 +292,10 @@ impl SequenceQueue {
         }
         if !state.interactive.is_empty() && !(bulk_due && !state.bulk.is_empty()) {
             let take = state.interactive.len().min(max_sequences);
-            return Some(Window { sequences: state.interactive.drain(..take).collect(), priority: Priority::Interactive });
+            return Some(Window {
+                sequences: state.interactive.drain(..take).collect(),
+                priority: Priority::Interactive,
+            });
         }
         let take = one_batch_of(&state.bulk, limits);
         Some(Window { sequences: state.bulk.drain(..take).collect(), priority: Priority::Bulk })
@@ -567,11 +572,8 @@ mod tests {
         let (entered_tx, entered) = std::sync::mpsc::channel();
         let (release, release_rx) = std::sync::mpsc::channel();
         let batches = Arc::new(Mutex::new(Vec::new()));
-        let model = GatedModel {
-            entered: entered_tx,
-            release: release_rx,
-            inner: RecordingModel { batches: batches.clone() },
-        };
+        let model =
+            GatedModel { entered: entered_tx, release: release_rx, inner: RecordingModel { batches: batches.clone() } };
         // One sequence a batch, so the order of batches is the order of sequences.
         let batcher = TokenBudgetBatcher::start(model, limits(1, 100), Arc::new(Stats::default())).unwrap();
         let blocker = batcher.submit(vec![sequence(1, 0)], Priority::Interactive);

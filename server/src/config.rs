@@ -492,7 +492,9 @@ impl ServerConfig {
             if self.weaviate_http.is_empty() || self.weaviate_grpc.is_empty() {
                 return Err("--store weaviate needs --weaviate-http and --weaviate-grpc addresses".into());
             }
-            if let Some(bad) = self.weaviate_http.iter().find(|url| !url.starts_with("http://") && !url.starts_with("https://")) {
+            if let Some(bad) =
+                self.weaviate_http.iter().find(|url| !url.starts_with("http://") && !url.starts_with("https://"))
+            {
                 return Err(format!("--weaviate-http {bad:?} must be a URL like http://127.0.0.1:8080"));
             }
             if let Some(bad) = self.weaviate_grpc.iter().find(|a| a.contains("://") || !a.contains(':')) {

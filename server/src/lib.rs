@@ -38,8 +38,8 @@ pub mod stats;
 pub mod store;
 pub mod tls;
 pub mod web_dispatch;
-pub mod work_ahead;
 pub mod wire;
+pub mod work_ahead;
 
 pub use config::ServerConfig;
 pub use error::{Error, Result};

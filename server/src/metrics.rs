@@ -61,7 +61,11 @@ pub fn render(stats: &Stats, corpus: &OnceLock<Arc<Corpus>>) -> String {
         "Time of calls to the store, by store and operation",
         store.seconds.clone(),
     );
-    registry.register("embedwire_store_errors", "Failed calls to the store, by store and operation", store.errors.clone());
+    registry.register(
+        "embedwire_store_errors",
+        "Failed calls to the store, by store and operation",
+        store.errors.clone(),
+    );
     let mut histograms = String::new();
     if prometheus_client::encoding::text::encode(&mut histograms, &registry).is_ok() {
         text.push_str(histograms.trim_end().trim_end_matches("# EOF"));

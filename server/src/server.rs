@@ -30,10 +30,10 @@ use crate::corpus::{Corpus, CorpusSettings};
 use crate::engine::{EmbeddingEngine, RequestLimits};
 use crate::error::{Error, Result};
 use crate::index::{IndexKind, IndexParams};
+use crate::lanes::QueueBound;
 use crate::model::cross_encoder::{CrossEncoder, Reranker};
 use crate::model::onnx::init_runtime;
 use crate::model::pseudo::PseudoModel;
-use crate::lanes::QueueBound;
 use crate::model::{ModelInfo, Pooling, Precision};
 use crate::service::embed::{EmbedApi, EmbedApiSettings};
 use crate::service::search::SearchApi;
@@ -190,8 +190,7 @@ impl EmbedServer {
             let _ = draining_rx.wait_for(|draining| *draining).await;
             tokio::time::sleep(grace).await;
         };
-        let loading =
-            load_and_install(config, engine.clone(), corpus, health.clone(), store_healthy, runner_shutdown);
+        let loading = load_and_install(config, engine.clone(), corpus, health.clone(), store_healthy, runner_shutdown);
 
         tokio::pin!(serving, grace_expired, loading);
         let mut job_runner = None;

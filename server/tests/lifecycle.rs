@@ -11,8 +11,8 @@ use common::{
 };
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use embedwire_proto::v1::{EmbedRequest, InfoRequest};
-use tonic::transport::Channel;
 use tonic::Code;
+use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 /// Polls `condition` until it holds, failing after READY_TIMEOUT.
@@ -157,7 +157,11 @@ async fn small_calls_past_the_queue_bound_are_refused_at_once_and_the_accepted_o
             }
             Err(status) => {
                 assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
-                assert!(status.message().contains("--max-queue-ms"), "the message names the setting: {}", status.message());
+                assert!(
+                    status.message().contains("--max-queue-ms"),
+                    "the message names the setting: {}",
+                    status.message()
+                );
                 refused += 1;
             }
         }
@@ -253,21 +257,9 @@ async fn sigterm_stops_the_binary_cleanly() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broken_setup_fails_at_start_with_a_clear_message() {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_embedwire-server"))
-        .args(["--listen", "127.0.0.1:0", "--model-dir", "/nonexistent/model"])
-        .env("NO_COLOR", "1")
-        .output()
-        .await
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let server = env!("CARGO_BIN_EXE_embedwire-server");
+    let stderr = common::start_error(server, &["--listen", "127.0.0.1:0", "--model-dir", "/nonexistent/model"]).await;
     assert!(stderr.contains("/nonexistent/model does not exist"), "{stderr}");
-
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_embedwire-server"))
-        .args(["--backend", "remote"])
-        .output()
-        .await
-        .unwrap();
-    assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("--upstream"));
+    let stderr = common::start_error(server, &["--backend", "remote"]).await;
+    assert!(stderr.contains("--upstream"), "{stderr}");
 }

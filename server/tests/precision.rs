@@ -51,8 +51,10 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
 
 /// Indices of the `k` nearest neighbours of `row` among `vectors`, itself excluded.
 fn neighbours(vectors: &[Vec<f32>], row: usize, k: usize) -> Vec<usize> {
-    let mut scored: Vec<(usize, f64)> =
-        (0..vectors.len()).filter(|&other| other != row).map(|other| (other, dot(&vectors[row], &vectors[other]))).collect();
+    let mut scored: Vec<(usize, f64)> = (0..vectors.len())
+        .filter(|&other| other != row)
+        .map(|other| (other, dot(&vectors[row], &vectors[other])))
+        .collect();
     scored.sort_by(|a, b| b.1.total_cmp(&a.1));
     scored.into_iter().take(k).map(|(index, _)| index).collect()
 }
@@ -140,13 +142,7 @@ async fn int8_without_an_int8_graph_refuses_to_start_naming_the_file() {
         }
     }
     std::os::unix::fs::symlink(source.join("1_Pooling"), dir.0.join("1_Pooling")).unwrap();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_embedwire-server"))
-        .args(["--listen", "127.0.0.1:0", "--precision", "int8", "--model-dir", &dir.flag()])
-        .env("NO_COLOR", "1")
-        .output()
-        .await
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let args = ["--listen", "127.0.0.1:0", "--precision", "int8", "--model-dir", &dir.flag()];
+    let stderr = common::start_error(env!("CARGO_BIN_EXE_embedwire-server"), &args).await;
     assert!(stderr.contains("--precision int8") && stderr.contains("model_int8.onnx"), "{stderr}");
 }

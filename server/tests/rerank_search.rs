@@ -63,14 +63,13 @@ async fn reranked_hits_follow_the_cross_encoder() {
     // The same model, loaded here, scores the stored chunk texts.
     let config = ServerConfig::parse_from(["embedwire-server"]);
     let environment = init_runtime(&config.ort_library()).unwrap();
-    let mut encoder =
-        CrossEncoder::load(
-            environment,
-            &model.0,
-            OnnxSettings { intra_op_threads: 1, spin: false, arena: false },
-            PrecisionChoice::Fp32,
-        )
-            .unwrap();
+    let mut encoder = CrossEncoder::load(
+        environment,
+        &model.0,
+        OnnxSettings { intra_op_threads: 1, spin: false, arena: false },
+        PrecisionChoice::Fp32,
+    )
+    .unwrap();
     let texts: Vec<&str> = plain.iter().map(|h| h.text.as_str()).collect();
     let scores = encoder.score(&query, &texts).unwrap();
     let mut expected: Vec<(&str, f32)> = plain.iter().map(|h| h.document_id.as_str()).zip(scores).collect();

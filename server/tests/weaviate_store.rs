@@ -94,7 +94,10 @@ fn corpus() -> Vec<Document> {
 }
 
 /// Ingests and polls GetJob on `client` until the job ends.
-async fn ingest_and_wait(client: &mut SearchServiceClient<Channel>, documents: Vec<Document>) -> embedwire_proto::v1::Job {
+async fn ingest_and_wait(
+    client: &mut SearchServiceClient<Channel>,
+    documents: Vec<Document>,
+) -> embedwire_proto::v1::Job {
     let job = client.ingest(IngestRequest { documents }).await.unwrap().into_inner().job.unwrap();
     wait_job(client, &job.job_id).await
 }
@@ -242,7 +245,8 @@ async fn one_index_shared_by_two_servers_and_the_gateway() {
 
     // Both servers name the same shared index.
     for server in [&a, &b] {
-        let mut embed = EmbedServiceClient::new(Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap());
+        let mut embed =
+            EmbedServiceClient::new(Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap());
         let store = embed.info(InfoRequest {}).await.unwrap().into_inner().store.expect("store in Info");
         assert_eq!((store.kind.as_str(), store.shared, store.healthy), ("weaviate", true, true));
         assert!(store.index_id.starts_with("weaviate:Shared@"), "{}", store.index_id);
@@ -288,7 +292,8 @@ async fn one_index_shared_by_two_servers_and_the_gateway() {
         assert_eq!(body["results"][0]["id"], format!("s-{i}"));
     }
     assert_eq!(upstreams.len(), 2, "a shared index is balanced over both servers: {upstreams:?}");
-    let health: serde_json::Value = http.get(format!("{gateway_url}/healthz")).send().await.unwrap().json().await.unwrap();
+    let health: serde_json::Value =
+        http.get(format!("{gateway_url}/healthz")).send().await.unwrap().json().await.unwrap();
     assert_eq!(health["status"], "ok", "{health}");
     assert_eq!(health["store"]["kind"], "weaviate", "{health}");
 
@@ -384,6 +389,9 @@ async fn bad_configuration_is_refused_with_a_clear_message() {
     let mut args = base("dimension");
     args.extend(["--backend".into(), "onnx".into()]);
     let (ok, stderr) = start_and_expect_exit(&args).await;
-    assert!(!ok && stderr.contains("Dimension") && stderr.contains("dim=8") && stderr.contains("--collection"), "{stderr}");
+    assert!(
+        !ok && stderr.contains("Dimension") && stderr.contains("dim=8") && stderr.contains("--collection"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }

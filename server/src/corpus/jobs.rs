@@ -25,10 +25,12 @@ use tokio::sync::{Notify, watch};
 use super::chunker::{ChunkSettings, chunk_spans};
 use super::text::content_hash;
 use super::{Corpus, unix_now};
-use crate::store::{Claim, CorpusStore, DocumentRecord, IndexedDocument, JobRecord, JobState, NewDocument, StoredChunk};
 use crate::batcher::Priority;
 use crate::engine::{EmbedOptions, EmbeddingEngine};
 use crate::error::{Error, Result};
+use crate::store::{
+    Claim, CorpusStore, DocumentRecord, IndexedDocument, JobRecord, JobState, NewDocument, StoredChunk,
+};
 
 /// A fresh job record.
 pub fn new_job(receiving: bool) -> JobRecord {

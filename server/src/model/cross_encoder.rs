@@ -66,13 +66,15 @@ impl CrossEncoder {
         // by the position embeddings.
         let files = ModelFiles::read(model_dir)?;
         let tokenizer = pair_tokenizer(&files.tokenizer_path, files.max_input_tokens)?;
-        let chosen = match precision::resolve(choice, model_dir, &files.onnx_path, CpuInt8::detect()) {
-            Ok(chosen) => chosen,
-            Err(missing) => {
+        let chosen =
+            precision::resolve(choice, model_dir, &files.onnx_path, CpuInt8::detect()).unwrap_or_else(|missing| {
                 tracing::warn!(%missing, "the cross-encoder runs at fp32");
-                precision::resolve(PrecisionChoice::Fp32, model_dir, &files.onnx_path, CpuInt8::default())?
-            }
-        };
+                precision::Resolved {
+                    precision: Precision::Fp32,
+                    graph: files.onnx_path.clone(),
+                    reason: missing.to_string(),
+                }
+            });
         let session = open_session(environment, &chosen.graph, settings)?;
         let takes_token_type_ids = check_bert_inputs(&session, &chosen.graph)?;
         check_logits_output(&session, &chosen.graph)?;

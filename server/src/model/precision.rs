@@ -107,10 +107,11 @@ impl CpuInt8 {
 
     /// The instructions present, named as /proc/cpuinfo names them; None without any.
     pub fn instructions(self) -> Option<String> {
-        let names: Vec<&str> = [(self.avx512_vnni, "avx512_vnni"), (self.avx_vnni, "avx_vnni"), (self.amx_int8, "amx_int8")]
-            .into_iter()
-            .filter_map(|(present, name)| present.then_some(name))
-            .collect();
+        let names: Vec<&str> =
+            [(self.avx512_vnni, "avx512_vnni"), (self.avx_vnni, "avx_vnni"), (self.amx_int8, "amx_int8")]
+                .into_iter()
+                .filter_map(|(present, name)| present.then_some(name))
+                .collect();
         (!names.is_empty()).then(|| names.join("+"))
     }
 }

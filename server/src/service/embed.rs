@@ -40,11 +40,7 @@ pub struct EmbedApi {
 
 impl EmbedApi {
     /// Handlers over `engine`.
-    pub fn new(
-        engine: Arc<EmbeddingEngine>,
-        settings: EmbedApiSettings,
-        corpus: Arc<OnceLock<Arc<Corpus>>>,
-    ) -> Self {
+    pub fn new(engine: Arc<EmbeddingEngine>, settings: EmbedApiSettings, corpus: Arc<OnceLock<Arc<Corpus>>>) -> Self {
         EmbedApi { engine, settings, corpus }
     }
 }

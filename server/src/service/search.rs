@@ -17,8 +17,8 @@ use tonic::{Request, Response, Status, Streaming};
 use tokio::sync::watch;
 
 use crate::corpus::Corpus;
-use crate::store::JobRecord;
 use crate::error::{Error, Result};
+use crate::store::JobRecord;
 use crate::wire;
 use crate::wire::search as convert;
 
@@ -45,14 +45,11 @@ impl SearchApi {
     /// precision (`x-embedwire-precision`).
     fn tagged<T>(&self, message: T) -> Response<T> {
         let mut response = Response::new(message);
-        if let Some(corpus) = self.corpus.get()
-            && let Ok(value) = corpus.store_description().index_id.parse()
-        {
+        let Some(corpus) = self.corpus.get() else { return response };
+        if let Ok(value) = corpus.store_description().index_id.parse() {
             response.metadata_mut().insert(INDEX_METADATA, value);
         }
-        if let Some(corpus) = self.corpus.get() {
-            wire::add_precision_metadata(response.metadata_mut(), corpus.model_precision());
-        }
+        wire::add_precision_metadata(response.metadata_mut(), corpus.model_precision());
         response
     }
 }

@@ -84,4 +84,3 @@ pub struct IndexedDocument {
     /// One vector per chunk, in chunk order (chunk ids are assigned on commit).
     pub vectors: Vec<Vec<f32>>,
 }
-

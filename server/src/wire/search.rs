@@ -9,8 +9,8 @@ use embedwire_proto::vectors;
 
 use crate::corpus::filter::{Condition, Filter};
 use crate::corpus::search::{Hit, Query, SearchParams};
-use crate::store::{DocumentRecord, JobRecord, JobState, NewDocument};
 use crate::error::{Error, Result};
+use crate::store::{DocumentRecord, JobRecord, JobState, NewDocument};
 
 /// The default number of hits per query, as the /v1 HTTP API has it.
 pub const DEFAULT_TOP_K: usize = 5;

@@ -53,6 +53,14 @@ impl Drop for TempDir {
     }
 }
 
+/// Runs the server binary `binary` with `args`, expects it to refuse to start, and
+/// returns what it printed on stderr (without colours), for the test to check.
+pub async fn start_error(binary: &str, args: &[&str]) -> String {
+    let output = tokio::process::Command::new(binary).args(args).env("NO_COLOR", "1").output().await.unwrap();
+    assert!(!output.status.success(), "the server started with {args:?}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 /// The cache `make setup` fills: `$EMBEDWIRE_CACHE` or `~/.cache/embedwire`.
 pub fn cache_dir() -> PathBuf {
     std::env::var_os("EMBEDWIRE_CACHE")

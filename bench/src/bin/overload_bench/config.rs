@@ -130,7 +130,9 @@ impl BenchConfig {
         // The server's default: a fixed number when it has one, else no flag.
         let default_bound_ms = server.max_queue_ms;
         let bounds_ms = match (self.queue_bounds_ms.is_empty(), self.quick) {
-            (false, _) => std::iter::once(default_bound_ms).chain(self.queue_bounds_ms.iter().copied().map(Some)).collect(),
+            (false, _) => {
+                std::iter::once(default_bound_ms).chain(self.queue_bounds_ms.iter().copied().map(Some)).collect()
+            }
             (true, false) => vec![default_bound_ms, Some(50), Some(20), Some(15), Some(10), Some(5)],
             (true, true) => vec![default_bound_ms, Some(20)],
         };

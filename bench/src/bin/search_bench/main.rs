@@ -105,10 +105,8 @@ fn main() -> anyhow::Result<()> {
 fn server_command(config: &BenchConfig, binary: std::path::PathBuf) -> ServerCommand {
     // The queue-time bound off: the bench measures capacity with closed-loop
     // clients, whose calls wait for full batches by design.
-    let defaults = vec![
-        ("--intra-op-threads", config.intra_op_threads.to_string().into()),
-        ("--max-queue-ms", "0".into()),
-    ];
+    let defaults =
+        vec![("--intra-op-threads", config.intra_op_threads.to_string().into()), ("--max-queue-ms", "0".into())];
     ServerCommand::new(binary, defaults, &config.server_args)
 }
 

@@ -157,9 +157,8 @@ async fn measure(
 ) -> anyhow::Result<Vec<StoreResult>> {
     // The queue-time bound off: the bench measures each store's capacity with
     // closed-loop clients, whose calls wait for full batches by design.
-    let defaults = || {
-        vec![("--intra-op-threads", config.intra_op_threads.to_string().into()), ("--max-queue-ms", "0".into())]
-    };
+    let defaults =
+        || vec![("--intra-op-threads", config.intra_op_threads.to_string().into()), ("--max-queue-ms", "0".into())];
     let mut stores = vec![
         start_store(
             config,

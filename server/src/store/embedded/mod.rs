@@ -220,7 +220,11 @@ impl CorpusStore for EmbeddedStore {
                             end_char: chunk.end_char,
                             score,
                             text: None,
-                            metadata: if query.with_metadata { chunk.document.metadata.clone() } else { Default::default() },
+                            metadata: if query.with_metadata {
+                                chunk.document.metadata.clone()
+                            } else {
+                                Default::default()
+                            },
                             vector: if query.with_vector { view.index.get(chunk_id).map(|v| v.to_vec()) } else { None },
                         },
                         byte_range: (chunk.start_byte, chunk.end_byte),

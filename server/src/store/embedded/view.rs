@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use super::redb_file::IndexChanges;
 use crate::corpus::filter::Filter;
-use crate::store::DocumentRecord;
 use crate::error::Result;
 use crate::index::{ChunkId, IndexKind, IndexParams, VectorIndex};
+use crate::store::DocumentRecord;
 
 /// A searchable document's id and metadata.
 #[derive(Debug)]

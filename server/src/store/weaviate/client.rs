@@ -55,7 +55,11 @@ impl Connection {
                     .connect_timeout(Duration::from_secs(2))
                     .timeout(timeout)
                     .tcp_nodelay(true);
-                Ok(GrpcNode { address: address.clone(), channel: endpoint.connect_lazy(), down_until: Mutex::new(None) })
+                Ok(GrpcNode {
+                    address: address.clone(),
+                    channel: endpoint.connect_lazy(),
+                    down_until: Mutex::new(None),
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         let http = reqwest::Client::builder()
@@ -118,7 +122,9 @@ impl Connection {
                 }
             }
         }
-        Err(Error::Unavailable(format!("weaviate store unreachable ({operation}): no node answered; last: {last_error}")))
+        Err(Error::Unavailable(format!(
+            "weaviate store unreachable ({operation}): no node answered; last: {last_error}"
+        )))
     }
 
     /// GET a JSON document from the first node that answers; `Ok(None)` for 404.

@@ -232,7 +232,10 @@ pub async fn create(store: &WeaviateStore, job: JobRecord, documents: Vec<NewDoc
     store
         .put(
             "write_job",
-            vec![header_object(store, &job.id, &header), progress_object(store, &job.id, &progress, &store.server_id, until)],
+            vec![
+                header_object(store, &job.id, &header),
+                progress_object(store, &job.id, &progress, &store.server_id, until),
+            ],
         )
         .await?;
     Ok(JobParts { header, progress, lease_owner: store.server_id.clone(), lease_until: until }.record(&job.id))
@@ -320,9 +323,7 @@ pub async fn claim(store: &WeaviateStore, id: &str) -> Result<Claim> {
     if mine && parts.lease_until - now > lease / 2.0 {
         return Ok(Claim::Granted);
     }
-    store
-        .put("claim_job", vec![progress_object(store, id, &parts.progress, &store.server_id, now + lease)])
-        .await?;
+    store.put("claim_job", vec![progress_object(store, id, &parts.progress, &store.server_id, now + lease)]).await?;
     if mine {
         return Ok(Claim::Granted);
     }

@@ -105,7 +105,8 @@ impl WeaviateStore {
     /// hold vectors of `model_id` with `dim` dimensions. Any failure is a clear
     /// configuration error: the server does not start against a cluster it cannot use.
     pub async fn connect(settings: WeaviateSettings, model_id: &str, dim: usize) -> Result<Self> {
-        let connection = Arc::new(Connection::new(settings.http_urls.clone(), &settings.grpc_addresses, settings.timeout)?);
+        let connection =
+            Arc::new(Connection::new(settings.http_urls.clone(), &settings.grpc_addresses, settings.timeout)?);
         let nodes = read_nodes(&connection).await.map_err(|e| {
             Error::Config(format!("--weaviate-http {}: cannot reach the cluster: {e}", settings.http_urls.join(",")))
         })?;
@@ -140,9 +141,10 @@ impl WeaviateStore {
             counts: Arc::new(Mutex::new(ViewCounts::default())),
         };
         // The data API must answer too, not only the REST one.
-        store.count(&store.names.jobs.clone(), None).await.map_err(|e| {
-            Error::Config(format!("--weaviate-grpc {}: {e}", store.settings.grpc_addresses.join(",")))
-        })?;
+        store
+            .count(&store.names.jobs.clone(), None)
+            .await
+            .map_err(|e| Error::Config(format!("--weaviate-grpc {}: {e}", store.settings.grpc_addresses.join(","))))?;
         store.refresh_counts().await?;
         tracing::info!(
             index = %store.description.index_id,
@@ -207,10 +209,13 @@ impl WeaviateStore {
             filters: filter,
             ..Default::default()
         };
-        let reply = self.connection.call("aggregate", |mut c| {
-            let request = request.clone();
-            async move { c.aggregate(request).await }
-        }).await?;
+        let reply = self
+            .connection
+            .call("aggregate", |mut c| {
+                let request = request.clone();
+                async move { c.aggregate(request).await }
+            })
+            .await?;
         Ok(match reply.result {
             Some(pb::aggregate_reply::Result::SingleResult(single)) => single.objects_count.unwrap_or(0).max(0) as u64,
             _ => 0,
@@ -219,10 +224,13 @@ impl WeaviateStore {
 
     /// Runs a search request.
     async fn query(&self, operation: &'static str, request: pb::SearchRequest) -> Result<Vec<pb::SearchResult>> {
-        let reply = self.connection.call(operation, |mut c| {
-            let request = request.clone();
-            async move { c.search(request).await }
-        }).await?;
+        let reply = self
+            .connection
+            .call(operation, |mut c| {
+                let request = request.clone();
+                async move { c.search(request).await }
+            })
+            .await?;
         Ok(reply.results)
     }
 
@@ -257,10 +265,13 @@ impl WeaviateStore {
                 objects: batch.to_vec(),
                 consistency_level: Some(level(self.settings.write_consistency)),
             };
-            let reply = self.connection.call(operation, |mut c| {
-            let request = request.clone();
-            async move { c.batch_objects(request).await }
-        }).await?;
+            let reply = self
+                .connection
+                .call(operation, |mut c| {
+                    let request = request.clone();
+                    async move { c.batch_objects(request).await }
+                })
+                .await?;
             if let Some(error) = reply.errors.first() {
                 return Err(Error::Unavailable(format!(
                     "weaviate store: {operation}: {} of {} objects not written, e.g. #{}: {}",
@@ -284,10 +295,13 @@ impl WeaviateStore {
                 consistency_level: Some(level(self.settings.write_consistency)),
                 ..Default::default()
             };
-            let reply = self.connection.call(operation, |mut c| {
-            let request = request.clone();
-            async move { c.batch_delete(request).await }
-        }).await?;
+            let reply = self
+                .connection
+                .call(operation, |mut c| {
+                    let request = request.clone();
+                    async move { c.batch_delete(request).await }
+                })
+                .await?;
             if reply.failed > 0 {
                 return Err(Error::Unavailable(format!(
                     "weaviate store: {operation}: {} of {} objects not deleted",
@@ -304,7 +318,10 @@ impl WeaviateStore {
 
     /// The chunk and document objects of indexed documents, and the filter that
     /// selects chunks left over from longer earlier versions.
-    fn document_objects(&self, documents: &[IndexedDocument]) -> (Vec<pb::BatchObject>, Vec<pb::BatchObject>, Vec<pb::Filters>) {
+    fn document_objects(
+        &self,
+        documents: &[IndexedDocument],
+    ) -> (Vec<pb::BatchObject>, Vec<pb::BatchObject>, Vec<pb::Filters>) {
         let mut chunks = Vec::new();
         let mut records = Vec::new();
         let mut stale = Vec::new();
@@ -523,7 +540,9 @@ impl CorpusStore for WeaviateStore {
         if query.count > MAX_RESULTS {
             return Err(Error::invalid(
                 "top_k",
-                format!("offset plus top_k (and rerank candidates) may be at most {MAX_RESULTS} with the weaviate store"),
+                format!(
+                    "offset plus top_k (and rerank candidates) may be at most {MAX_RESULTS} with the weaviate store"
+                ),
             ));
         }
         let mut properties = vec!["doc_id", "chunk_index", "start_char", "end_char"];
@@ -540,7 +559,8 @@ impl CorpusStore for WeaviateStore {
             query.count,
             self.settings.read_consistency,
         );
-        request.metadata = Some(pb::MetadataRequest { distance: true, vector: query.with_vector, ..Default::default() });
+        request.metadata =
+            Some(pb::MetadataRequest { distance: true, vector: query.with_vector, ..Default::default() });
         // `vector_bytes` is deprecated for named vectors; the collection has one unnamed vector.
         #[allow(deprecated)]
         let near_vector = pb::NearVector {
