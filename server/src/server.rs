@@ -36,6 +36,7 @@ use crate::model::onnx::init_runtime;
 use crate::model::pseudo::PseudoModel;
 use crate::model::{ModelInfo, Pooling, Precision};
 use crate::service::embed::{EmbedApi, EmbedApiSettings};
+use crate::service::embed_zero_copy::{MessageLimits, ZeroCopyEmbedService};
 use crate::service::search::SearchApi;
 use crate::stats::Stats;
 use crate::store::CorpusStore;
@@ -130,9 +131,13 @@ impl EmbedServer {
             store_healthy.clone(),
             metrics.clone(),
         );
-        let embed_service = EmbedServiceServer::from_arc(api)
-            .max_decoding_message_size(config.max_request_bytes)
-            .max_encoding_message_size(config.max_response_bytes);
+        let embed_service = ZeroCopyEmbedService::new(
+            api.clone(),
+            EmbedServiceServer::from_arc(api)
+                .max_decoding_message_size(config.max_request_bytes)
+                .max_encoding_message_size(config.max_response_bytes),
+            MessageLimits { max_request_bytes: config.max_request_bytes, max_response_bytes: config.max_response_bytes },
+        );
         let search_service = SearchServiceServer::from_arc(search_api)
             .max_decoding_message_size(config.max_request_bytes)
             .max_encoding_message_size(config.max_response_bytes);

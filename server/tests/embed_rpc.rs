@@ -118,3 +118,41 @@ async fn pseudo_backend_gives_deterministic_unit_vectors() {
     assert_eq!((info.backend.as_str(), info.dim), ("pseudo", 16));
     server.stop().await.unwrap();
 }
+
+/// Unary Embed is framed by hand (the vectors are not copied into tonic's buffer): its
+/// answers must be what tonic's would be, its size limit must still hold, and what it
+/// leaves to tonic (compressed requests) must still reach tonic.
+#[tokio::test(flavor = "multi_thread")]
+async fn hand_framed_embed_answers_hold_the_limits_and_leave_the_rest_to_tonic() {
+    let args = [PSEUDO, &["--pseudo-dim", "64", "--max-response-bytes", "4096"]].concat();
+    let server = InProcessServer::start(&args).await;
+    let mut client = server.client().await;
+
+    // 10 x 64 f32 = 2560 bytes of vectors: within the limit, and every field arrives.
+    let texts: Vec<String> = (0..10).map(|i| format!("text number {i}")).collect();
+    let request = EmbedRequest { inputs: texts.clone(), ..Default::default() };
+    let response = client.embed(request).await.unwrap();
+    assert!(response.metadata().get("x-embedwire-total-ms").is_some(), "timing metadata is kept");
+    let reply = response.into_inner();
+    assert_eq!((reply.count, reply.dim, reply.embeddings.len()), (10, 64, 10 * 64 * 4));
+    assert_eq!(reply.token_counts.len(), 10);
+    assert!(reply.usage.is_some_and(|usage| usage.total_tokens > 0));
+    assert!(!reply.model.is_empty());
+    let one = client.embed(embed_request(&["text number 3"])).await.unwrap().into_inner();
+    assert_eq!(rows(&reply)[3], rows(&one)[0], "a row is the same alone and in a batch");
+
+    // 20 x 64 f32 = 5120 bytes: over --max-response-bytes, refused naming the flag.
+    let texts: Vec<String> = (0..20).map(|i| format!("text number {i}")).collect();
+    let status = client.embed(EmbedRequest { inputs: texts, ..Default::default() }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("--max-response-bytes"), "{}", status.message());
+
+    // A gzip request goes to tonic's generated service, which does not accept gzip.
+    let mut gzip = client.clone().send_compressed(tonic::codec::CompressionEncoding::Gzip);
+    let status = gzip.embed(embed_request(&["hello"])).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
+
+    // And the server still answers.
+    assert_eq!(client.embed(embed_request(&["again"])).await.unwrap().into_inner().count, 1);
+    server.stop().await.unwrap();
+}

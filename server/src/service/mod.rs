@@ -3,7 +3,9 @@
 //!
 //! # Layout
 //! - [`embed`]: `embedwire.v1.EmbedService` (Embed, EmbedStream, Tokenize, Info).
+//! - [`embed_zero_copy`]: unary Embed framed by hand, so the vectors are not copied.
 //! - [`search`]: `embedwire.v1.SearchService` (ingest, jobs, documents, search).
 
 pub mod embed;
+pub mod embed_zero_copy;
 pub mod search;

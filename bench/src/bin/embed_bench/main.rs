@@ -88,6 +88,7 @@ fn main() -> anyhow::Result<()> {
             clients: config.clients,
             clients_per_connection: config.clients_per_connection,
             server_args: config.server_args.clone(),
+            precision: paths.precision,
         },
         ceiling,
         throughput: server.throughput,
