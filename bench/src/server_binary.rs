@@ -21,6 +21,15 @@ pub fn resolve(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     build_into(own.parent().context("the bench binary has no parent directory")?)
 }
 
+/// Variables cargo sets for a process it runs (a test binary: the bench tests call
+/// [`build_into`]). Handed down to the inner cargo they reach build scripts that watch
+/// them (ring's does), which rerun, so ring, rustls, tonic and the server were rebuilt
+/// inside `make test` (2.5 minutes) and again by the next build from a shell.
+fn is_set_by_cargo_for_a_crate(name: &str) -> bool {
+    ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_CRATE_", "CARGO_BIN_"].iter().any(|prefix| name.starts_with(prefix))
+        || matches!(name, "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR" | "CARGO_RUSTC_CURRENT_DIR" | "OUT_DIR")
+}
+
 /// Builds the server with cargo in this crate's profile and returns the binary in
 /// `dir`, the profile's output directory (a test passes the directory of a bench
 /// binary, as its own executable lives in `deps/`).
@@ -32,6 +41,11 @@ pub fn build_into(dir: &Path) -> anyhow::Result<PathBuf> {
     // features than the workspace build of `make setup`, rebuilds them (minutes) and
     // leaves a binary that the next workspace build rebuilds again.
     build.current_dir(workspace).args(["build", "--workspace", "--bin", SERVER_BIN]);
+    for (name, _) in std::env::vars_os() {
+        if let Some(name) = name.to_str().filter(|name| is_set_by_cargo_for_a_crate(name)) {
+            build.env_remove(name);
+        }
+    }
     if !cfg!(debug_assertions) {
         build.arg("--release");
     }
