@@ -123,7 +123,8 @@ async fn answer(api: &EmbedApi, request: Request<Body>, limits: MessageLimits) -
 
 /// The one length-prefixed message of a unary request, within `limit` bytes.
 async fn read_message(body: Body, limit: usize) -> Result<Bytes, tonic::Status> {
-    let too_large = |found: usize| {
+    // `found` is what tonic's message says; a body cut off at the limit only tells "more than".
+    let too_large = |found: String| {
         wire::oversized_message_status(tonic::Status::out_of_range(format!(
             "Error, decoded message length too large: found {found} bytes, the limit is: {limit} bytes"
         )))
@@ -132,7 +133,7 @@ async fn read_message(body: Body, limit: usize) -> Result<Bytes, tonic::Status> 
         .collect()
         .await
         .map_err(|e| match e.downcast_ref::<http_body_util::LengthLimitError>() {
-            Some(_) => too_large(limit + 1),
+            Some(_) => too_large(format!("more than {limit}")),
             None => tonic::Status::cancelled(format!("reading the request: {e}")),
         })?
         .to_bytes();
@@ -144,7 +145,7 @@ async fn read_message(body: Body, limit: usize) -> Result<Bytes, tonic::Status> 
     }
     let length = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;
     if length > limit {
-        return Err(too_large(length));
+        return Err(too_large(length.to_string()));
     }
     if bytes.len() != PREFIX_BYTES + length {
         return Err(tonic::Status::internal("a unary request must hold exactly one gRPC message"));
