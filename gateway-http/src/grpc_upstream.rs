@@ -1,8 +1,8 @@
 //! The upstream of the split deployment: one or more embedwire-server processes
 //! reached over gRPC.
 //!
-//! Embedding is stateless, so embed calls are balanced round-robin over every
-//! upstream. Ingest, search, jobs and index statistics are stateful, and where they
+//! Embedding and reranking are stateless, so embed and rerank calls are balanced
+//! round-robin over every upstream. Ingest, search, jobs and index statistics are stateful, and where they
 //! go depends on the upstreams' stores, which a background probe learns from each
 //! server's `Info` (and its health and index statistics) every
 //! [`GrpcUpstreamSettings::probe_interval`], never once per request:
@@ -33,10 +33,12 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
+use embedwire_proto::v1::rerank_service_client::RerankServiceClient;
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
 use embedwire_proto::v1::{
     EmbedRequest, EmbedResponse, GetIndexStatsRequest, GetIndexStatsResponse, GetJobRequest, GetJobResponse,
-    InfoRequest, InfoResponse, IngestRequest, IngestResponse, SearchRequest, SearchResponse, StoreInfo,
+    InfoRequest, InfoResponse, IngestRequest, IngestResponse, RerankRequest, RerankResponse, SearchRequest,
+    SearchResponse, StoreInfo,
 };
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
@@ -294,6 +296,12 @@ impl GrpcUpstream {
             .max_encoding_message_size(self.settings.max_message_bytes)
     }
 
+    fn rerank_client(&self, channel: Channel) -> RerankServiceClient<Channel> {
+        RerankServiceClient::new(channel)
+            .max_decoding_message_size(self.settings.max_message_bytes)
+            .max_encoding_message_size(self.settings.max_message_bytes)
+    }
+
     fn search_client(&self, channel: Channel) -> SearchServiceClient<Channel> {
         SearchServiceClient::new(channel)
             .max_decoding_message_size(self.settings.max_message_bytes)
@@ -309,7 +317,7 @@ impl GrpcUpstream {
         self.members.iter().map(|member| member.address.clone()).collect()
     }
 
-    /// Embed calls: a rotation over every upstream, healthy ones first.
+    /// Embed and rerank calls: a rotation over every upstream, healthy ones first.
     fn round_robin(&self) -> Vec<usize> {
         let count = self.members.len();
         let first = self.next.fetch_add(1, Ordering::Relaxed) % count;
@@ -479,6 +487,17 @@ impl Upstream for GrpcUpstream {
                 let request = self.request(request.clone());
                 let mut client = self.embed_client(channel);
                 async move { client.embed(request).await }
+            })
+            .await?;
+        Ok(response)
+    }
+
+    async fn rerank(&self, request: RerankRequest) -> Result<tonic::Response<RerankResponse>, Status> {
+        let (_, response) = self
+            .call(self.round_robin(), Retry::Idempotent, |channel| {
+                let request = self.request(request.clone());
+                let mut client = self.rerank_client(channel);
+                async move { client.rerank(request).await }
             })
             .await?;
         Ok(response)

@@ -7,10 +7,12 @@
 use std::sync::{Arc, OnceLock};
 
 use embedwire_proto::v1::embed_service_server::EmbedService;
+use embedwire_proto::v1::rerank_service_server::RerankService;
 use embedwire_proto::v1::search_service_server::SearchService;
 use embedwire_proto::v1::{
     EmbedRequest, EmbedResponse, GetIndexStatsRequest, GetIndexStatsResponse, GetJobRequest, GetJobResponse,
-    InfoRequest, InfoResponse, IngestRequest, IngestResponse, SearchRequest, SearchResponse,
+    InfoRequest, InfoResponse, IngestRequest, IngestResponse, RerankRequest, RerankResponse, SearchRequest,
+    SearchResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -22,9 +24,10 @@ pub type ReadinessProbe = Arc<dyn Fn() -> Readiness + Send + Sync>;
 pub type MetricsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// The server's handlers behind the HTTP routes.
-pub struct InProcessUpstream<E, S> {
+pub struct InProcessUpstream<E, S, R> {
     embed: Arc<E>,
     search: Arc<S>,
+    rerank: Arc<R>,
     readiness: ReadinessProbe,
     metrics: MetricsRenderer,
     /// The index id from Info, once Info reported a store (it does not change while
@@ -32,10 +35,17 @@ pub struct InProcessUpstream<E, S> {
     index_id: OnceLock<String>,
 }
 
-impl<E: EmbedService, S: SearchService> InProcessUpstream<E, S> {
-    /// Routes calls to `embed` and `search`, the same handler objects the gRPC server uses.
-    pub fn new(embed: Arc<E>, search: Arc<S>, readiness: ReadinessProbe, metrics: MetricsRenderer) -> Self {
-        InProcessUpstream { embed, search, readiness, metrics, index_id: OnceLock::new() }
+impl<E: EmbedService, S: SearchService, R: RerankService> InProcessUpstream<E, S, R> {
+    /// Routes calls to `embed`, `search` and `rerank`, the same handler objects the
+    /// gRPC server uses.
+    pub fn new(
+        embed: Arc<E>,
+        search: Arc<S>,
+        rerank: Arc<R>,
+        readiness: ReadinessProbe,
+        metrics: MetricsRenderer,
+    ) -> Self {
+        InProcessUpstream { embed, search, rerank, readiness, metrics, index_id: OnceLock::new() }
     }
 
     /// The store as Info reports it now.
@@ -59,9 +69,13 @@ impl<E: EmbedService, S: SearchService> InProcessUpstream<E, S> {
     }
 }
 
-impl<E: EmbedService, S: SearchService> Upstream for InProcessUpstream<E, S> {
+impl<E: EmbedService, S: SearchService, R: RerankService> Upstream for InProcessUpstream<E, S, R> {
     async fn embed(&self, request: EmbedRequest) -> Result<Response<EmbedResponse>, Status> {
         self.embed.embed(Request::new(request)).await
+    }
+
+    async fn rerank(&self, request: RerankRequest) -> Result<Response<RerankResponse>, Status> {
+        self.rerank.rerank(Request::new(request)).await
     }
 
     async fn info(&self) -> Result<InfoResponse, Status> {

@@ -14,7 +14,7 @@ use std::future::Future;
 use axum::http::{HeaderMap, HeaderValue};
 use embedwire_proto::v1::{
     EmbedRequest, EmbedResponse, GetIndexStatsResponse, GetJobResponse, InfoResponse, IngestRequest, IngestResponse,
-    SearchRequest, SearchResponse, StoreInfo,
+    RerankRequest, RerankResponse, SearchRequest, SearchResponse, StoreInfo,
 };
 use serde::Serialize;
 use tonic::Status;
@@ -178,6 +178,12 @@ pub trait Upstream: Send + Sync + 'static {
         &self,
         request: EmbedRequest,
     ) -> impl Future<Output = Result<tonic::Response<EmbedResponse>, Status>> + Send;
+    /// `RerankService/Rerank`, with the response metadata (the server's timing).
+    /// Stateless like embed: any upstream answers.
+    fn rerank(
+        &self,
+        request: RerankRequest,
+    ) -> impl Future<Output = Result<tonic::Response<RerankResponse>, Status>> + Send;
     /// `EmbedService/Info`.
     fn info(&self) -> impl Future<Output = Result<InfoResponse, Status>> + Send;
     /// `SearchService/Ingest`.
