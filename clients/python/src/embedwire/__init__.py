@@ -11,7 +11,8 @@ no per-value Python work. Arrays from ``embed`` are read-only views of the respo
 # Layout
 - ``client``: :class:`Client`, blocking; ``embed_many`` on a thread pool.
 - ``aio``: :class:`AsyncClient`, the same API on ``grpc.aio``.
-- ``types``: the dataclasses returned and accepted (Job, Hit, Document, Info, ...).
+- ``types``: the dataclasses returned and accepted (Job, Hit, Document, Info,
+  RerankResult, ...).
 - ``errors``: :class:`EmbedwireError` and one subclass per meaningful status code.
 - ``retry``: :class:`RetryPolicy`, backoff on RESOURCE_EXHAUSTED / UNAVAILABLE.
 - ``_wire``: conversions between Python values and proto messages, shared by both.
@@ -50,6 +51,9 @@ from .types import (
     Job,
     JobStatus,
     Limits,
+    Rank,
+    RerankResult,
+    RerankTiming,
     StoredDocument,
     TokenizedInput,
 )
@@ -80,6 +84,9 @@ __all__ = [
     "NO_RETRY",
     "NotFoundError",
     "ProtocolError",
+    "Rank",
+    "RerankResult",
+    "RerankTiming",
     "ResourceExhaustedError",
     "RetryPolicy",
     "StoredDocument",

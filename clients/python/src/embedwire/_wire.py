@@ -27,10 +27,13 @@ from .types import (
     Job,
     JobStatus,
     Limits,
+    Rank,
+    RerankResult,
+    RerankTiming,
     StoredDocument,
     TokenizedInput,
 )
-from .v1 import embed_pb2, search_pb2
+from .v1 import embed_pb2, rerank_pb2, search_pb2
 
 _DTYPE_TO_WIRE: dict[str, int] = {
     "float32": embed_pb2.EMBEDDING_DTYPE_FLOAT32,
@@ -123,6 +126,68 @@ def embed_result(response: embed_pb2.EmbedResponse) -> EmbedResult:
         token_counts=np.array(response.token_counts, dtype=np.uint32),
         prompt_tokens=response.usage.prompt_tokens,
         row_scales=scales,
+    )
+
+
+_TRUNCATION_DIRECTION: dict[str, int] = {
+    "right": rerank_pb2.TRUNCATION_DIRECTION_RIGHT,
+    "left": rerank_pb2.TRUNCATION_DIRECTION_LEFT,
+}
+
+
+def rerank_request(
+    query: str,
+    texts: Sequence[str],
+    *,
+    top_n: int | None,
+    raw_scores: bool,
+    return_text: bool,
+    truncate: bool | None,
+    truncation_direction: str | None,
+    max_tokens_per_text: int | None,
+) -> rerank_pb2.RerankRequest:
+    """A RerankRequest; None leaves an option to the server's default."""
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a string, not {type(query).__name__}")
+    if isinstance(texts, str):
+        raise TypeError("texts must be a sequence of strings, not one string")
+    request = rerank_pb2.RerankRequest(
+        query=query, texts=texts, raw_scores=raw_scores, return_text=return_text  # type: ignore[arg-type]
+    )
+    if top_n is not None:
+        request.top_n = top_n
+    if max_tokens_per_text is not None:
+        request.max_tokens_per_text = max_tokens_per_text
+    if truncate is not None:
+        request.truncate = truncate
+    if truncation_direction is not None:
+        try:
+            request.truncation_direction = _TRUNCATION_DIRECTION[truncation_direction]  # type: ignore[assignment]
+        except KeyError:
+            raise ValueError(
+                f"truncation_direction must be one of {sorted(_TRUNCATION_DIRECTION)}, not {truncation_direction!r}"
+            ) from None
+    return request
+
+
+def rerank_result(response: rerank_pb2.RerankResponse) -> RerankResult:
+    """A RerankResult from a RerankResponse."""
+    metadata = response.metadata
+    return RerankResult(
+        ranks=[
+            Rank(index=r.index, score=r.score, text=r.text if r.HasField("text") else None)
+            for r in response.ranks
+        ],
+        scorer=response.scorer,
+        model=response.model,
+        prompt_tokens=response.usage.prompt_tokens,
+        compute_chars=metadata.compute_chars,
+        timing=RerankTiming(
+            total_ns=metadata.total_time_ns,
+            tokenization_ns=metadata.tokenization_time_ns,
+            queue_ns=metadata.queue_time_ns,
+            inference_ns=metadata.inference_time_ns,
+        ),
     )
 
 
@@ -325,8 +390,10 @@ def info(response: embed_pb2.InfoResponse) -> Info:
             max_batch_size=limits.max_batch_size,
             max_batch_tokens=limits.max_batch_tokens,
             max_input_chars=limits.max_input_chars,
+            max_rerank_texts=limits.max_rerank_texts,
         ),
         version=response.version,
+        rerank_scorer=response.rerank_scorer,
     )
 
 

@@ -37,7 +37,9 @@ from .types import (
     IngestResult,
     IngestStreamResult,
     Job,
+    RerankResult,
     TokenizedInput,
+    TruncationDirection,
 )
 from .v1 import embed_pb2, search_pb2
 
@@ -239,6 +241,35 @@ class AsyncClient:
     async def info(self, *, timeout: float | None = _UNSET) -> Info:
         """The served model (id, dimension, token limit) and the server's limits."""
         return _wire.info(await self._call("Info", embed_pb2.InfoRequest(), self._timeout(timeout)))
+
+    # -- RerankService -------------------------------------------------------------------
+
+    async def rerank(
+        self,
+        query: str,
+        texts: Sequence[str],
+        *,
+        top_n: int | None = None,
+        raw_scores: bool = False,
+        return_text: bool = False,
+        truncate: bool | None = None,
+        truncation_direction: TruncationDirection | None = None,
+        max_tokens_per_text: int | None = None,
+        timeout: float | None = _UNSET,
+    ) -> RerankResult:
+        """Orders texts by relevance to the query, best first; see
+        :meth:`embedwire.Client.rerank`."""
+        request = _wire.rerank_request(
+            query,
+            texts,
+            top_n=top_n,
+            raw_scores=raw_scores,
+            return_text=return_text,
+            truncate=truncate,
+            truncation_direction=truncation_direction,
+            max_tokens_per_text=max_tokens_per_text,
+        )
+        return _wire.rerank_result(await self._call("Rerank", request, self._timeout(timeout)))
 
     # -- health ----------------------------------------------------------------------------
 

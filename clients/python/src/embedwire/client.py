@@ -40,7 +40,9 @@ from .types import (
     IngestResult,
     IngestStreamResult,
     Job,
+    RerankResult,
     TokenizedInput,
+    TruncationDirection,
 )
 from .v1 import embed_pb2, search_pb2
 
@@ -307,6 +309,66 @@ class Client:
     def info(self, *, timeout: float | None = _UNSET) -> Info:
         """The served model (id, dimension, token limit) and the server's limits."""
         return _wire.info(self._call("Info", embed_pb2.InfoRequest(), self._timeout(timeout)))
+
+    # -- RerankService -------------------------------------------------------------------
+
+    def rerank(
+        self,
+        query: str,
+        texts: Sequence[str],
+        *,
+        top_n: int | None = None,
+        raw_scores: bool = False,
+        return_text: bool = False,
+        truncate: bool | None = None,
+        truncation_direction: TruncationDirection | None = None,
+        max_tokens_per_text: int | None = None,
+        timeout: float | None = _UNSET,
+    ) -> RerankResult:
+        """Orders texts by relevance to the query, best first, in one call.
+
+        The server scores with its cross-encoder, or without one with the embedding
+        model: a text's score is then the cosine similarity of its vector to the
+        query's (``result.scorer`` says which).
+
+        Args:
+            query: what the texts are judged against (not empty).
+            texts: the candidates, at least one and at most the server's
+                ``max_rerank_texts`` (``info().limits``), none of them empty.
+            top_n: keep only the n best (default: all of them).
+            raw_scores: a cross-encoder's logit instead of its sigmoid (a bi-encoder's
+                cosine either way).
+            return_text: echo each text in its :class:`Rank`.
+            truncate: cut a (query, text) pair over the scorer's token limit (server
+                default: True); False makes such a pair an INVALID_ARGUMENT error that
+                names ``texts[i]`` or ``query``.
+            truncation_direction: ``"right"`` (server default) or ``"left"``: the end
+                an over-long text loses tokens from.
+            max_tokens_per_text: cut each text to at most this many of the scorer's
+                tokens before pairing it with the query (Cohere's max_tokens_per_doc;
+                default: only the scorer's own limit).
+            timeout: deadline in seconds, retries included (default: the client's).
+
+        Returns:
+            A :class:`RerankResult`: ``ranks`` best first, each with the text's
+            ``index`` in ``texts``, its ``score`` and (with return_text) its ``text``.
+
+        Raises:
+            InvalidArgumentError: an empty query or text, an over-long pair with
+                truncate=False, or more texts than the server's limit (OUT_OF_RANGE);
+                the message names the field.
+        """
+        request = _wire.rerank_request(
+            query,
+            texts,
+            top_n=top_n,
+            raw_scores=raw_scores,
+            return_text=return_text,
+            truncate=truncate,
+            truncation_direction=truncation_direction,
+            max_tokens_per_text=max_tokens_per_text,
+        )
+        return _wire.rerank_result(self._call("Rerank", request, self._timeout(timeout)))
 
     # -- health ----------------------------------------------------------------------------
 

@@ -16,6 +16,9 @@ import numpy as np
 #: bandwidth matters; ``"float32_list"`` exists only to benchmark protobuf's repeated float.
 Dtype = Literal["float32", "float16", "int8", "ubinary", "float32_list"]
 
+#: Which end of an over-long text a rerank cuts tokens from (server default: ``"right"``).
+TruncationDirection = Literal["right", "left"]
+
 #: A metadata filter: a proto ``embedwire.v1.Filter``, or a mapping read as "every key
 #: must match": a string value must equal, a list or tuple value lists accepted values.
 FilterLike = Union["Filter", Mapping[str, Union[str, Sequence[str]]]]
@@ -55,6 +58,59 @@ class EmbedResult:
     token_counts: np.ndarray
     prompt_tokens: int
     row_scales: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Rank:
+    """One text's place in a rerank answer.
+
+    Attributes:
+        index: the text's position in the ``texts`` given to rerank.
+        score: its relevance, higher is better: a probability in [0, 1] from a
+            cross-encoder (its logit with ``raw_scores``), the cosine similarity in
+            [-1, 1] from a bi-encoder.
+        text: the text itself with ``return_text``, else None.
+    """
+
+    index: int
+    score: float
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class RerankTiming:
+    """Where a rerank call's time went on the server, in nanoseconds."""
+
+    #: From the request's arrival to its answer.
+    total_ns: int
+    #: Tokenizing the (query, text) pairs.
+    tokenization_ns: int
+    #: Waiting from queueing to the start of the first batch.
+    queue_ns: int
+    #: Model time of the batches that held the pairs.
+    inference_ns: int
+
+
+@dataclass(frozen=True)
+class RerankResult:
+    """A Rerank response.
+
+    Attributes:
+        ranks: the texts best first (the ``top_n`` best when it was given).
+        scorer: what scored them: ``"cross-encoder:<model id>"`` or
+            ``"bi-encoder:<model id>"``.
+        model: the scorer's model id.
+        prompt_tokens: tokens the model read for this call, special tokens included.
+        compute_chars: characters scored (query and texts).
+        timing: the server's time spent, by stage.
+    """
+
+    ranks: list[Rank]
+    scorer: str
+    model: str
+    prompt_tokens: int
+    compute_chars: int
+    timing: RerankTiming
 
 
 @dataclass(frozen=True)
@@ -190,6 +246,8 @@ class Limits:
     max_batch_size: int
     max_batch_tokens: int
     max_input_chars: int
+    #: The most texts one rerank call may carry (0 from a server without RerankService).
+    max_rerank_texts: int = 0
 
 
 @dataclass(frozen=True)
@@ -204,6 +262,10 @@ class Info:
     dtypes: tuple[str, ...]
     limits: Limits
     version: str
+    #: What rerank scores with: ``"cross-encoder:<model id>"`` or
+    #: ``"bi-encoder:<model id>"`` (the embedding model's cosine similarity); "" from a
+    #: server without RerankService.
+    rerank_scorer: str = ""
 
 
 @dataclass(frozen=True)

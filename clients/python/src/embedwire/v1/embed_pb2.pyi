@@ -123,7 +123,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("model", "dim", "max_input_tokens", "pooling", "backend", "dtypes", "limits", "version", "store", "precision")
+    __slots__ = ("model", "dim", "max_input_tokens", "pooling", "backend", "dtypes", "limits", "version", "store", "precision", "rerank_scorer")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     MAX_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +134,7 @@ class InfoResponse(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
+    RERANK_SCORER_FIELD_NUMBER: _ClassVar[int]
     model: str
     dim: int
     max_input_tokens: int
@@ -144,7 +145,8 @@ class InfoResponse(_message.Message):
     version: str
     store: StoreInfo
     precision: str
-    def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., pooling: _Optional[str] = ..., backend: _Optional[str] = ..., dtypes: _Optional[_Iterable[_Union[EmbeddingDtype, str]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., version: _Optional[str] = ..., store: _Optional[_Union[StoreInfo, _Mapping]] = ..., precision: _Optional[str] = ...) -> None: ...
+    rerank_scorer: str
+    def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., pooling: _Optional[str] = ..., backend: _Optional[str] = ..., dtypes: _Optional[_Iterable[_Union[EmbeddingDtype, str]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., version: _Optional[str] = ..., store: _Optional[_Union[StoreInfo, _Mapping]] = ..., precision: _Optional[str] = ..., rerank_scorer: _Optional[str] = ...) -> None: ...
 
 class StoreInfo(_message.Message):
     __slots__ = ("kind", "shared", "index_id", "healthy", "nodes")
@@ -171,17 +173,19 @@ class StoreNode(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., healthy: _Optional[bool] = ...) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("max_inputs_per_request", "max_request_bytes", "max_in_flight_inputs", "max_batch_size", "max_batch_tokens", "max_input_chars")
+    __slots__ = ("max_inputs_per_request", "max_request_bytes", "max_in_flight_inputs", "max_batch_size", "max_batch_tokens", "max_input_chars", "max_rerank_texts")
     MAX_INPUTS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
     MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_IN_FLIGHT_INPUTS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_INPUT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RERANK_TEXTS_FIELD_NUMBER: _ClassVar[int]
     max_inputs_per_request: int
     max_request_bytes: int
     max_in_flight_inputs: int
     max_batch_size: int
     max_batch_tokens: int
     max_input_chars: int
-    def __init__(self, max_inputs_per_request: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., max_in_flight_inputs: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., max_batch_tokens: _Optional[int] = ..., max_input_chars: _Optional[int] = ...) -> None: ...
+    max_rerank_texts: int
+    def __init__(self, max_inputs_per_request: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., max_in_flight_inputs: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., max_batch_tokens: _Optional[int] = ..., max_input_chars: _Optional[int] = ..., max_rerank_texts: _Optional[int] = ...) -> None: ...
