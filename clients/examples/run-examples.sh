@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Go and Node example clients from proto/ and runs each against a server;
-# each embeds one text and prints the vector's dimension, labelled ("go: 384").
+# each embeds one text and prints the vector's dimension ("go: 384"), then reranks
+# three texts against a query and prints the best one's index and the scorer
+# ("go rerank: best=1 scorer=bi-encoder:MODEL"). The examples print these labelled
+# lines themselves; this script only builds and runs them.
 #
 # Usage: clients/examples/run-examples.sh HOST:PORT [go] [node]   (default: both)
 #
@@ -54,9 +57,7 @@ run_go() {
     PATH="$gen_go:$gen_grpc:$PATH" "$BUF" generate
     GOFLAGS=-mod=mod go build -o "$CACHE/examples/embed-go" .
   ) >&2
-  local dim
-  dim="$("$CACHE/examples/embed-go" "$ADDR")"
-  echo "go: $dim"
+  "$CACHE/examples/embed-go" "$ADDR"
 }
 
 run_node() {
@@ -81,9 +82,7 @@ run_node() {
     "$BUF" generate
     node_modules/.bin/tsc -p .
   ) >&2
-  local dim
-  dim="$(node "$HERE/node/dist/src/main.js" "$ADDR")"
-  echo "node: $dim"
+  node "$HERE/node/dist/src/main.js" "$ADDR"
 }
 
 for example in "${WHICH[@]}"; do

@@ -1,5 +1,11 @@
 // Command embed embeds one text with an embedwire server and prints the dimension of
-// its vector: the smallest complete Go client, from code generated off proto/.
+// its vector, then reranks three short texts against a query and prints the best one:
+// the smallest complete Go client, from code generated off proto/.
+//
+// Output (stdout), one labelled line per call:
+//
+//	go: 384
+//	go rerank: best=1 scorer=bi-encoder:sentence-transformers/all-MiniLM-L6-v2
 //
 // Usage: go run . HOST:PORT [TEXT]
 package main
@@ -59,6 +65,41 @@ func run(address, text string) error {
 		vector[i] = math.Float32frombits(binary.LittleEndian.Uint32(response.GetEmbeddings()[4*i:]))
 	}
 	fmt.Fprintf(os.Stderr, "model %s, first values %v\n", response.GetModel(), vector[:3])
-	fmt.Println(len(vector))
+	fmt.Printf("go: %d\n", len(vector))
+
+	return rerank(ctx, embedwirev1.NewRerankServiceClient(conn))
+}
+
+// rerankQuery and rerankTexts make a rerank whose answer is obvious: only texts[1] is
+// about the query.
+const rerankQuery = "How do I bake bread at home?"
+
+var rerankTexts = []string{
+	"The stock market fell sharply on Tuesday.",
+	"Knead the dough, let it rise, then bake the loaf for 30 minutes.",
+	"Cats sleep for most of the day.",
+}
+
+// rerank orders rerankTexts by relevance to rerankQuery and prints the index of the
+// best one and what scored them (a cross-encoder, or the embedding model's cosine).
+func rerank(ctx context.Context, client embedwirev1.RerankServiceClient) error {
+	response, err := client.Rerank(ctx, &embedwirev1.RerankRequest{
+		Query: rerankQuery,
+		Texts: rerankTexts,
+	})
+	if err != nil {
+		return fmt.Errorf("rerank: %w", err)
+	}
+	ranks := response.GetRanks() // best first
+	if len(ranks) != len(rerankTexts) {
+		return fmt.Errorf("rerank: %d ranks for %d texts", len(ranks), len(rerankTexts))
+	}
+	for _, rank := range ranks {
+		if int(rank.GetIndex()) >= len(rerankTexts) {
+			return fmt.Errorf("rerank: index %d out of %d texts", rank.GetIndex(), len(rerankTexts))
+		}
+		fmt.Fprintf(os.Stderr, "rerank %d %.4f %q\n", rank.GetIndex(), rank.GetScore(), rerankTexts[rank.GetIndex()])
+	}
+	fmt.Printf("go rerank: best=%d scorer=%s\n", ranks[0].GetIndex(), response.GetScorer())
 	return nil
 }
