@@ -1,5 +1,9 @@
 //! Dynamic batching: sequences from concurrent requests share model batches.
 //!
+//! One batcher serves each model: the embedding model (token id sequences in, one
+//! vector each out) and the cross-encoder ((query, text) pairs in, one score each
+//! out); [`BatchModel::Input`] is what a sequence is for the model at hand.
+//!
 //! Requests put tokenized sequences on a queue; one model thread takes a window of
 //! waiting sequences, sorts it by length (so sequences of similar length share a
 //! batch and little is spent on padding), cuts it into batches under a token budget
@@ -23,12 +27,29 @@ use crate::error::{Error, Result};
 use crate::stats::Stats;
 use crate::work_ahead::WorkAhead;
 
-/// A model the batcher can drive: token id sequences in, one pooled vector each out.
+/// One tokenized input as it waits for the model.
+pub trait BatchInput: Send + 'static {
+    /// Tokens it feeds the model, before padding: what budgets and queue-time
+    /// estimates count.
+    fn token_count(&self) -> usize;
+}
+
+impl BatchInput for Vec<u32> {
+    fn token_count(&self) -> usize {
+        self.len()
+    }
+}
+
+/// A model the batcher can drive: tokenized inputs in, `dim` values each out.
 pub trait BatchModel: Send + 'static {
-    /// Dimensions of one output vector.
+    /// What one input is (token ids; a tokenized pair).
+    type Input: BatchInput;
+    /// The model thread's name, as profilers and `top -H` show it.
+    const THREAD_NAME: &'static str = "embedwire-model";
+    /// Values out per input (a vector's dimensions; 1 for a score).
     fn dim(&self) -> usize;
-    /// Embeds `batch`, returning `batch.len() * dim` values, row-major.
-    fn embed_batch(&mut self, batch: &[&[u32]]) -> Result<Vec<f32>>;
+    /// Runs `batch`, returning `batch.len() * dim` values, row-major.
+    fn run_batch(&mut self, batch: &[&Self::Input]) -> Result<Vec<f32>>;
 }
 
 /// How batches are formed.
@@ -70,22 +91,22 @@ pub struct BatchTiming {
 }
 
 /// Owns the model thread; dropping it finishes queued work and stops the thread.
-pub struct TokenBudgetBatcher {
-    queue: Arc<SequenceQueue>,
+pub struct TokenBudgetBatcher<I: BatchInput = Vec<u32>> {
+    queue: Arc<SequenceQueue<I>>,
     work_ahead: Arc<WorkAhead>,
     dim: usize,
     worker: Option<JoinHandle<()>>,
 }
 
-impl TokenBudgetBatcher {
+impl<I: BatchInput> TokenBudgetBatcher<I> {
     /// Starts the model thread for `model`.
-    pub fn start<M: BatchModel>(model: M, limits: BatchLimits, stats: Arc<Stats>) -> Result<Self> {
+    pub fn start<M: BatchModel<Input = I>>(model: M, limits: BatchLimits, stats: Arc<Stats>) -> Result<Self> {
         let queue = Arc::new(SequenceQueue::default());
         let work_ahead = Arc::new(WorkAhead::default());
         let dim = model.dim();
         let (worker_queue, worker_work_ahead) = (queue.clone(), work_ahead.clone());
         let worker = std::thread::Builder::new()
-            .name("embedwire-model".into())
+            .name(M::THREAD_NAME.into())
             .spawn(move || run_model_thread(model, &worker_queue, limits, &stats, &worker_work_ahead))
             .map_err(|e| Error::Config(format!("starting the model thread: {e}")))?;
         Ok(TokenBudgetBatcher { queue, work_ahead, dim, worker: Some(worker) })
@@ -93,7 +114,7 @@ impl TokenBudgetBatcher {
 
     /// Queues the sequences of one request. The reply comes when all are embedded,
     /// or an error when one failed; dropping the reply cancels what has not run yet.
-    pub fn submit(&self, sequences: Vec<Vec<u32>>, priority: Priority) -> BatchReply {
+    pub fn submit(&self, sequences: Vec<I>, priority: Priority) -> BatchReply {
         let (reply, receiver) = oneshot::channel();
         if sequences.is_empty() {
             let _ = reply.send(Ok((Vec::new(), BatchTiming::default())));
@@ -111,14 +132,14 @@ impl TokenBudgetBatcher {
         });
         let interactive = priority == Priority::Interactive;
         if interactive {
-            self.work_ahead.add(sequences.iter().map(|ids| ids.len() as u64).sum());
+            self.work_ahead.add(sequences.iter().map(|input| input.token_count() as u64).sum());
         }
         self.queue.push(
             priority,
-            sequences.into_iter().enumerate().map(|(row, ids)| QueuedSequence {
+            sequences.into_iter().enumerate().map(|(row, input)| QueuedSequence {
                 job: job.clone(),
                 row,
-                ids,
+                input,
                 interactive,
             }),
         );
@@ -136,7 +157,7 @@ impl TokenBudgetBatcher {
     }
 }
 
-impl Drop for TokenBudgetBatcher {
+impl<I: BatchInput> Drop for TokenBudgetBatcher<I> {
     fn drop(&mut self) {
         self.queue.close();
         if let Some(worker) = self.worker.take() {
@@ -205,41 +226,51 @@ impl Job {
     }
 }
 
-struct QueuedSequence {
+struct QueuedSequence<I> {
     job: Arc<Job>,
     /// The sequence's row in its job's output.
     row: usize,
-    ids: Vec<u32>,
+    input: I,
     /// Counted in the work ahead (interactive priority).
     interactive: bool,
 }
 
 /// Interactive tokens among `sequences`.
-fn interactive_tokens<'a>(sequences: impl IntoIterator<Item = &'a QueuedSequence>) -> u64 {
-    sequences.into_iter().filter(|s| s.interactive).map(|s| s.ids.len() as u64).sum()
+fn interactive_tokens<'a, I: BatchInput>(sequences: impl IntoIterator<Item = &'a QueuedSequence<I>>) -> u64 {
+    sequences.into_iter().filter(|s| s.interactive).map(|s| s.input.token_count() as u64).sum()
 }
 
-#[derive(Default)]
-struct SequenceQueue {
-    state: Mutex<QueueState>,
+struct SequenceQueue<I> {
+    state: Mutex<QueueState<I>>,
     changed: Condvar,
 }
 
-#[derive(Default)]
-struct QueueState {
-    interactive: VecDeque<QueuedSequence>,
-    bulk: VecDeque<QueuedSequence>,
+impl<I> Default for SequenceQueue<I> {
+    fn default() -> Self {
+        SequenceQueue { state: Mutex::new(QueueState::default()), changed: Condvar::new() }
+    }
+}
+
+struct QueueState<I> {
+    interactive: VecDeque<QueuedSequence<I>>,
+    bulk: VecDeque<QueuedSequence<I>>,
     closed: bool,
 }
 
-impl QueueState {
+impl<I> Default for QueueState<I> {
+    fn default() -> Self {
+        QueueState { interactive: VecDeque::new(), bulk: VecDeque::new(), closed: false }
+    }
+}
+
+impl<I> QueueState<I> {
     fn waiting(&self) -> usize {
         self.interactive.len() + self.bulk.len()
     }
 }
 
-impl SequenceQueue {
-    fn lock(&self) -> MutexGuard<'_, QueueState> {
+impl<I: BatchInput> SequenceQueue<I> {
+    fn lock(&self) -> MutexGuard<'_, QueueState<I>> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
@@ -249,7 +280,7 @@ impl SequenceQueue {
         state.interactive.len() + state.bulk.len()
     }
 
-    fn push(&self, priority: Priority, sequences: impl Iterator<Item = QueuedSequence>) {
+    fn push(&self, priority: Priority, sequences: impl Iterator<Item = QueuedSequence<I>>) {
         let mut state = self.lock();
         match priority {
             Priority::Interactive => state.interactive.extend(sequences),
@@ -274,7 +305,7 @@ impl SequenceQueue {
         fill_target: usize,
         bulk_due: bool,
         limits: BatchLimits,
-    ) -> Option<Window> {
+    ) -> Option<Window<I>> {
         let mut state = self.lock();
         while state.waiting() == 0 {
             if state.closed {
@@ -303,8 +334,8 @@ impl SequenceQueue {
 }
 
 /// Sequences taken off the queue together, all of one lane.
-struct Window {
-    sequences: Vec<QueuedSequence>,
+struct Window<I> {
+    sequences: Vec<QueuedSequence<I>>,
     priority: Priority,
 }
 
@@ -315,11 +346,11 @@ struct Window {
 pub const INTERACTIVE_BATCHES_PER_BULK: usize = 4;
 
 /// How many sequences from the front of `queue` make one batch under the limits.
-fn one_batch_of(queue: &VecDeque<QueuedSequence>, limits: BatchLimits) -> usize {
+fn one_batch_of<I: BatchInput>(queue: &VecDeque<QueuedSequence<I>>, limits: BatchLimits) -> usize {
     let mut longest = 0;
     let mut count = 0;
     for sequence in queue.iter().take(limits.max_batch_size) {
-        longest = longest.max(sequence.ids.len());
+        longest = longest.max(sequence.input.token_count());
         if count > 0 && (count + 1) * longest > limits.max_bulk_batch_tokens {
             break;
         }
@@ -334,7 +365,7 @@ const BATCHES_PER_WINDOW: usize = 4;
 
 fn run_model_thread<M: BatchModel>(
     mut model: M,
-    queue: &SequenceQueue,
+    queue: &SequenceQueue<M::Input>,
     limits: BatchLimits,
     stats: &Stats,
     work_ahead: &WorkAhead,
@@ -347,7 +378,7 @@ fn run_model_thread<M: BatchModel>(
         let Some(window) = queue.take_window(window_size, previous_batch_size, bulk_due, limits) else { break };
         stats.queue_depth.store(queue.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let mut live = drop_abandoned(window.sequences, stats, work_ahead);
-        live.sort_by_key(|s| s.ids.len());
+        live.sort_by_key(|s| s.input.token_count());
         for batch in split_under_budget(live, limits) {
             // Callers may have left while earlier batches of this window ran.
             let batch = drop_abandoned(batch, stats, work_ahead);
@@ -365,9 +396,13 @@ fn run_model_thread<M: BatchModel>(
 }
 
 /// Keeps the sequences someone still waits for, counting the others as dropped.
-fn drop_abandoned(sequences: Vec<QueuedSequence>, stats: &Stats, work_ahead: &WorkAhead) -> Vec<QueuedSequence> {
+fn drop_abandoned<I: BatchInput>(
+    sequences: Vec<QueuedSequence<I>>,
+    stats: &Stats,
+    work_ahead: &WorkAhead,
+) -> Vec<QueuedSequence<I>> {
     let before = sequences.len();
-    let (live, dropped): (Vec<QueuedSequence>, Vec<QueuedSequence>) =
+    let (live, dropped): (Vec<QueuedSequence<I>>, Vec<QueuedSequence<I>>) =
         sequences.into_iter().partition(|s| !s.job.is_abandoned());
     work_ahead.remove(interactive_tokens(&dropped));
     Stats::add(&stats.dropped_sequences, (before - live.len()) as u64);
@@ -376,12 +411,15 @@ fn drop_abandoned(sequences: Vec<QueuedSequence>, stats: &Stats, work_ahead: &Wo
 
 /// Cuts length-sorted sequences into consecutive batches: each at most
 /// max_batch_size long and at most max_batch_tokens once padded to its longest.
-fn split_under_budget(sorted: Vec<QueuedSequence>, limits: BatchLimits) -> Vec<Vec<QueuedSequence>> {
-    let mut batches: Vec<Vec<QueuedSequence>> = Vec::new();
-    let mut current: Vec<QueuedSequence> = Vec::new();
+fn split_under_budget<I: BatchInput>(
+    sorted: Vec<QueuedSequence<I>>,
+    limits: BatchLimits,
+) -> Vec<Vec<QueuedSequence<I>>> {
+    let mut batches: Vec<Vec<QueuedSequence<I>>> = Vec::new();
+    let mut current: Vec<QueuedSequence<I>> = Vec::new();
     for sequence in sorted {
         // Sorted ascending, so the newcomer is the longest: it sets the padding.
-        let padded_tokens = (current.len() + 1) * sequence.ids.len();
+        let padded_tokens = (current.len() + 1) * sequence.input.token_count();
         if !current.is_empty() && (current.len() == limits.max_batch_size || padded_tokens > limits.max_batch_tokens) {
             batches.push(std::mem::take(&mut current));
         }
@@ -394,13 +432,18 @@ fn split_under_budget(sorted: Vec<QueuedSequence>, limits: BatchLimits) -> Vec<V
 }
 
 /// Runs one batch, takes it off the work ahead, and answers its jobs.
-fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence], stats: &Stats, work_ahead: &WorkAhead) {
-    let ids: Vec<&[u32]> = batch.iter().map(|s| s.ids.as_slice()).collect();
-    let longest = ids.iter().map(|s| s.len()).max().unwrap_or(0);
+fn run_batch<M: BatchModel>(
+    model: &mut M,
+    batch: &[QueuedSequence<M::Input>],
+    stats: &Stats,
+    work_ahead: &WorkAhead,
+) {
+    let inputs: Vec<&M::Input> = batch.iter().map(|s| &s.input).collect();
+    let longest = inputs.iter().map(|s| s.token_count()).max().unwrap_or(0);
     Stats::add(&stats.batches, 1);
     Stats::add(&stats.sequences, batch.len() as u64);
     Stats::add(&stats.padded_tokens, (longest * batch.len()) as u64);
-    Stats::add(&stats.real_tokens, ids.iter().map(|s| s.len() as u64).sum());
+    Stats::add(&stats.real_tokens, inputs.iter().map(|s| s.token_count() as u64).sum());
     stats.batch_size.observe(batch.len() as f64);
     stats.batch_tokens.observe((longest * batch.len()) as f64);
     let started = Instant::now();
@@ -408,7 +451,7 @@ fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence], stats: &Sta
         stats.queue_wait_seconds.observe(started.saturating_duration_since(sequence.job.submitted).as_secs_f64());
     }
     let dim = model.dim();
-    let result = model.embed_batch(&ids);
+    let result = model.run_batch(&inputs);
     let took = started.elapsed();
     stats.inference_seconds.observe(took.as_secs_f64());
     // Before any answer goes out, so a caller that got one sees the work gone.
@@ -452,11 +495,13 @@ mod tests {
     }
 
     impl BatchModel for RecordingModel {
+        type Input = Vec<u32>;
+
         fn dim(&self) -> usize {
             2
         }
 
-        fn embed_batch(&mut self, batch: &[&[u32]]) -> Result<Vec<f32>> {
+        fn run_batch(&mut self, batch: &[&Vec<u32>]) -> Result<Vec<f32>> {
             self.batches.lock().unwrap().push(batch.iter().map(|s| s.len()).collect());
             Ok(batch.iter().flat_map(|s| [s.len() as f32, s[0] as f32]).collect())
         }
@@ -491,11 +536,11 @@ mod tests {
         });
         let sorted: Vec<QueuedSequence> = [2, 2, 3, 3, 3, 10]
             .iter()
-            .map(|&len| QueuedSequence { job: job.clone(), row: 0, ids: vec![1; len], interactive: true })
+            .map(|&len| QueuedSequence { job: job.clone(), row: 0, input: vec![1; len], interactive: true })
             .collect();
         let sizes: Vec<Vec<usize>> = split_under_budget(sorted, limits(3, 9))
             .iter()
-            .map(|batch| batch.iter().map(|s| s.ids.len()).collect())
+            .map(|batch| batch.iter().map(|s| s.input.len()).collect())
             .collect();
         // [2,2,3] pads to 9 tokens; [3,3] next; 10 alone even though it is over budget.
         assert_eq!(sizes, vec![vec![2, 2, 3], vec![3, 3], vec![10]]);
@@ -530,15 +575,17 @@ mod tests {
     }
 
     impl BatchModel for GatedModel {
+        type Input = Vec<u32>;
+
         fn dim(&self) -> usize {
             2
         }
 
-        fn embed_batch(&mut self, batch: &[&[u32]]) -> Result<Vec<f32>> {
+        fn run_batch(&mut self, batch: &[&Vec<u32>]) -> Result<Vec<f32>> {
             if self.entered.send(()).is_ok() {
                 let _ = self.release.recv();
             }
-            self.inner.embed_batch(batch)
+            self.inner.run_batch(batch)
         }
     }
 

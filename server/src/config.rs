@@ -290,13 +290,23 @@ pub struct ServerConfig {
     pub max_queries_per_request: usize,
 
     /// Cross-encoder model directory (model.onnx with a `logits` output, tokenizer.json,
-    /// config.json) for the optional rerank stage of search.
+    /// config.json) that RerankService and search's rerank stage score with. Without
+    /// one, rerank scores by the embedding model's cosine similarity (bi-encoder).
     #[arg(long, env = "EMBEDWIRE_RERANK_MODEL_DIR")]
     pub rerank_model_dir: Option<PathBuf>,
 
-    /// Candidates the cross-encoder re-scores per query.
+    /// The cross-encoder's id, as Info and rerank responses name it; default: the
+    /// name of --rerank-model-dir.
+    #[arg(long, env = "EMBEDWIRE_RERANK_MODEL_ID")]
+    pub rerank_model_id: Option<String>,
+
+    /// Candidates search's rerank stage re-scores per query.
     #[arg(long, env = "EMBEDWIRE_RERANK_CANDIDATES", default_value_t = 50)]
     pub rerank_candidates: usize,
+
+    /// Most texts in one Rerank call (Cohere's limit); more is OUT_OF_RANGE (HTTP 413).
+    #[arg(long, env = "EMBEDWIRE_MAX_RERANK_TEXTS", default_value_t = 1000)]
+    pub max_rerank_texts: usize,
 
     /// Seconds in-flight requests get to finish after SIGINT/SIGTERM.
     #[arg(long, env = "EMBEDWIRE_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
@@ -447,6 +457,7 @@ impl ServerConfig {
             ("--max-stream-top-k", self.max_stream_top_k),
             ("--max-queries-per-request", self.max_queries_per_request),
             ("--rerank-candidates", self.rerank_candidates),
+            ("--max-rerank-texts", self.max_rerank_texts),
             ("--hnsw-m", self.hnsw_m),
             ("--hnsw-ef-construction", self.hnsw_ef_construction),
             ("--hnsw-ef-search", self.hnsw_ef_search),

@@ -11,6 +11,10 @@ pub enum Error {
     /// A limit on load or size was hit; retrying later (or smaller) may work.
     #[error("{0}")]
     ResourceExhausted(String),
+    /// A count over a limit the server will never raise for this call (more texts
+    /// than a Rerank call may carry): send less, not later.
+    #[error("{0}")]
+    OutOfRange(String),
     /// The server cannot answer now: the model is loading, or no upstream is reachable.
     #[error("{0}")]
     Unavailable(String),

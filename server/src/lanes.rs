@@ -79,14 +79,22 @@ pub fn admit(work_ahead: &WorkAhead, bound: Option<Duration>, inputs: usize) -> 
     if inputs > INTERACTIVE_MAX_INPUTS {
         return Ok(Priority::Bulk);
     }
+    admit_within(work_ahead, bound, &format!("{AUTO_BOUND_LONE_TEXTS} x the model's time for one short text"))?;
+    Ok(Priority::Interactive)
+}
+
+/// Admits a call while the interactive work queued ahead fits in `bound`, whatever
+/// its size; `default_bound` says how the bound is derived when `--max-queue-ms` is
+/// not set, for the refusal's message.
+pub fn admit_within(work_ahead: &WorkAhead, bound: Duration, default_bound: &str) -> Result<()> {
     // No batch measured yet: nothing to go by, so nothing is refused.
-    let Some(wait) = work_ahead.expected_wait() else { return Ok(Priority::Interactive) };
+    let Some(wait) = work_ahead.expected_wait() else { return Ok(()) };
     if wait <= bound {
-        return Ok(Priority::Interactive);
+        return Ok(());
     }
     Err(Error::ResourceExhausted(format!(
         "server overloaded: about {} ms of model work is queued ahead, more than the {} ms queue-time bound \
-         (--max-queue-ms; by default {AUTO_BOUND_LONE_TEXTS} x the model's time for one short text); retry later",
+         (--max-queue-ms; by default {default_bound}); retry later",
         wait.as_millis(),
         bound.as_millis()
     )))

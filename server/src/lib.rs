@@ -8,7 +8,8 @@
 //! - [`service`]: the gRPC handlers, thin over the engine.
 //! - [`wire`]: conversions between `embedwire.v1` messages and domain types, and the
 //!   one mapping from [`Error`] to a gRPC status.
-//! - [`corpus`]: the core of search: chunking, jobs, search planning, rerank.
+//! - [`corpus`]: the core of search: chunking, jobs, search planning.
+//! - [`rerank`]: the rerank engine and its scorers (cross-encoder, bi-encoder).
 //! - [`store`]: the storage seam and its engines (embedded redb + index, Weaviate).
 //! - [`index`]: vector indexes (exact SIMD scan, HNSW).
 //! - [`engine`]: the request pipeline: validation, admission, backend, options.
@@ -32,6 +33,7 @@ pub mod index;
 pub mod lanes;
 pub mod metrics;
 pub mod model;
+pub mod rerank;
 pub mod server;
 pub mod service;
 pub mod stats;

@@ -1,7 +1,7 @@
 //! The server's own counters in Prometheus text format, appended by the HTTP layer to
 //! its `/metrics` page: model batches, sequences and tokens, overload rejections,
-//! dropped sequences, the index size, and store calls (latency and errors by
-//! operation, for stores reached over a network).
+//! dropped sequences, rerank calls, pairs, batches and latency, the index size, and
+//! store calls (latency and errors by operation, for stores reached over a network).
 
 use std::fmt::Write;
 use std::sync::atomic::AtomicU64;
@@ -15,10 +15,11 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::corpus::Corpus;
+use crate::rerank::{RerankEngine, RerankStats};
 use crate::stats::Stats;
 
-/// Renders `stats` and the corpus's size (once it is open).
-pub fn render(stats: &Stats, corpus: &OnceLock<Arc<Corpus>>) -> String {
+/// Renders `stats`, the rerank engine's and the corpus's size (once loaded).
+pub fn render(stats: &Stats, corpus: &OnceLock<Arc<Corpus>>, rerank: &OnceLock<Arc<RerankEngine>>) -> String {
     let mut text = String::new();
     let counters: [(&str, &str, &AtomicU64); 8] = [
         ("embedwire_embed_requests_total", "Embed calls and stream requests that reached the engine", &stats.requests),
@@ -55,6 +56,9 @@ pub fn render(stats: &Stats, corpus: &OnceLock<Arc<Corpus>>) -> String {
         "Time a sequence waited for its batch",
         stats.queue_wait_seconds.clone(),
     );
+    if let Some(rerank) = rerank.get() {
+        register_rerank(&mut registry, rerank.stats(), &mut text);
+    }
     let store = StoreMetrics::global();
     registry.register(
         "embedwire_store_request_seconds",
@@ -81,6 +85,48 @@ pub fn render(stats: &Stats, corpus: &OnceLock<Arc<Corpus>>) -> String {
         }
     }
     text
+}
+
+/// The rerank engine's counters (into `text`) and histograms (into `registry`).
+/// Names as the embedding model's with `rerank` in them; the cross-encoder's batch
+/// histograms stay empty with the bi-encoder, whose batches are the embedding model's.
+fn register_rerank(registry: &mut Registry, stats: &RerankStats, text: &mut String) {
+    let counters: [(&str, &str, &AtomicU64); 5] = [
+        ("embedwire_rerank_requests_total", "Rerank calls and stream requests that reached the engine", &stats.requests),
+        ("embedwire_rerank_pairs_total", "(query, text) pairs scored", &stats.pairs),
+        (
+            "embedwire_rerank_rejected_overload_total",
+            "Rerank calls refused with RESOURCE_EXHAUSTED at admission",
+            &stats.rejected_overload,
+        ),
+        ("embedwire_rerank_batches_total", "Cross-encoder batches run", &stats.batches.batches),
+        (
+            "embedwire_rerank_dropped_pairs_total",
+            "Pairs dropped before the cross-encoder because their caller had gone",
+            &stats.batches.dropped_sequences,
+        ),
+    ];
+    for (name, help, counter) in counters {
+        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", RerankStats::get(counter));
+    }
+    registry.register("embedwire_rerank_pairs_per_request", "Pairs per rerank call", stats.pairs_per_request.clone());
+    registry.register("embedwire_rerank_request_seconds", "Time of a rerank call in the engine", stats.request_seconds.clone());
+    registry.register("embedwire_rerank_batch_size", "Pairs per cross-encoder batch", stats.batches.batch_size.clone());
+    registry.register(
+        "embedwire_rerank_batch_tokens",
+        "Tokens per cross-encoder batch, padding included",
+        stats.batches.batch_tokens.clone(),
+    );
+    registry.register(
+        "embedwire_rerank_inference_seconds",
+        "Cross-encoder time per batch",
+        stats.batches.inference_seconds.clone(),
+    );
+    registry.register(
+        "embedwire_rerank_queue_wait_seconds",
+        "Time a pair waited for its cross-encoder batch",
+        stats.batches.queue_wait_seconds.clone(),
+    );
 }
 
 /// Labels of a store call.

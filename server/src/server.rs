@@ -11,6 +11,7 @@ use embedwire_gateway_http::access::{AccessLayer, AccessPolicy};
 use embedwire_gateway_http::metrics::{GrpcMetricsLayer, HttpMetrics};
 use embedwire_gateway_http::{GatewaySettings, InProcessUpstream, Readiness};
 use embedwire_proto::v1::embed_service_server::EmbedServiceServer;
+use embedwire_proto::v1::rerank_service_server::RerankServiceServer;
 use embedwire_proto::v1::search_service_server::SearchServiceServer;
 use futures::FutureExt;
 use tokio::net::TcpListener;
@@ -31,12 +32,14 @@ use crate::engine::{EmbeddingEngine, RequestLimits};
 use crate::error::{Error, Result};
 use crate::index::{IndexKind, IndexParams};
 use crate::lanes::QueueBound;
-use crate::model::cross_encoder::{CrossEncoder, Reranker};
+use crate::model::cross_encoder::CrossEncoder;
 use crate::model::onnx::init_runtime;
 use crate::model::pseudo::PseudoModel;
 use crate::model::{ModelInfo, Pooling, Precision};
 use crate::service::embed::{EmbedApi, EmbedApiSettings};
+use crate::rerank::{BiEncoderScorer, CrossEncoderScorer, RerankEngine, RerankLimits, RerankStats, Scorer};
 use crate::service::embed_zero_copy::{MessageLimits, ZeroCopyEmbedService};
+use crate::service::rerank::RerankApi;
 use crate::service::search::SearchApi;
 use crate::stats::Stats;
 use crate::store::CorpusStore;
@@ -45,7 +48,8 @@ use crate::store::weaviate::{WeaviateSettings, WeaviateStore};
 use crate::wire;
 
 /// The gRPC service names health reports on (besides the overall "" entry).
-const SERVICE_NAMES: [&str; 2] = ["embedwire.v1.EmbedService", "embedwire.v1.SearchService"];
+const SERVICE_NAMES: [&str; 3] =
+    ["embedwire.v1.EmbedService", "embedwire.v1.SearchService", "embedwire.v1.RerankService"];
 
 /// A configured server, ready to serve on a listener.
 pub struct EmbedServer {
@@ -53,6 +57,8 @@ pub struct EmbedServer {
     engine: Arc<EmbeddingEngine>,
     /// Set once the backend is loaded and the store opened.
     corpus: Arc<OnceLock<Arc<Corpus>>>,
+    /// Set once the backend (and the cross-encoder, if any) is loaded.
+    rerank: Arc<OnceLock<Arc<RerankEngine>>>,
     /// API keys and rate limits, checked before any route.
     access: AccessPolicy,
     /// Set when the port serves TLS.
@@ -78,7 +84,14 @@ impl EmbedServer {
             (Some(cert), Some(key)) => Some(crate::tls::acceptor(cert, key)?),
             _ => None,
         };
-        Ok(EmbedServer { config, engine, corpus: Arc::new(OnceLock::new()), access, tls })
+        Ok(EmbedServer {
+            config,
+            engine,
+            corpus: Arc::new(OnceLock::new()),
+            rerank: Arc::new(OnceLock::new()),
+            access,
+            tls,
+        })
     }
 
     /// The engine, for in-process callers (the HTTP layer, tests reading counters).
@@ -91,10 +104,15 @@ impl EmbedServer {
         self.corpus.clone()
     }
 
+    /// The rerank engine cell, filled once the server is ready.
+    pub fn rerank(&self) -> Arc<OnceLock<Arc<RerankEngine>>> {
+        self.rerank.clone()
+    }
+
     /// Serves until `shutdown` resolves, then stops accepting work and gives in-flight
     /// requests up to the grace period to finish. Fails if the backend cannot load.
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
-        let EmbedServer { config, engine, corpus, access, tls } = self;
+        let EmbedServer { config, engine, corpus, rerank, access, tls } = self;
         let (health, health_service) = tonic_health::server::health_reporter();
         set_health(&health, ServingStatus::NotServing).await;
 
@@ -118,16 +136,18 @@ impl EmbedServer {
                 stream_read_ahead: config.stream_read_ahead,
             },
             corpus.clone(),
+            rerank.clone(),
         ));
         let search_api = Arc::new(SearchApi::new(corpus.clone()));
+        let rerank_api = Arc::new(RerankApi::new(rerank.clone(), config.stream_read_ahead));
         let metrics = Arc::new(HttpMetrics::default());
         let store_healthy = Arc::new(AtomicBool::new(true));
         let http_routes = http_routes(
             &config,
-            api.clone(),
-            search_api.clone(),
+            Handlers { embed: api.clone(), search: search_api.clone(), rerank: rerank_api.clone() },
             engine.clone(),
             corpus.clone(),
+            rerank.clone(),
             store_healthy.clone(),
             metrics.clone(),
         );
@@ -139,6 +159,9 @@ impl EmbedServer {
             MessageLimits { max_request_bytes: config.max_request_bytes, max_response_bytes: config.max_response_bytes },
         );
         let search_service = SearchServiceServer::from_arc(search_api)
+            .max_decoding_message_size(config.max_request_bytes)
+            .max_encoding_message_size(config.max_response_bytes);
+        let rerank_service = RerankServiceServer::from_arc(rerank_api)
             .max_decoding_message_size(config.max_request_bytes)
             .max_encoding_message_size(config.max_response_bytes);
 
@@ -178,7 +201,8 @@ impl EmbedServer {
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(embed_service)
-            .add_service(search_service);
+            .add_service(search_service)
+            .add_service(rerank_service);
         let serving = match tls {
             Some(acceptor) => {
                 router.serve_with_incoming_shutdown(crate::tls::incoming(listener, acceptor), signal).boxed()
@@ -195,7 +219,8 @@ impl EmbedServer {
             let _ = draining_rx.wait_for(|draining| *draining).await;
             tokio::time::sleep(grace).await;
         };
-        let loading = load_and_install(config, engine.clone(), corpus, health.clone(), store_healthy, runner_shutdown);
+        let cells = Cells { corpus, rerank };
+        let loading = load_and_install(config, engine.clone(), cells, health.clone(), store_healthy, runner_shutdown);
 
         tokio::pin!(serving, grace_expired, loading);
         let mut job_runner = None;
@@ -221,13 +246,26 @@ impl EmbedServer {
     }
 }
 
+/// The gRPC handler objects the HTTP layer calls too.
+struct Handlers {
+    embed: Arc<EmbedApi>,
+    search: Arc<SearchApi>,
+    rerank: Arc<RerankApi>,
+}
+
+/// What loading fills in.
+struct Cells {
+    corpus: Arc<OnceLock<Arc<Corpus>>>,
+    rerank: Arc<OnceLock<Arc<RerankEngine>>>,
+}
+
 /// The HTTP/JSON layer over the same handler objects the gRPC services use.
 fn http_routes(
     config: &ServerConfig,
-    embed: Arc<EmbedApi>,
-    search: Arc<SearchApi>,
+    handlers: Handlers,
     engine: Arc<EmbeddingEngine>,
     corpus: Arc<OnceLock<Arc<Corpus>>>,
+    rerank: Arc<OnceLock<Arc<RerankEngine>>>,
     store_healthy: Arc<AtomicBool>,
     metrics: Arc<HttpMetrics>,
 ) -> Routes {
@@ -240,8 +278,9 @@ fn http_routes(
         },
         None => Readiness { ready: false, detail: "the model and index are loading".into() },
     });
-    let server_metrics = Arc::new(move || crate::metrics::render(engine.stats(), &corpus));
-    let upstream = Arc::new(InProcessUpstream::new(embed, search, readiness, server_metrics));
+    let server_metrics = Arc::new(move || crate::metrics::render(engine.stats(), &corpus, &rerank));
+    let Handlers { embed, search, rerank } = handlers;
+    let upstream = Arc::new(InProcessUpstream::new(embed, search, rerank, readiness, server_metrics));
     let settings = GatewaySettings { max_body_bytes: config.max_request_bytes, ..GatewaySettings::default() };
     Routes::from(embedwire_gateway_http::router_with_metrics(upstream, settings, metrics))
 }
@@ -251,7 +290,7 @@ fn http_routes(
 async fn load_and_install(
     config: ServerConfig,
     engine: Arc<EmbeddingEngine>,
-    corpus_cell: Arc<OnceLock<Arc<Corpus>>>,
+    cells: Cells,
     health: HealthReporter,
     store_healthy: Arc<AtomicBool>,
     runner_shutdown: watch::Receiver<bool>,
@@ -270,11 +309,14 @@ async fn load_and_install(
     let info = engine.info()?.clone();
     let store = open_store(&config, &info).await?;
     let reranker_config = config.clone();
-    let reranker = tokio::task::spawn_blocking(move || load_reranker(&reranker_config))
+    let rerank_engine = engine.clone();
+    let reranker = tokio::task::spawn_blocking(move || load_reranker(&reranker_config, rerank_engine))
         .await
         .map_err(|e| Error::Config(format!("reranker loader: {e}")))??;
+    let reranker = Arc::new(reranker);
+    let _ = cells.rerank.set(reranker.clone());
     let corpus = Corpus::open(settings, store, engine, reranker).await?;
-    let _ = corpus_cell.set(corpus.clone());
+    let _ = cells.corpus.set(corpus.clone());
     release_loading_memory();
     let runner = tokio::spawn(corpus.clone().run_jobs(runner_shutdown.clone()));
     set_health(&health, ServingStatus::Serving).await;
@@ -364,13 +406,34 @@ fn corpus_settings(config: &ServerConfig) -> CorpusSettings {
     }
 }
 
-/// The cross-encoder named by --rerank-model-dir, if any.
-fn load_reranker(config: &ServerConfig) -> Result<Option<Reranker>> {
-    let Some(dir) = &config.rerank_model_dir else { return Ok(None) };
-    let environment = init_runtime(&config.ort_library())?;
-    let encoder = CrossEncoder::load(environment, dir, config.onnx_settings(), config.precision)?;
-    tracing::info!(model = %dir.display(), precision = encoder.precision().name(), "cross-encoder loaded for reranking");
-    Ok(Some(Reranker::new(encoder)))
+/// The rerank engine: over the cross-encoder named by --rerank-model-dir, else over
+/// the embedding model (bi-encoder). Blocking: loads and warms the cross-encoder.
+fn load_reranker(config: &ServerConfig, engine: Arc<EmbeddingEngine>) -> Result<RerankEngine> {
+    let stats = Arc::new(RerankStats::default());
+    let scorer = match &config.rerank_model_dir {
+        Some(dir) => {
+            let environment = init_runtime(&config.ort_library())?;
+            let loaded = CrossEncoder::load(environment, dir, config.onnx_settings(), config.precision)?;
+            let model_id = config.rerank_model_id.clone().unwrap_or_else(|| directory_name(dir));
+            tracing::info!(model = %model_id, dir = %dir.display(), precision = loaded.precision.name(), "cross-encoder loaded for reranking");
+            let limits = local_model_config(config).batch;
+            let bound = QueueBound::from_flag(config.max_queue_ms);
+            Scorer::Cross(CrossEncoderScorer::start(loaded, model_id, limits, bound, stats.batches.clone())?)
+        }
+        None => Scorer::Bi(BiEncoderScorer::new(engine)),
+    };
+    let limits = RerankLimits {
+        max_texts: config.max_rerank_texts,
+        max_input_chars: config.max_input_chars,
+        max_in_flight_pairs: config.max_in_flight_inputs,
+    };
+    Ok(RerankEngine::new(scorer, limits, stats))
+}
+
+/// The last component of `dir` (`ms-marco-MiniLM-L-6-v2`), the default model id.
+fn directory_name(dir: &std::path::Path) -> String {
+    let name = dir.canonicalize().ok().and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()));
+    name.unwrap_or_else(|| dir.display().to_string())
 }
 
 async fn load_backend(config: &ServerConfig, stats: Arc<Stats>) -> Result<Backend> {

@@ -44,12 +44,15 @@ pub struct LocalBackend {
 }
 
 impl BatchModel for OnnxModel {
+    type Input = Vec<u32>;
+
     fn dim(&self) -> usize {
         OnnxModel::dim(self)
     }
 
-    fn embed_batch(&mut self, batch: &[&[u32]]) -> Result<Vec<f32>> {
-        OnnxModel::embed_batch(self, batch)
+    fn run_batch(&mut self, batch: &[&Vec<u32>]) -> Result<Vec<f32>> {
+        let ids: Vec<&[u32]> = batch.iter().map(|ids| ids.as_slice()).collect();
+        OnnxModel::embed_batch(self, &ids)
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::engine::EmbeddingEngine;
 use crate::error::{Error, Result};
-use crate::model::cross_encoder::Reranker;
+use crate::rerank::RerankEngine;
 use crate::store::{CorpusStore, DocumentRecord, JobRecord, NewDocument, StoreDescription, StoreHealth};
 pub use crate::store::{IndexStats, ViewCounts};
 use chunker::ChunkSettings;
@@ -53,7 +53,8 @@ pub struct Corpus {
     store: Arc<dyn CorpusStore>,
     jobs: JobBoard,
     engine: Arc<EmbeddingEngine>,
-    reranker: Option<Reranker>,
+    /// Re-scores candidates when a search asks for it.
+    reranker: Arc<RerankEngine>,
     settings: CorpusSettings,
 }
 
@@ -75,7 +76,7 @@ impl Corpus {
         mut settings: CorpusSettings,
         store: Arc<dyn CorpusStore>,
         engine: Arc<EmbeddingEngine>,
-        reranker: Option<Reranker>,
+        reranker: Arc<RerankEngine>,
     ) -> Result<Arc<Self>> {
         let info = engine.info()?.clone();
         Self::fit_chunking(&mut settings, info.max_input_tokens);

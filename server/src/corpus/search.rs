@@ -1,6 +1,6 @@
 //! Answers queries: embeds query texts (with live traffic, through the engine), asks
-//! the store for the best chunks, optionally re-scores them with the cross-encoder,
-//! and cuts the page.
+//! the store for the best chunks, optionally re-scores them with the rerank engine
+//! (cross-encoder or bi-encoder), and cuts the page.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,6 +9,7 @@ use super::Corpus;
 use super::filter::Filter;
 use crate::engine::EmbedOptions;
 use crate::error::{Error, Result};
+use crate::rerank::RerankOptions;
 use crate::store::{StoreQuery, StoredHit};
 
 /// One query.
@@ -31,7 +32,8 @@ pub struct SearchParams {
     pub include_text: bool,
     pub include_metadata: bool,
     pub include_vectors: bool,
-    /// None: rerank when the server has a cross-encoder.
+    /// None: rerank when the server has a cross-encoder; true without one reranks
+    /// with the embedding model (bi-encoder).
     pub rerank: Option<bool>,
     /// The largest top_k allowed (differs for Search and SearchStream).
     pub max_top_k: usize,
@@ -46,7 +48,8 @@ pub struct Hit {
     pub end_char: u32,
     /// Cosine similarity to the query.
     pub score: f32,
-    /// The cross-encoder's score, when reranked.
+    /// The rerank score (a cross-encoder's probability, or a bi-encoder's cosine),
+    /// when reranked.
     pub rerank_score: Option<f32>,
     pub text: Option<String>,
     pub metadata: Option<BTreeMap<String, String>>,
@@ -78,17 +81,11 @@ impl Corpus {
             let mut rerank_scores = None;
             if rerank && !candidates.is_empty() {
                 let texts: Vec<String> = candidates.iter().map(|c| c.text.clone().unwrap_or_default()).collect();
-                let query_text = match query {
-                    Query::Text(text) => text.clone(),
-                    Query::Vector(_) => unreachable!("validated: rerank needs text queries"),
-                };
-                let reranker = self.reranker.as_ref().expect("validated: a reranker exists");
-                let scores = reranker.rerank(&query_text, &texts).await?;
-                let mut order: Vec<usize> = (0..candidates.len()).collect();
-                order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+                let Query::Text(query_text) = query else { unreachable!("validated: rerank needs text queries") };
+                let reranked = self.reranker.rerank(query_text, &texts, RerankOptions::default()).await?;
                 let mut slots: Vec<Option<StoredHit>> = candidates.into_iter().map(Some).collect();
-                candidates = order.iter().map(|&i| slots[i].take().expect("each index once")).collect();
-                rerank_scores = Some(order.iter().map(|&i| scores[i]).collect::<Vec<f32>>());
+                candidates = reranked.ranks.iter().map(|r| slots[r.index].take().expect("each index once")).collect();
+                rerank_scores = Some(reranked.ranks.iter().map(|r| r.score).collect::<Vec<f32>>());
             }
             let hits = candidates
                 .into_iter()
@@ -160,16 +157,9 @@ impl Corpus {
                 _ => {}
             }
         }
-        let rerank = match (params.rerank, &self.reranker) {
-            (Some(true), None) => {
-                return Err(Error::FailedPrecondition(
-                    "rerank: this server has no cross-encoder (start it with --rerank-model-dir)".into(),
-                ));
-            }
-            (Some(wanted), Some(_)) => wanted,
-            (None, reranker) => reranker.is_some(),
-            (Some(false), None) => false,
-        };
+        // By default only a cross-encoder reranks: the bi-encoder's scores would repeat
+        // the vector search's own.
+        let rerank = params.rerank.unwrap_or_else(|| self.reranker.has_cross_encoder());
         if rerank && params.queries.iter().any(|q| matches!(q, Query::Vector(_))) {
             return Err(Error::invalid("rerank", "needs text queries; set rerank to false for vector queries"));
         }

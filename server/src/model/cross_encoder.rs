@@ -1,49 +1,45 @@
-//! The cross-encoder of search's optional rerank stage. It reads the query and one
-//! candidate together, `[CLS] query [SEP] passage [SEP]`, so it sees how the two relate
-//! where comparing two separately made vectors cannot; it is also one model run per
-//! candidate, so it re-scores only a search's top candidates.
+//! The cross-encoder that reranks: it reads the query and one text together,
+//! `[CLS] query [SEP] text [SEP]`, so it sees how the two relate where comparing two
+//! separately made vectors cannot; it is also one model run per text, so it scores a
+//! request's candidates, not a corpus.
 //!
-//! The model is a BertForSequenceClassification graph as optimum exports it (e.g.
-//! `cross-encoder/ms-marco-MiniLM-L-6-v2`): inputs `input_ids`, `attention_mask` and,
-//! where the graph takes it, `token_type_ids`; output `logits` [batch, 1].
+//! The model is a BertForSequenceClassification graph as optimum (or
+//! scripts/model/build_onnx.py) exports it (e.g. `cross-encoder/ms-marco-MiniLM-L-6-v2`):
+//! inputs `input_ids`, `attention_mask` and, where the graph takes it, `token_type_ids`;
+//! output `logits` [batch, 1] (or [batch, 2]). It runs on its own model thread behind a
+//! [`crate::batcher::TokenBudgetBatcher`], like the embedding model: pairs from
+//! concurrent requests share batches.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use ort::environment::Environment;
 use ort::session::{Session, SessionInputValue};
-use tokenizers::{Tokenizer, TruncationParams, TruncationStrategy};
 
 use super::files::ModelFiles;
 use super::onnx::{OnnxSettings, attention_mask, check_bert_inputs, open_session, pad_rows, tensor};
+use super::pair_tokenizer::{PairTokenizer, TokenizedPair};
 use super::precision::{self, CpuInt8, Precision, PrecisionChoice};
+use crate::batcher::BatchModel;
 use crate::error::{Error, Result};
 
 /// The graph output that holds the scores.
 const LOGITS: &str = "logits";
 
-/// One (query, passage) pair as the model sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenizedPair {
-    /// `[CLS] query [SEP] passage [SEP]` after truncation.
-    pub ids: Vec<u32>,
-    /// The segment of each token: 0 through the first `[SEP]`, 1 after. BERT adds a
-    /// learned vector per segment, which is how it tells the query from the passage.
-    pub type_ids: Vec<u32>,
-}
-
-/// One loaded cross-encoder. `score` needs `&mut self` because `Session::run` does;
-/// [`Reranker`] shares it between concurrent searches.
+/// One loaded cross-encoder graph. Owned by its model thread: `Session::run` needs
+/// `&mut self`, and one batch at a time is what the CPU can do.
 pub struct CrossEncoder {
     session: Session,
-    /// The tokenizer with pair truncation at `max_tokens` and padding off.
-    tokenizer: Tokenizer,
-    /// Longest pair in tokens, special tokens included.
-    max_tokens: usize,
     /// Whether the graph takes `token_type_ids` (BERT does; some exports drop it).
     takes_token_type_ids: bool,
+}
+
+/// What loading a cross-encoder directory yields: the graph for the model thread and
+/// the tokenizer for the request path.
+pub struct LoadedCrossEncoder {
+    pub model: CrossEncoder,
+    pub tokenizer: PairTokenizer,
     /// The graph loaded: fp32, or the int8 one beside it.
-    precision: Precision,
+    pub precision: Precision,
 }
 
 impl CrossEncoder {
@@ -57,7 +53,7 @@ impl CrossEncoder {
         model_dir: &Path,
         settings: OnnxSettings,
         choice: PrecisionChoice,
-    ) -> Result<Self> {
+    ) -> Result<LoadedCrossEncoder> {
         if !model_dir.is_dir() {
             return Err(Error::Config(format!("cross-encoder directory {} does not exist", model_dir.display())));
         }
@@ -65,7 +61,7 @@ impl CrossEncoder {
         // the max length applies: sentence_bert_config.json's if present, else 512, capped
         // by the position embeddings.
         let files = ModelFiles::read(model_dir)?;
-        let tokenizer = pair_tokenizer(&files.tokenizer_path, files.max_input_tokens)?;
+        let tokenizer = PairTokenizer::from_file(&files.tokenizer_path, files.max_input_tokens)?;
         let chosen =
             precision::resolve(choice, model_dir, &files.onnx_path, CpuInt8::detect()).unwrap_or_else(|missing| {
                 tracing::warn!(%missing, "the cross-encoder runs at fp32");
@@ -78,45 +74,19 @@ impl CrossEncoder {
         let session = open_session(environment, &chosen.graph, settings)?;
         let takes_token_type_ids = check_bert_inputs(&session, &chosen.graph)?;
         check_logits_output(&session, &chosen.graph)?;
-        Ok(CrossEncoder {
-            session,
+        Ok(LoadedCrossEncoder {
+            model: CrossEncoder { session, takes_token_type_ids },
             tokenizer,
-            max_tokens: files.max_input_tokens,
-            takes_token_type_ids,
             precision: chosen.precision,
         })
     }
 
-    /// The graph's precision.
-    pub fn precision(&self) -> Precision {
-        self.precision
-    }
-
-    /// Longest pair in tokens, special tokens included.
-    pub fn max_tokens(&self) -> usize {
-        self.max_tokens
-    }
-
-    /// The pair as the model sees it, cut to `max_tokens` longest-first: tokens come off
-    /// the end of whichever text is longer, so a short query survives whole and a long
-    /// passage loses its tail, as sentence-transformers' CrossEncoder cuts.
-    pub fn tokenize(&self, query: &str, passage: &str) -> Result<TokenizedPair> {
-        // encode_fast skips character offsets, which scoring never needs.
-        let encoding = self
-            .tokenizer
-            .encode_fast((query, passage), true)
-            .map_err(|e| Error::Model(format!("tokenizer failed: {e}")))?;
-        Ok(TokenizedPair { ids: encoding.get_ids().to_vec(), type_ids: encoding.get_type_ids().to_vec() })
-    }
-
-    /// Scores each passage against `query` in one batch padded to the longest pair: the
-    /// raw logit, higher is more relevant, in the passages' order. The caller bounds the
-    /// number of passages (the batch's memory grows with it).
-    pub fn score(&mut self, query: &str, passages: &[&str]) -> Result<Vec<f32>> {
-        if passages.is_empty() {
+    /// Scores `pairs` in one batch padded to the longest: the relevance logit of each
+    /// (higher is more relevant), in order.
+    pub fn score(&mut self, pairs: &[&TokenizedPair]) -> Result<Vec<f32>> {
+        if pairs.is_empty() {
             return Ok(Vec::new());
         }
-        let pairs = passages.iter().map(|passage| self.tokenize(query, passage)).collect::<Result<Vec<_>>>()?;
         let ids: Vec<&[u32]> = pairs.iter().map(|pair| pair.ids.as_slice()).collect();
         let rows = ids.len();
         let seq_len = ids.iter().map(|ids| ids.len()).max().unwrap_or(0);
@@ -136,61 +106,17 @@ impl CrossEncoder {
     }
 }
 
-/// The cross-encoder shared by concurrent searches, one batch at a time (ONNX Runtime
-/// already spreads a batch over its intra-op threads). Callers wait their turn on an
-/// async lock, so waiting holds no thread; the run itself goes to the blocking pool,
-/// off the async runtime. Cloning is cheap and shares the model.
-#[derive(Clone)]
-pub struct Reranker {
-    encoder: Arc<tokio::sync::Mutex<CrossEncoder>>,
-    /// Copied out of the encoder so reading it never waits for the lock.
-    max_tokens: usize,
-}
+impl BatchModel for CrossEncoder {
+    type Input = TokenizedPair;
+    const THREAD_NAME: &'static str = "embedwire-rerank";
 
-impl Reranker {
-    /// Shares `encoder`.
-    pub fn new(encoder: CrossEncoder) -> Self {
-        let max_tokens = encoder.max_tokens();
-        Reranker { encoder: Arc::new(tokio::sync::Mutex::new(encoder)), max_tokens }
+    fn dim(&self) -> usize {
+        1
     }
 
-    /// Longest (query, candidate) pair in tokens; longer pairs are cut.
-    pub fn max_tokens(&self) -> usize {
-        self.max_tokens
+    fn run_batch(&mut self, batch: &[&TokenizedPair]) -> Result<Vec<f32>> {
+        self.score(batch)
     }
-
-    /// Scores each candidate against `query`, in the candidates' order (higher is more
-    /// relevant): see [`CrossEncoder::score`]. If the caller goes away while the model
-    /// runs, the run still finishes and its result is dropped.
-    pub async fn rerank<S: AsRef<str>>(&self, query: &str, candidates: &[S]) -> Result<Vec<f32>> {
-        if candidates.is_empty() {
-            return Ok(Vec::new());
-        }
-        let query = query.to_owned();
-        let candidates: Vec<String> = candidates.iter().map(|c| c.as_ref().to_owned()).collect();
-        let mut encoder = self.encoder.clone().lock_owned().await;
-        tokio::task::spawn_blocking(move || {
-            let passages: Vec<&str> = candidates.iter().map(String::as_str).collect();
-            encoder.score(&query, &passages)
-        })
-        .await
-        .map_err(|e| Error::Model(format!("reranker task: {e}")))?
-    }
-}
-
-/// The tokenizer.json at `path` set up for pairs: truncation longest-first at
-/// `max_tokens` (the tokenizers default, named because the query's survival depends on
-/// it) and no padding (`score` pads to the longest pair of each batch). Many
-/// tokenizer.json files pad and truncate to a fixed 128; both settings are replaced.
-fn pair_tokenizer(path: &Path, max_tokens: usize) -> Result<Tokenizer> {
-    let mut tokenizer = Tokenizer::from_file(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
-    tokenizer.with_padding(None);
-    let truncation =
-        TruncationParams { max_length: max_tokens, strategy: TruncationStrategy::LongestFirst, ..Default::default() };
-    tokenizer
-        .with_truncation(Some(truncation))
-        .map_err(|e| Error::Config(format!("{}: truncation at {max_tokens}: {e}", path.display())))?;
-    Ok(tokenizer)
 }
 
 /// Fails at load, rather than on the first search, unless the graph outputs `logits`

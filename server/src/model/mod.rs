@@ -7,12 +7,14 @@
 //! - [`onnx`]: runs a batch through ONNX Runtime and pools token vectors.
 //! - [`pooling`]: mean / CLS pooling and L2 normalization.
 //! - [`pseudo`]: deterministic hash vectors for the pseudo backend.
-//! - [`cross_encoder`]: scores (query, passage) pairs for search's rerank stage.
+//! - [`cross_encoder`]: scores (query, text) pairs for the rerank service.
+//! - [`pair_tokenizer`]: (query, text) pairs to token ids, cut to the model's limit.
 //! - [`precision`]: fp32 or the int8 graph beside it (`--precision`).
 
 pub mod cross_encoder;
 pub mod files;
 pub mod onnx;
+pub mod pair_tokenizer;
 pub mod pooling;
 pub mod precision;
 pub mod pseudo;

@@ -15,6 +15,7 @@ use crate::batcher::{BatchTiming, Priority};
 use crate::corpus::Corpus;
 use crate::engine::{EmbedOptions, EmbeddingEngine};
 use crate::error::{Error, Result};
+use crate::rerank::RerankEngine;
 use crate::wire;
 
 /// Settings the handlers report or apply beyond the engine's own.
@@ -36,12 +37,19 @@ pub struct EmbedApi {
     settings: EmbedApiSettings,
     /// The corpus, once loaded: Info reports its store.
     corpus: Arc<OnceLock<Arc<Corpus>>>,
+    /// The rerank engine, once loaded: Info reports its scorer and limit.
+    rerank: Arc<OnceLock<Arc<RerankEngine>>>,
 }
 
 impl EmbedApi {
     /// Handlers over `engine`.
-    pub fn new(engine: Arc<EmbeddingEngine>, settings: EmbedApiSettings, corpus: Arc<OnceLock<Arc<Corpus>>>) -> Self {
-        EmbedApi { engine, settings, corpus }
+    pub fn new(
+        engine: Arc<EmbeddingEngine>,
+        settings: EmbedApiSettings,
+        corpus: Arc<OnceLock<Arc<Corpus>>>,
+        rerank: Arc<OnceLock<Arc<RerankEngine>>>,
+    ) -> Self {
+        EmbedApi { engine, settings, corpus, rerank }
     }
 }
 
@@ -149,6 +157,12 @@ impl EmbedService for EmbedApi {
         );
         if let Some(corpus) = self.corpus.get() {
             response.store = Some(wire::store_info(corpus.store_description(), &corpus.store_health().await));
+        }
+        if let Some(rerank) = self.rerank.get() {
+            response.rerank_scorer = rerank.scorer_name();
+            if let Some(limits) = response.limits.as_mut() {
+                limits.max_rerank_texts = u32::try_from(rerank.limits().max_texts).unwrap_or(u32::MAX);
+            }
         }
         Ok(Response::new(response))
     }

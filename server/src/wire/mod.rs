@@ -2,6 +2,7 @@
 //! one mapping from [`Error`] to a gRPC status. Handlers stay thin: they call these
 //! and the engine, nothing else.
 
+pub mod rerank;
 pub mod search;
 
 use embedwire_proto::v1::{
@@ -31,6 +32,7 @@ impl From<Error> for tonic::Status {
         match error {
             Error::InvalidArgument(_) => tonic::Status::invalid_argument(message),
             Error::ResourceExhausted(_) => tonic::Status::resource_exhausted(message),
+            Error::OutOfRange(_) => tonic::Status::out_of_range(message),
             Error::Unavailable(_) => tonic::Status::unavailable(message),
             Error::Cancelled => tonic::Status::cancelled(message),
             Error::NotFound(_) => tonic::Status::not_found(message),
@@ -48,6 +50,7 @@ pub fn error_from_upstream(status: tonic::Status) -> Error {
     match status.code() {
         tonic::Code::InvalidArgument => Error::InvalidArgument(message),
         tonic::Code::ResourceExhausted => Error::ResourceExhausted(message),
+        tonic::Code::OutOfRange => Error::OutOfRange(message),
         tonic::Code::Unavailable => Error::Unavailable(message),
         tonic::Code::Cancelled | tonic::Code::DeadlineExceeded => Error::Cancelled,
         _ => Error::Upstream(format!("{:?}: {message}", status.code())),
@@ -156,10 +159,13 @@ pub fn info_response(
             max_batch_size: saturate(batch.0),
             max_batch_tokens: saturate(batch.1),
             max_input_chars: saturate(limits.max_input_chars),
+            // Set with the rerank engine, once loaded.
+            max_rerank_texts: 0,
         }),
         version: env!("CARGO_PKG_VERSION").to_string(),
         store: None,
         precision: info.precision.name().to_string(),
+        rerank_scorer: String::new(),
     }
 }
 
