@@ -6,12 +6,22 @@ own Embed vectors."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import grpc
 import numpy as np
 import pytest
 
-from embedwire import AsyncClient, Client, DeadlineExceededError, InvalidArgumentError, RerankResult
+from embedwire import (
+    NO_RETRY,
+    AsyncClient,
+    Client,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    RerankResult,
+    ResourceExhaustedError,
+    RetryPolicy,
+)
 from server_process import ServerProcess
 
 QUERY = "How do I bake bread at home?"
@@ -106,6 +116,19 @@ def test_long_texts_truncate_by_default_and_fail_without_truncation(onnx_server:
     assert "query" in query_error.value.details, query_error.value.details
 
 
+def test_max_tokens_per_text_cuts_each_text(onnx_server: ServerProcess) -> None:
+    # A text about bread for its first ~20 tokens, then a long stretch about finance.
+    mixed = "bread dough oven loaf " * 5 + "stock market shares bank " * 50
+    texts = [TEXTS[2], mixed]
+    with Client(onnx_server.address) as client:
+        whole = client.rerank(QUERY, texts)
+        zero = client.rerank(QUERY, texts, max_tokens_per_text=0)
+        cut = client.rerank(QUERY, texts, max_tokens_per_text=16)
+    score_of = lambda result: {r.index: r.score for r in result.ranks}  # noqa: E731
+    assert score_of(zero) == pytest.approx(score_of(whole), abs=1e-6), "0 means no cut"
+    assert score_of(cut)[1] > score_of(whole)[1], "cut to 16 tokens, only its bread part is left"
+
+
 @pytest.mark.parametrize(
     ("query", "texts", "field"),
     [
@@ -143,6 +166,30 @@ def test_the_deadline_applies(onnx_server: ServerProcess) -> None:
             # Far less time than the model needs for these texts (the client gives each
             # attempt at least 1 ms).
             client.rerank(QUERY, texts, timeout=1e-4)
+
+
+def test_resource_exhausted_is_retried_until_it_passes(
+    start_server, caplog: pytest.LogCaptureFixture  # type: ignore[no-untyped-def]
+) -> None:
+    # Room for one 63-text rerank (63 texts and the query) at a time, four sent at once
+    # with the real model: some are turned away with RESOURCE_EXHAUSTED, and with a
+    # retry policy all of them come back, as embed's calls do.
+    server = start_server("--backend", "onnx", "--max-in-flight-inputs", "64", "--max-inputs-per-request", "64")
+    texts = [f"{TEXTS[i % len(TEXTS)]} ({i})" for i in range(63)]
+
+    async def four_at_once(retry: RetryPolicy) -> list[RerankResult | BaseException]:
+        async with AsyncClient(server.address, retry=retry) as client:
+            calls = (client.rerank(QUERY, texts) for _ in range(4))
+            return await asyncio.gather(*calls, return_exceptions=True)
+
+    first = asyncio.run(four_at_once(NO_RETRY))
+    assert any(isinstance(r, ResourceExhaustedError) for r in first), first
+    caplog.set_level(logging.INFO, logger="embedwire")
+    results = asyncio.run(four_at_once(RetryPolicy(max_attempts=100, initial_backoff=0.005, max_backoff=0.05)))
+    assert all(isinstance(r, RerankResult) for r in results), results
+    assert any("RESOURCE_EXHAUSTED" in r.getMessage() for r in caplog.records), "nothing was retried"
+    for result in results:
+        assert result.ranks[0].index % len(TEXTS) == BEST, result.ranks[:3]  # type: ignore[union-attr]
 
 
 def test_async_rerank_matches_the_sync_client(onnx_server: ServerProcess) -> None:
