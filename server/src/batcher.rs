@@ -534,7 +534,7 @@ mod tests {
             }),
             submitted: Instant::now(),
         });
-        let sorted: Vec<QueuedSequence> = [2, 2, 3, 3, 3, 10]
+        let sorted: Vec<QueuedSequence<Vec<u32>>> = [2, 2, 3, 3, 3, 10]
             .iter()
             .map(|&len| QueuedSequence { job: job.clone(), row: 0, input: vec![1; len], interactive: true })
             .collect();

@@ -34,7 +34,12 @@ async fn grpcurl_lists_describes_and_calls_every_rpc() {
     let host = server.address.trim_start_matches("http://").to_string();
 
     let services = run_grpcurl(&["-plaintext", &host, "list"]);
-    for service in ["embedwire.v1.EmbedService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"] {
+    for service in [
+        "embedwire.v1.EmbedService",
+        "embedwire.v1.RerankService",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+    ] {
         assert!(services.contains(service), "{services}");
     }
     let described = run_grpcurl(&["-plaintext", &host, "describe", "embedwire.v1.EmbedRequest"]);
@@ -74,6 +79,18 @@ async fn grpcurl_lists_describes_and_calls_every_rpc() {
     let a = streamed.find("\"requestId\": \"a\"").expect("a answered");
     let b = streamed.find("\"requestId\": \"b\"").expect("b answered");
     assert!(a < b, "in order: {streamed}");
+    let reranked = run_grpcurl(&[
+        "-plaintext",
+        "-d",
+        r#"{"query": "What is the capital of France?", "texts": ["Bread needs yeast.", "Paris is the capital of France."], "top_n": 1, "return_text": true}"#,
+        &host,
+        "embedwire.v1.RerankService/Rerank",
+    ]);
+    let json: serde_json::Value = serde_json::from_str(&reranked).unwrap();
+    assert_eq!(json["ranks"].as_array().unwrap().len(), 1, "{reranked}");
+    assert_eq!(json["ranks"][0]["index"], 1, "{reranked}");
+    assert_eq!(json["ranks"][0]["text"], "Paris is the capital of France.");
+    assert_eq!(json["scorer"], "bi-encoder:sentence-transformers/all-MiniLM-L6-v2");
     let health = run_grpcurl(&["-plaintext", &host, "grpc.health.v1.Health/Check"]);
     assert!(health.contains("SERVING"), "{health}");
 }

@@ -1,20 +1,19 @@
 //! End to end: a server started with --rerank-model-dir orders search hits by the
-//! cross-encoder's scores (checked against the same model loaded here), and without
-//! reranking by cosine similarity.
+//! cross-encoder's scores (as its RerankService gives them for the same texts), and
+//! without reranking by cosine similarity; a server without one reranks on request
+//! with the embedding model.
 
 mod common;
 
 use std::path::Path;
 use std::process::Command;
 
-use clap::Parser;
 use common::{InProcessServer, PSEUDO, TempDir, venv_python};
+use embedwire_proto::v1::rerank_service_client::RerankServiceClient;
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
-use embedwire_proto::v1::{Document, IngestRequest, SearchQuery, SearchRequest, WatchJobRequest, search_query};
-use embedwire_server::ServerConfig;
-use embedwire_server::model::cross_encoder::CrossEncoder;
-use embedwire_server::model::onnx::{OnnxSettings, init_runtime};
-use embedwire_server::model::precision::PrecisionChoice;
+use embedwire_proto::v1::{
+    Document, IngestRequest, RerankRequest, SearchHit, SearchQuery, SearchRequest, WatchJobRequest, search_query,
+};
 use futures::StreamExt;
 use tonic::transport::Channel;
 
@@ -45,14 +44,7 @@ async fn reranked_hits_follow_the_cross_encoder() {
     let server = InProcessServer::start(&flags).await;
     let channel = Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap();
     let mut client = SearchServiceClient::new(channel);
-    let documents: Vec<Document> = passages
-        .iter()
-        .enumerate()
-        .map(|(i, text)| Document { id: format!("p{i}"), text: text.clone(), ..Default::default() })
-        .collect();
-    let job = client.ingest(IngestRequest { documents }).await.unwrap().into_inner().job.unwrap();
-    let mut updates = client.watch_job(WatchJobRequest { job_id: job.job_id }).await.unwrap().into_inner();
-    while updates.next().await.is_some() {}
+    ingest_all(&mut client, &passages).await;
 
     // Without reranking: cosine order, no rerank scores.
     let plain = client.search(search(&query, 8, Some(false))).await.unwrap().into_inner().results.remove(0).hits;
@@ -60,20 +52,16 @@ async fn reranked_hits_follow_the_cross_encoder() {
     assert!(plain.windows(2).all(|w| w[0].score >= w[1].score));
     assert!(plain.iter().all(|h| h.rerank_score.is_none()));
 
-    // The same model, loaded here, scores the stored chunk texts.
-    let config = ServerConfig::parse_from(["embedwire-server"]);
-    let environment = init_runtime(&config.ort_library()).unwrap();
-    let mut encoder = CrossEncoder::load(
-        environment,
-        &model.0,
-        OnnxSettings { intra_op_threads: 1, spin: false, arena: false },
-        PrecisionChoice::Fp32,
-    )
-    .unwrap();
-    let texts: Vec<&str> = plain.iter().map(|h| h.text.as_str()).collect();
-    let scores = encoder.score(&query, &texts).unwrap();
-    let mut expected: Vec<(&str, f32)> = plain.iter().map(|h| h.document_id.as_str()).zip(scores).collect();
-    expected.sort_by(|a, b| b.1.total_cmp(&a.1));
+    // The server's RerankService scores the stored chunk texts.
+    let mut rerank = RerankServiceClient::new(Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap());
+    let texts: Vec<String> = plain.iter().map(|h| h.text.clone()).collect();
+    let ranks = rerank
+        .rerank(RerankRequest { query: query.clone(), texts, ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .ranks;
+    let expected: Vec<(&str, f32)> = ranks.iter().map(|r| (plain[r.index as usize].document_id.as_str(), r.score)).collect();
     let expected_ids: Vec<&str> = expected.iter().map(|(id, _)| *id).collect();
     let cosine_ids: Vec<&str> = plain.iter().map(|h| h.document_id.as_str()).collect();
     assert_ne!(
@@ -91,5 +79,44 @@ async fn reranked_hits_follow_the_cross_encoder() {
     // top_k cuts the reranked order, not the cosine one.
     let top3 = client.search(search(&query, 3, Some(true))).await.unwrap().into_inner().results.remove(0).hits;
     assert_eq!(top3.iter().map(|h| h.document_id.as_str()).collect::<Vec<_>>(), expected_ids[..3]);
+    server.stop().await.unwrap();
+}
+
+/// Ingests `texts` as documents p0, p1, ... and waits for the job.
+async fn ingest_all(client: &mut SearchServiceClient<Channel>, texts: &[String]) {
+    let documents: Vec<Document> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| Document { id: format!("p{i}"), text: text.clone(), ..Default::default() })
+        .collect();
+    let job = client.ingest(IngestRequest { documents }).await.unwrap().into_inner().job.unwrap();
+    let mut updates = client.watch_job(WatchJobRequest { job_id: job.job_id }).await.unwrap().into_inner();
+    while updates.next().await.is_some() {}
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_cross_encoder_rerank_on_request_uses_the_embedding_model() {
+    let texts: Vec<String> = ["apples and pears", "a red bicycle", "the capital of France", "rust borrow checker"]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    let server = InProcessServer::start(PSEUDO).await;
+    let channel = Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap();
+    let mut client = SearchServiceClient::new(channel);
+    ingest_all(&mut client, &texts).await;
+    let hits = |response: tonic::Response<embedwire_proto::v1::SearchResponse>| -> Vec<SearchHit> {
+        response.into_inner().results.remove(0).hits
+    };
+    // Not by default: a bi-encoder would repeat the search's own scores.
+    let plain = hits(client.search(search("capital city", 4, None)).await.unwrap());
+    assert!(plain.iter().all(|h| h.rerank_score.is_none()));
+    // On request: each chunk's text embedded again and scored by cosine, which for a
+    // whole-document chunk is the stored vector's score.
+    let reranked = hits(client.search(search("capital city", 4, Some(true))).await.unwrap());
+    assert_eq!(reranked.len(), 4);
+    for hit in &reranked {
+        let rerank_score = hit.rerank_score.expect("reranked");
+        assert!((rerank_score - hit.score).abs() < 1e-4, "{}: {rerank_score} vs {}", hit.document_id, hit.score);
+    }
     server.stop().await.unwrap();
 }

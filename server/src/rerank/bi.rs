@@ -7,8 +7,7 @@
 use std::sync::Arc;
 
 use super::{RerankOptions, Scores, keep_units, rename_inputs};
-use crate::batcher::BatchTiming;
-use crate::engine::{EmbedOptions, EmbeddingEngine, Embeddings};
+use crate::engine::{EmbedOptions, EmbeddingEngine};
 use crate::error::Result;
 use crate::model::pair_tokenizer::TruncationSide;
 
@@ -28,27 +27,26 @@ impl BiEncoderScorer {
         self.engine.info().map(|info| info.model_id.clone()).unwrap_or_default()
     }
 
-    /// One cosine per text. The query and the texts go to the engine as two calls at
-    /// once: each joins the batches of concurrent work, and an error names the
-    /// caller's field (`query`, `texts[i]`).
+    /// One cosine per text. The query and the texts go to the engine as one call:
+    /// they share its batches and it is admitted once (two calls at once would see
+    /// each other as queued work); an error names the caller's field (`query`,
+    /// `texts[i]`).
     pub async fn score(&self, query: &str, texts: &[String], options: RerankOptions) -> Result<Scores> {
-        let texts = self.cut_texts(texts, options)?;
+        let mut inputs = Vec::with_capacity(texts.len() + 1);
+        inputs.push(query.to_string());
+        inputs.extend(self.cut_texts(texts, options)?);
         let embed = EmbedOptions { truncate: options.truncate, ..EmbedOptions::default() };
-        let (query_vector, text_vectors) = tokio::join!(
-            self.engine.embed(vec![query.to_string()], embed),
-            self.engine.embed(texts, embed)
-        );
-        let query_vector = query_vector.map_err(|e| rename_inputs(e, |_| "query".to_string()))?;
-        let text_vectors = text_vectors.map_err(|e| rename_inputs(e, |i| format!("texts[{i}]")))?;
-        let values = text_vectors.values.chunks_exact(text_vectors.dim).map(|row| dot(row, &query_vector.values)).collect();
+        let embedded = self.engine.embed(inputs, embed).await.map_err(|error| {
+            rename_inputs(error, |i| if i == 0 { "query".to_string() } else { format!("texts[{}]", i - 1) })
+        })?;
+        let mut rows = embedded.values.chunks_exact(embedded.dim);
+        let query_vector = rows.next().expect("one row per input");
         Ok(Scores {
-            values,
-            tokens: token_total(&query_vector) + token_total(&text_vectors),
+            values: rows.map(|row| dot(row, query_vector)).collect(),
+            tokens: embedded.token_counts.iter().map(|&n| u64::from(n)).sum(),
+            // Tokenizing happens inside the embedding engine, counted in its timing.
             tokenization: Default::default(),
-            timing: BatchTiming {
-                queue: query_vector.timing.queue.max(text_vectors.timing.queue),
-                inference: query_vector.timing.inference + text_vectors.timing.inference,
-            },
+            timing: embedded.timing,
         })
     }
 
@@ -78,8 +76,4 @@ impl BiEncoderScorer {
 /// The dot product; the cosine for normalized vectors.
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-fn token_total(embeddings: &Embeddings) -> u64 {
-    embeddings.token_counts.iter().map(|&n| u64::from(n)).sum()
 }
