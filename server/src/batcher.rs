@@ -432,12 +432,7 @@ fn split_under_budget<I: BatchInput>(
 }
 
 /// Runs one batch, takes it off the work ahead, and answers its jobs.
-fn run_batch<M: BatchModel>(
-    model: &mut M,
-    batch: &[QueuedSequence<M::Input>],
-    stats: &Stats,
-    work_ahead: &WorkAhead,
-) {
+fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence<M::Input>], stats: &Stats, work_ahead: &WorkAhead) {
     let inputs: Vec<&M::Input> = batch.iter().map(|s| &s.input).collect();
     let longest = inputs.iter().map(|s| s.token_count()).max().unwrap_or(0);
     Stats::add(&stats.batches, 1);

@@ -92,7 +92,11 @@ pub fn render(stats: &Stats, corpus: &OnceLock<Arc<Corpus>>, rerank: &OnceLock<A
 /// histograms stay empty with the bi-encoder, whose batches are the embedding model's.
 fn register_rerank(registry: &mut Registry, stats: &RerankStats, text: &mut String) {
     let counters: [(&str, &str, &AtomicU64); 5] = [
-        ("embedwire_rerank_requests_total", "Rerank calls and stream requests that reached the engine", &stats.requests),
+        (
+            "embedwire_rerank_requests_total",
+            "Rerank calls and stream requests that reached the engine",
+            &stats.requests,
+        ),
         ("embedwire_rerank_pairs_total", "(query, text) pairs scored", &stats.pairs),
         (
             "embedwire_rerank_rejected_overload_total",
@@ -110,7 +114,11 @@ fn register_rerank(registry: &mut Registry, stats: &RerankStats, text: &mut Stri
         let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", RerankStats::get(counter));
     }
     registry.register("embedwire_rerank_pairs_per_request", "Pairs per rerank call", stats.pairs_per_request.clone());
-    registry.register("embedwire_rerank_request_seconds", "Time of a rerank call in the engine", stats.request_seconds.clone());
+    registry.register(
+        "embedwire_rerank_request_seconds",
+        "Time of a rerank call in the engine",
+        stats.request_seconds.clone(),
+    );
     registry.register("embedwire_rerank_batch_size", "Pairs per cross-encoder batch", stats.batches.batch_size.clone());
     registry.register(
         "embedwire_rerank_batch_tokens",

@@ -36,8 +36,8 @@ use crate::model::cross_encoder::CrossEncoder;
 use crate::model::onnx::init_runtime;
 use crate::model::pseudo::PseudoModel;
 use crate::model::{ModelInfo, Pooling, Precision};
-use crate::service::embed::{EmbedApi, EmbedApiSettings};
 use crate::rerank::{BiEncoderScorer, CrossEncoderScorer, RerankEngine, RerankLimits, RerankStats, Scorer};
+use crate::service::embed::{EmbedApi, EmbedApiSettings};
 use crate::service::embed_zero_copy::{MessageLimits, ZeroCopyEmbedService};
 use crate::service::rerank::RerankApi;
 use crate::service::search::SearchApi;
@@ -156,7 +156,10 @@ impl EmbedServer {
             EmbedServiceServer::from_arc(api)
                 .max_decoding_message_size(config.max_request_bytes)
                 .max_encoding_message_size(config.max_response_bytes),
-            MessageLimits { max_request_bytes: config.max_request_bytes, max_response_bytes: config.max_response_bytes },
+            MessageLimits {
+                max_request_bytes: config.max_request_bytes,
+                max_response_bytes: config.max_response_bytes,
+            },
         );
         let search_service = SearchServiceServer::from_arc(search_api)
             .max_decoding_message_size(config.max_request_bytes)

@@ -136,7 +136,8 @@ async fn the_cross_encoder_scores_pairs_as_python_does_and_candidates_order_by_i
         max_bulk_batch_tokens: 4 * 64,
     };
     let stats = Arc::new(RerankStats::default());
-    let scorer = CrossEncoderScorer::start(loaded, "tiny".into(), batch, QueueBound::Off, stats.batches.clone()).unwrap();
+    let scorer =
+        CrossEncoderScorer::start(loaded, "tiny".into(), batch, QueueBound::Off, stats.batches.clone()).unwrap();
     let limits = RerankLimits { max_texts: 8, max_input_chars: 10_000, max_in_flight_pairs: 1000 };
     let engine = RerankEngine::new(Scorer::Cross(scorer), limits, stats.clone());
     assert_eq!(engine.scorer_name(), "cross-encoder:tiny");
@@ -178,10 +179,16 @@ async fn the_cross_encoder_scores_pairs_as_python_does_and_candidates_order_by_i
     assert!(engine.rerank(&query, &texts[..7], strict).await.is_ok());
     let nine: Vec<String> = (0..9).map(|i| format!("text {i}")).collect();
     assert!(matches!(engine.rerank(&query, &nine, raw).await, Err(Error::OutOfRange(m)) if m.starts_with("texts: ")));
-    assert!(matches!(engine.rerank(" ", &texts, raw).await, Err(Error::InvalidArgument(m)) if m.starts_with("query: ")));
-    assert!(matches!(engine.rerank(&query, &[], raw).await, Err(Error::InvalidArgument(m)) if m.starts_with("texts: ")));
+    assert!(
+        matches!(engine.rerank(" ", &texts, raw).await, Err(Error::InvalidArgument(m)) if m.starts_with("query: "))
+    );
+    assert!(
+        matches!(engine.rerank(&query, &[], raw).await, Err(Error::InvalidArgument(m)) if m.starts_with("texts: "))
+    );
     let blank = vec!["fine".to_string(), "".to_string()];
-    assert!(matches!(engine.rerank(&query, &blank, raw).await, Err(Error::InvalidArgument(m)) if m.starts_with("texts[1]: ")));
+    assert!(
+        matches!(engine.rerank(&query, &blank, raw).await, Err(Error::InvalidArgument(m)) if m.starts_with("texts[1]: "))
+    );
     // A text cut to 3 tokens before pairing scores as that prefix does.
     let cut = RerankOptions { max_tokens_per_text: Some(3), raw_scores: true, ..RerankOptions::default() };
     let short = engine.rerank(&query, &texts[..1], cut).await.unwrap();

@@ -57,10 +57,8 @@ async fn full_size_cross_encoder_matches_a_numpy_float64_forward_pass() {
     assert_eq!(loaded.tokenizer.max_tokens(), expected["max_length"].as_u64().unwrap() as usize);
 
     // The server's tokenization is the one the reference scored.
-    let tokenized: Vec<TokenizedPair> = texts
-        .iter()
-        .map(|text| loaded.tokenizer.tokenize(&query, text, TruncationSide::Right).unwrap())
-        .collect();
+    let tokenized: Vec<TokenizedPair> =
+        texts.iter().map(|text| loaded.tokenizer.tokenize(&query, text, TruncationSide::Right).unwrap()).collect();
     for (pair, want) in tokenized.iter().zip(pairs) {
         assert_eq!(pair.ids, ids(&want["input_ids"]), "ids of {:?}", want["text"]);
         assert_eq!(pair.type_ids, ids(&want["token_type_ids"]), "token types of {:?}", want["text"]);
@@ -89,8 +87,8 @@ async fn full_size_cross_encoder_matches_a_numpy_float64_forward_pass() {
         max_bulk_batch_tokens: 3 * 512,
     };
     let stats = Arc::new(RerankStats::default());
-    let scorer = CrossEncoderScorer::start(loaded, "minilm-ce".into(), limits, QueueBound::Off, stats.batches.clone())
-        .unwrap();
+    let scorer =
+        CrossEncoderScorer::start(loaded, "minilm-ce".into(), limits, QueueBound::Off, stats.batches.clone()).unwrap();
     let engine = RerankEngine::new(
         Scorer::Cross(scorer),
         RerankLimits { max_texts: 100, max_input_chars: 100_000, max_in_flight_pairs: 1000 },

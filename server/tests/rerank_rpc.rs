@@ -94,16 +94,12 @@ async fn bi_encoder_rerank_scores_are_the_cosine_of_embed_vectors() {
     let with_long = [TEXTS[1], long.as_str()];
     let cut = client.rerank(request(QUERY, &with_long)).await.unwrap().into_inner();
     assert_eq!(cut.ranks.len(), 2);
-    let refused = client
-        .rerank(RerankRequest { truncate: Some(false), ..request(QUERY, &with_long) })
-        .await
-        .unwrap_err();
+    let refused =
+        client.rerank(RerankRequest { truncate: Some(false), ..request(QUERY, &with_long) }).await.unwrap_err();
     assert_eq!(refused.code(), Code::InvalidArgument);
     assert!(refused.message().starts_with("texts[1]: "), "{}", refused.message());
-    let long_query = client
-        .rerank(RerankRequest { truncate: Some(false), ..request(&long, &TEXTS[..1]) })
-        .await
-        .unwrap_err();
+    let long_query =
+        client.rerank(RerankRequest { truncate: Some(false), ..request(&long, &TEXTS[..1]) }).await.unwrap_err();
     assert!(long_query.message().starts_with("query: "), "{}", long_query.message());
     let mixed = format!("{} {}", long_text(400), "Paris is the capital and most populous city of France.");
     let right = client.rerank(request(QUERY, &[&mixed])).await.unwrap().into_inner().ranks[0].score;
@@ -122,7 +118,11 @@ async fn bi_encoder_rerank_scores_are_the_cosine_of_embed_vectors() {
         (request(QUERY, &[]), Code::InvalidArgument, "texts: "),
         (request(QUERY, &["fine", ""]), Code::InvalidArgument, "texts[1]: "),
         (request(QUERY, &["a", "b", "c", "d", "e", "f", "g"]), Code::OutOfRange, "texts: "),
-        (RerankRequest { truncation_direction: 9, ..request(QUERY, &TEXTS) }, Code::InvalidArgument, "truncation_direction: "),
+        (
+            RerankRequest { truncation_direction: 9, ..request(QUERY, &TEXTS) },
+            Code::InvalidArgument,
+            "truncation_direction: ",
+        ),
     ];
     for (bad, code, prefix) in cases {
         let status = client.rerank(bad).await.unwrap_err();
@@ -209,10 +209,8 @@ async fn with_a_cross_encoder_scores_are_probabilities_or_logits() {
     assert!(raw.ranks.iter().any(|r| !(0.0..=1.0).contains(&r.score)), "logits are not probabilities: {raw:?}");
     // The tiny model takes 64 tokens a pair: truncation off refuses a longer one.
     let long = long_text(100);
-    let status = client
-        .rerank(RerankRequest { truncate: Some(false), ..request(QUERY, &[TEXTS[0], &long]) })
-        .await
-        .unwrap_err();
+    let status =
+        client.rerank(RerankRequest { truncate: Some(false), ..request(QUERY, &[TEXTS[0], &long]) }).await.unwrap_err();
     assert!(status.code() == Code::InvalidArgument && status.message().starts_with("texts[1]: "), "{status:?}");
     // A deadline shorter than the call is honoured: the caller gets DEADLINE_EXCEEDED
     // or CANCELLED, and the server goes on serving.

@@ -53,7 +53,8 @@ async fn reranked_hits_follow_the_cross_encoder() {
     assert!(plain.iter().all(|h| h.rerank_score.is_none()));
 
     // The server's RerankService scores the stored chunk texts.
-    let mut rerank = RerankServiceClient::new(Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap());
+    let mut rerank =
+        RerankServiceClient::new(Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap());
     let texts: Vec<String> = plain.iter().map(|h| h.text.clone()).collect();
     let ranks = rerank
         .rerank(RerankRequest { query: query.clone(), texts, ..Default::default() })
@@ -61,7 +62,8 @@ async fn reranked_hits_follow_the_cross_encoder() {
         .unwrap()
         .into_inner()
         .ranks;
-    let expected: Vec<(&str, f32)> = ranks.iter().map(|r| (plain[r.index as usize].document_id.as_str(), r.score)).collect();
+    let expected: Vec<(&str, f32)> =
+        ranks.iter().map(|r| (plain[r.index as usize].document_id.as_str(), r.score)).collect();
     let expected_ids: Vec<&str> = expected.iter().map(|(id, _)| *id).collect();
     let cosine_ids: Vec<&str> = plain.iter().map(|h| h.document_id.as_str()).collect();
     assert_ne!(

@@ -32,6 +32,8 @@ pub struct ServerInfo {
     pub limits: Limits,
     /// Server version.
     pub version: String,
+    /// What Rerank scores with: `cross-encoder:<model>` or `bi-encoder:<model>`.
+    pub rerank_scorer: String,
 }
 
 /// Counts of a server's index.
@@ -102,6 +104,7 @@ impl Client {
             dtypes,
             limits: info.limits.unwrap_or_default(),
             version: info.version,
+            rerank_scorer: info.rerank_scorer,
         })
     }
 

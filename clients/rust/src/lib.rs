@@ -27,6 +27,7 @@
 //! - [`embeddings`]: [`Embeddings`], zero-copy f32 rows (ndarray view with the
 //!   `ndarray` feature).
 //! - [`embed`]: Embed and bulk `embed_many`.
+//! - [`rerank`]: Rerank (cross-encoder or bi-encoder, as the server has).
 //! - [`search`], [`ingest`], [`jobs`], [`documents`]: the SearchService.
 //! - [`info`]: Info, index stats and health.
 //! - [`error`]: the one [`Error`] type.
@@ -44,6 +45,7 @@ pub mod error;
 pub mod info;
 pub mod ingest;
 pub mod jobs;
+pub mod rerank;
 pub mod search;
 
 mod client;
@@ -61,6 +63,7 @@ pub use info::{HealthStatus, IndexStats, Limits, ServerHealth, ServerInfo};
 pub use ingest::{Document, IngestReceipt, StreamReceipt};
 pub use jobs::{Job, JobStatus};
 pub use policy::CallStats;
+pub use rerank::{Rank, RerankOptions, Reranked, Truncation};
 pub use search::{ChunkSpan, Condition, Filter, Hit, Query, SearchOptions};
 /// The gRPC status codes [`Error::code`] returns.
 pub use tonic::Code;

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
+use embedwire_proto::v1::rerank_service_client::RerankServiceClient;
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -63,6 +64,12 @@ impl Backend {
 
     pub(crate) fn search(&self) -> SearchServiceClient<AuthChannel> {
         SearchServiceClient::with_interceptor(self.channel.clone(), self.auth.clone())
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes)
+    }
+
+    pub(crate) fn rerank(&self) -> RerankServiceClient<AuthChannel> {
+        RerankServiceClient::with_interceptor(self.channel.clone(), self.auth.clone())
             .max_decoding_message_size(self.max_message_bytes)
             .max_encoding_message_size(self.max_message_bytes)
     }

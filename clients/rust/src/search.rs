@@ -137,7 +137,8 @@ pub struct SearchOptions {
     pub include_metadata: Option<bool>,
     /// Return each hit's vector (as f32).
     pub include_vectors: bool,
-    /// Rerank with the server's cross-encoder (server default: when it has one).
+    /// Rerank with the server's rerank scorer (server default: when it has a
+    /// cross-encoder; true without one re-scores with the embedding model).
     pub rerank: Option<bool>,
 }
 
@@ -165,7 +166,8 @@ pub struct Hit {
     pub chunk: ChunkSpan,
     /// Cosine similarity to the query.
     pub score: f32,
-    /// The cross-encoder's score when the hits were reranked.
+    /// The rerank score when the hits were reranked (a cross-encoder's probability,
+    /// or a bi-encoder's cosine).
     pub rerank_score: Option<f32>,
     /// The chunk's text (empty unless included).
     pub text: String,

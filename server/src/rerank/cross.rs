@@ -105,8 +105,9 @@ impl CrossEncoderScorer {
         }
         let tokens = pairs.iter().map(|pair| pair.ids.len() as u64).sum();
         let reply = self.batcher.submit(pairs, Priority::Interactive);
-        let (values, timing) =
-            reply.await.map_err(|_| Error::Unavailable("the cross-encoder stopped (server shutting down)".into()))??;
+        let (values, timing) = reply
+            .await
+            .map_err(|_| Error::Unavailable("the cross-encoder stopped (server shutting down)".into()))??;
         Ok(Scores { values, tokens, tokenization, timing })
     }
 
@@ -130,7 +131,9 @@ impl CrossEncoderScorer {
         }
         Err(Error::invalid(
             format!("texts[{index}]"),
-            format!("with the query is longer than the cross-encoder's limit of {limit} tokens; shorten it or set truncate"),
+            format!(
+                "with the query is longer than the cross-encoder's limit of {limit} tokens; shorten it or set truncate"
+            ),
         ))
     }
 }

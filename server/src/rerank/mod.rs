@@ -190,7 +190,8 @@ impl RerankEngine {
         RerankStats::add(&self.stats.pairs, texts.len() as u64);
         self.stats.pairs_per_request.observe(texts.len() as f64);
         self.stats.request_seconds.observe(started.elapsed().as_secs_f64());
-        let chars = (query.chars().count() * texts.len() + texts.iter().map(|t| t.chars().count()).sum::<usize>()) as u64;
+        let chars =
+            (query.chars().count() * texts.len() + texts.iter().map(|t| t.chars().count()).sum::<usize>()) as u64;
         Ok(Reranked {
             ranks,
             scorer: self.scorer.name(),

@@ -102,7 +102,11 @@ fn is_compressed(headers: &HeaderMap) -> bool {
 }
 
 /// Reads, handles and frames one unary Embed call.
-async fn answer(api: &EmbedApi, request: Request<Body>, limits: MessageLimits) -> Result<Response<Body>, tonic::Status> {
+async fn answer(
+    api: &EmbedApi,
+    request: Request<Body>,
+    limits: MessageLimits,
+) -> Result<Response<Body>, tonic::Status> {
     let (parts, body) = request.into_parts();
     let message = read_message(body, limits.max_request_bytes).await?;
     let request = EmbedRequest::decode(message)

@@ -77,6 +77,8 @@ pub enum Command {
     Ingest(IngestArgs),
     /// Search the stored documents
     Search(SearchArgs),
+    /// Order texts (a file or stdin, one per line) by relevance to a query
+    Rerank(RerankArgs),
     /// Show (or follow) an ingestion job
     Job(JobArgs),
     /// Show the served model and the server's limits
@@ -147,6 +149,28 @@ pub struct SearchArgs {
     /// Rerank with the server's cross-encoder (true/false; default: the server's choice)
     #[arg(long)]
     pub rerank: Option<bool>,
+}
+
+#[derive(Debug, Args)]
+pub struct RerankArgs {
+    /// The query the texts are judged against
+    #[arg(long, short = 'q')]
+    pub query: String,
+    /// File of candidate texts, one per line; `-` reads stdin
+    #[arg(value_name = "FILE|-")]
+    pub file: PathBuf,
+    /// Show only the N best
+    #[arg(long, value_name = "N")]
+    pub top_n: Option<u32>,
+    /// A cross-encoder's logits instead of probabilities
+    #[arg(long)]
+    pub raw_scores: bool,
+    /// Refuse a text too long for the model instead of cutting it
+    #[arg(long)]
+    pub no_truncate: bool,
+    /// Cut over-long texts at their start instead of their end
+    #[arg(long)]
+    pub truncate_left: bool,
 }
 
 #[derive(Debug, Args)]

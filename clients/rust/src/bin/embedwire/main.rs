@@ -43,6 +43,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Embed(args) => commands::embed::run(&client, args, json).await?,
         Command::Ingest(args) => commands::ingest::run(&client, args, json).await?,
         Command::Search(args) => commands::search::run(&client, args, json).await?,
+        Command::Rerank(args) => commands::rerank::run(&client, args, json).await?,
         Command::Job(args) => commands::job::run(&client, args, json).await?,
         Command::Info => commands::info::run(&client, json).await?,
         Command::Health => {

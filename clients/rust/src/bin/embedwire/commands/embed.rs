@@ -2,7 +2,7 @@
 //! vectors out (JSON lines on stdout, or a `.npy` / raw float32 file).
 
 use std::fs::File;
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use anyhow::Context;
@@ -10,7 +10,7 @@ use embedwire_client::{BulkOptions, Client, EmbedOptions, Embeddings, WireDtype}
 use serde_json::json;
 
 use crate::cli::{DtypeArg, EmbedArgs};
-use crate::commands::print_json;
+use crate::commands::{print_json, read_lines};
 use crate::vectors_out;
 
 pub async fn run(client: &Client, args: EmbedArgs, json_output: bool) -> anyhow::Result<()> {
@@ -72,10 +72,6 @@ fn read_texts(args: &EmbedArgs) -> anyhow::Result<Vec<String>> {
     };
     anyhow::ensure!(!texts.is_empty(), "no texts to embed (give them as arguments, with --file, or on stdin)");
     Ok(texts)
-}
-
-fn read_lines(reader: impl BufRead) -> std::io::Result<Vec<String>> {
-    reader.lines().map(|line| line.map(|l| l.strip_suffix('\r').map(str::to_string).unwrap_or(l))).collect()
 }
 
 /// The file formats for vectors.

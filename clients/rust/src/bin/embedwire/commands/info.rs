@@ -17,6 +17,7 @@ pub async fn run(client: &Client, json_output: bool) -> anyhow::Result<()> {
             "backend": info.backend,
             "dtypes": info.dtypes,
             "version": info.version,
+            "rerank_scorer": info.rerank_scorer,
             "limits": {
                 "max_inputs_per_request": limits.max_inputs_per_request,
                 "max_request_bytes": limits.max_request_bytes,
@@ -24,6 +25,7 @@ pub async fn run(client: &Client, json_output: bool) -> anyhow::Result<()> {
                 "max_batch_size": limits.max_batch_size,
                 "max_batch_tokens": limits.max_batch_tokens,
                 "max_input_chars": limits.max_input_chars,
+                "max_rerank_texts": limits.max_rerank_texts,
             },
         }));
     }
@@ -34,11 +36,13 @@ pub async fn run(client: &Client, json_output: bool) -> anyhow::Result<()> {
     println!("backend:                {}", info.backend);
     println!("dtypes:                 {}", info.dtypes.join(", "));
     println!("server version:         {}", info.version);
+    println!("rerank scorer:          {}", info.rerank_scorer);
     println!("max inputs per request: {}", limits.max_inputs_per_request);
     println!("max request bytes:      {}", limits.max_request_bytes);
     println!("max in-flight inputs:   {}", limits.max_in_flight_inputs);
     println!("max batch size:         {}", limits.max_batch_size);
     println!("max batch tokens:       {}", limits.max_batch_tokens);
     println!("max input chars:        {}", limits.max_input_chars);
+    println!("max rerank texts:       {}", limits.max_rerank_texts);
     Ok(())
 }

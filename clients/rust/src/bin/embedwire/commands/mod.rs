@@ -6,9 +6,10 @@ pub mod health;
 pub mod info;
 pub mod ingest;
 pub mod job;
+pub mod rerank;
 pub mod search;
 
-use std::io::Write;
+use std::io::{BufRead, Write};
 
 use embedwire_client::Job;
 use serde_json::{Value, json};
@@ -46,4 +47,9 @@ pub fn print_json(value: &Value) -> anyhow::Result<()> {
     out.write_all(b"\n")?;
     out.flush()?;
     Ok(())
+}
+
+/// The lines of `reader`, one text each (a line's `\r\n` ending is not part of it).
+pub fn read_lines(reader: impl BufRead) -> std::io::Result<Vec<String>> {
+    reader.lines().map(|line| line.map(|l| l.strip_suffix('\r').map(str::to_string).unwrap_or(l))).collect()
 }
