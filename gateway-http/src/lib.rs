@@ -17,8 +17,9 @@
 //!
 //! # Layout
 //! - [`routes`]: the handlers (`v1`: the existing gateways' contract; `embed`: `/embed`;
-//!   `openai`: `/v1/embeddings`; `health`; `docs`: OpenAPI, metrics, the search page)
-//!   and [`router`], which assembles them.
+//!   `openai`: `/v1/embeddings`; `rerank`: `/rerank`, `/v1/rerank`, `/v2/rerank` in
+//!   the shapes of text-embeddings-inference, Cohere v1 / Jina and Cohere v2; `health`;
+//!   `docs`: OpenAPI, metrics, the search page) and [`router`], which assembles them.
 //! - [`upstream`]: the trait the handlers call, and what answers carry (the
 //!   [`upstream::Origin`] of stateful answers, the [`upstream::HealthReport`]);
 //!   [`in_process`] and [`grpc_upstream`] implement it.

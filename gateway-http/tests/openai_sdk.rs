@@ -4,16 +4,9 @@
 
 mod common;
 
-use common::{f32s, start_server, workspace};
+use common::{f32s, start_server, venv_python, workspace};
 use embedwire_proto::v1::EmbedRequest;
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
-
-fn venv_python() -> std::path::PathBuf {
-    let cache = std::env::var_os("EMBEDWIRE_CACHE")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/embedwire"));
-    cache.join("venv/bin/python")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_python_sdk_gets_the_grpc_vectors_as_floats_and_base64() {

@@ -7,7 +7,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{Html, IntoResponse, Response};
 use utoipa::OpenApi;
 
-use crate::routes::{embed, health, openai, v1};
+use crate::routes::{embed, health, openai, rerank, v1};
 use crate::state::AppState;
 use crate::upstream::Upstream;
 
@@ -16,7 +16,7 @@ use crate::upstream::Upstream;
 #[openapi(
     info(
         title = "embedwire HTTP API",
-        description = "HTTP/JSON layer of embedwire: the /v1 routes of existing embedding gateways, OpenAI-compatible embeddings, health, readiness and metrics. The same port also serves gRPC and gRPC-web."
+        description = "HTTP/JSON layer of embedwire: the /v1 routes of existing embedding gateways, OpenAI-compatible embeddings, reranking in the shapes of text-embeddings-inference (/rerank), Cohere v1 and Jina (/v1/rerank) and Cohere v2 (/v2/rerank), health, readiness and metrics. The same port also serves gRPC and gRPC-web."
     ),
     paths(
         v1::ingest,
@@ -24,6 +24,9 @@ use crate::upstream::Upstream;
         v1::search,
         embed::embed,
         openai::embeddings,
+        rerank::tei,
+        rerank::cohere_v1,
+        rerank::cohere_v2,
         health::healthz,
         health::readyz,
         metrics_text

@@ -4,6 +4,7 @@ pub mod docs;
 pub mod embed;
 pub mod health;
 pub mod openai;
+pub mod rerank;
 pub mod v1;
 
 use std::sync::Arc;
@@ -40,6 +41,9 @@ pub fn router_with_metrics<U: Upstream>(
         .route("/v1/search", post(v1::search::<U>))
         .route("/v1/embeddings", post(openai::embeddings::<U>))
         .route("/embed", post(embed::embed::<U>))
+        .route("/rerank", post(rerank::tei::<U>))
+        .route("/v1/rerank", post(rerank::cohere_v1::<U>))
+        .route("/v2/rerank", post(rerank::cohere_v2::<U>))
         .route("/healthz", get(health::healthz::<U>))
         .route("/readyz", get(health::readyz::<U>))
         .route("/openapi.json", get(docs::openapi))

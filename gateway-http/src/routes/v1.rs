@@ -1,9 +1,11 @@
 //! The routes of the existing gateways' contract (shared/http-api.md), with exactly
 //! their shapes and defaults: `POST /v1/ingest`, `GET /v1/jobs/{job_id}`,
 //! `POST /v1/search`. Extensions are optional fields old clients never see unless
-//! they ask (`filter`, `score_threshold`, `citations`) or can ignore (`document_ids`,
-//! `failed_documents`). Every answer names the index and upstream it came from in the
-//! `x-embedwire-index` and `x-embedwire-upstream` headers.
+//! they ask (`filter`, `score_threshold`, `citations`, `rerank`) or can ignore
+//! (`document_ids`, `failed_documents`, and `rerank_score` and `vector_score` on hits
+//! the server's cross-encoder reordered, whose `score` is then the rerank score).
+//! Every answer names the index and upstream it came from in the `x-embedwire-index`
+//! and `x-embedwire-upstream` headers.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -87,6 +89,11 @@ pub struct SearchBody {
     /// Extension: add each result's chunk and character offsets in its document.
     #[serde(default)]
     pub citations: bool,
+    /// Extension: reorder the best hits with the server's rerank scorer (`true`) or
+    /// keep the vector order (`false`). Left out: the server's default, which is to
+    /// rerank when it has a cross-encoder.
+    #[serde(default)]
+    pub rerank: Option<bool>,
 }
 
 /// A metadata filter: every `must` condition holds, at least one `should` condition
@@ -125,8 +132,15 @@ pub struct SearchReply {
 pub struct SearchResult {
     /// The document's id.
     pub id: String,
-    /// Cosine similarity (the vectors are L2-normalized).
+    /// Cosine similarity (the vectors are L2-normalized); for reranked hits, the
+    /// rerank score, which orders them.
     pub score: f32,
+    /// Extension, for reranked hits only: the rerank scorer's score (equal to `score`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rerank_score: Option<f32>,
+    /// Extension, for reranked hits only: the cosine similarity the hit was found with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vector_score: Option<f32>,
     /// The chunk's text.
     pub text: String,
     pub metadata: HashMap<String, String>,
@@ -208,6 +222,7 @@ pub async fn search<U: Upstream>(
         filter: body.filter.map(filter_to_wire).transpose()?,
         include_text: Some(true),
         include_metadata: Some(true),
+        rerank: body.rerank,
         ..SearchRequest::default()
     };
     let Served { value: reply, origin } =
@@ -224,6 +239,8 @@ pub async fn search<U: Upstream>(
             }),
             id: hit.document_id,
             score: hit.rerank_score.unwrap_or(hit.score),
+            rerank_score: hit.rerank_score,
+            vector_score: hit.rerank_score.map(|_| hit.score),
             text: hit.text,
             metadata: hit.metadata,
         })

@@ -25,6 +25,15 @@ pub fn server_binary() -> PathBuf {
     path
 }
 
+/// The Python of the project's venv (scripts/setup-model.sh and setup-python-dev.sh
+/// install it with the SDKs the compatibility tests drive).
+pub fn venv_python() -> PathBuf {
+    let cache = std::env::var_os("EMBEDWIRE_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/embedwire"));
+    cache.join("venv/bin/python")
+}
+
 /// A running server with its HTTP base URL.
 pub struct Server {
     pub process: ServerProcess,
