@@ -222,5 +222,19 @@ async fn with_a_cross_encoder_scores_are_probabilities_or_logits() {
     let late = client.rerank(hurried).await.unwrap_err();
     assert!(matches!(late.code(), Code::DeadlineExceeded | Code::Cancelled), "{late:?}");
     assert!(client.rerank(request(QUERY, &TEXTS)).await.is_ok());
+
+    // /metrics: calls, pairs, the cross-encoder's batches and the calls' latency.
+    let page = reqwest::get(format!("{}/metrics", server.address)).await.unwrap().text().await.unwrap();
+    let value = |name: &str| -> f64 {
+        let line = page.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '));
+        line.unwrap_or_else(|| panic!("{name} missing:\n{page}")).rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(value("embedwire_rerank_requests_total") >= 4.0);
+    assert!(value("embedwire_rerank_pairs_total") >= 3.0 * TEXTS.len() as f64);
+    assert!(value("embedwire_rerank_batches_total") >= 3.0);
+    assert!(value("embedwire_rerank_batch_size_count") >= 3.0 && value("embedwire_rerank_batch_size_sum") >= 12.0);
+    assert!(value("embedwire_rerank_request_seconds_count") >= 3.0);
+    assert!(value("embedwire_rerank_inference_seconds_count") >= 3.0);
+    assert!(page.contains("embedwire_rerank_pairs_per_request_bucket"));
     server.stop().await.unwrap();
 }
