@@ -35,7 +35,7 @@ impl BiEncoderScorer {
         let mut inputs = Vec::with_capacity(texts.len() + 1);
         inputs.push(query.to_string());
         inputs.extend(self.cut_texts(texts, options)?);
-        let embed = EmbedOptions { truncate: options.truncate, ..EmbedOptions::default() };
+        let embed = EmbedOptions { truncate: options.truncate, priority: options.priority, ..EmbedOptions::default() };
         let embedded = self.engine.embed(inputs, embed).await.map_err(|error| {
             rename_inputs(error, |i| if i == 0 { "query".to_string() } else { format!("texts[{}]", i - 1) })
         })?;

@@ -86,7 +86,7 @@ impl CrossEncoderScorer {
     pub async fn score(&self, query: &str, texts: &[String], options: RerankOptions) -> Result<Scores> {
         // Before tokenizing: under overload most calls are refused, and each refusal
         // should cost as little CPU as possible, which the model needs.
-        if let Some(bound) = self.queue_bound {
+        if let (Some(bound), Priority::Interactive) = (self.queue_bound, options.priority) {
             let derived = format!("{AUTO_BOUND_CALLS} x the cross-encoder's time for a call of {WARM_UP_PAIRS} pairs");
             lanes::admit_within(self.batcher.work_ahead(), bound, &derived)?;
         }
@@ -104,7 +104,7 @@ impl CrossEncoderScorer {
             self.refuse_truncated(query, &pairs)?;
         }
         let tokens = pairs.iter().map(|pair| pair.ids.len() as u64).sum();
-        let reply = self.batcher.submit(pairs, Priority::Interactive);
+        let reply = self.batcher.submit(pairs, options.priority);
         let (values, timing) = reply
             .await
             .map_err(|_| Error::Unavailable("the cross-encoder stopped (server shutting down)".into()))??;

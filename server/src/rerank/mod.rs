@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::admission::InFlightLimiter;
-use crate::batcher::BatchTiming;
+use crate::batcher::{BatchTiming, Priority};
 use crate::error::{Error, Result};
 use crate::model::pair_tokenizer::TruncationSide;
 
@@ -50,6 +50,9 @@ pub struct RerankOptions {
     pub side: TruncationSide,
     /// Cut each text to this many tokens before pairing.
     pub max_tokens_per_text: Option<usize>,
+    /// Interactive (a unary call: admitted by queue time) or bulk (a stream's
+    /// requests: never refused for queue time, paced by flow control).
+    pub priority: Priority,
 }
 
 impl Default for RerankOptions {
@@ -60,6 +63,7 @@ impl Default for RerankOptions {
             truncate: true,
             side: TruncationSide::Right,
             max_tokens_per_text: None,
+            priority: Priority::Interactive,
         }
     }
 }

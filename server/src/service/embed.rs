@@ -5,10 +5,10 @@ use std::sync::{Arc, OnceLock};
 
 use embedwire_proto::v1::embed_service_server::EmbedService;
 use embedwire_proto::v1::{
-    EmbedRequest, EmbedResponse, EmbedStreamRequest, EmbedStreamResponse, InfoRequest, InfoResponse, StreamError,
-    TokenizeRequest, TokenizeResponse, embed_stream_response,
+    EmbedRequest, EmbedResponse, EmbedStreamRequest, EmbedStreamResponse, InfoRequest, InfoResponse, TokenizeRequest,
+    TokenizeResponse, embed_stream_response,
 };
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::batcher::{BatchTiming, Priority};
@@ -88,13 +88,7 @@ async fn answer_stream_message(engine: &EmbeddingEngine, message: EmbedStreamReq
     };
     let result = match result {
         Ok(response) => embed_stream_response::Result::Response(response),
-        Err(error) => {
-            let status = Status::from(error);
-            embed_stream_response::Result::Error(StreamError {
-                code: status.code() as i32,
-                message: status.message().to_string(),
-            })
-        }
+        Err(error) => embed_stream_response::Result::Error(super::stream_error(error)),
     };
     EmbedStreamResponse { request_id: message.request_id, result: Some(result) }
 }
@@ -114,27 +108,17 @@ impl EmbedService for EmbedApi {
 
     type EmbedStreamStream = ResponseStream;
 
-    /// Works on up to `stream_read_ahead` requests at once (so they batch together)
-    /// and yields answers in request order. Nothing else buffers: when the client
-    /// stops reading, HTTP/2 flow control stops the response stream, `buffered` stops
-    /// pulling requests, and the client's sends block.
+    /// Answers in request order, `stream_read_ahead` at once (see
+    /// [`super::answer_in_order`]).
     async fn embed_stream(
         &self,
         request: Request<Streaming<EmbedStreamRequest>>,
     ) -> Result<Response<Self::EmbedStreamStream>, Status> {
         let engine = self.engine.clone();
-        let responses = request
-            .into_inner()
-            .map(move |message| {
-                let engine = engine.clone();
-                async move {
-                    match message {
-                        Ok(message) => Ok(answer_stream_message(&engine, message).await),
-                        Err(status) => Err(wire::oversized_message_status(status)),
-                    }
-                }
-            })
-            .buffered(self.settings.stream_read_ahead);
+        let responses = super::answer_in_order(request.into_inner(), self.settings.stream_read_ahead, move |message| {
+            let engine = engine.clone();
+            async move { answer_stream_message(&engine, message).await }
+        });
         let mut response = Response::new(Box::pin(responses) as Self::EmbedStreamStream);
         wire::add_precision_metadata(response.metadata_mut(), self.engine.info()?.precision);
         Ok(response)

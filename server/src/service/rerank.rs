@@ -6,14 +6,14 @@ use std::time::Instant;
 
 use embedwire_proto::v1::rerank_service_server::RerankService;
 use embedwire_proto::v1::{
-    RerankRequest, RerankResponse, RerankStreamRequest, RerankStreamResponse, StreamError, rerank_stream_response,
+    RerankRequest, RerankResponse, RerankStreamRequest, RerankStreamResponse, rerank_stream_response,
 };
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::batcher::BatchTiming;
+use crate::batcher::{BatchTiming, Priority};
 use crate::error::{Error, Result};
-use crate::rerank::RerankEngine;
+use crate::rerank::{RerankEngine, RerankOptions};
 use crate::wire;
 
 /// The RerankService handlers.
@@ -36,9 +36,13 @@ fn loaded(engine: &OnceLock<Arc<RerankEngine>>) -> Result<Arc<RerankEngine>> {
 }
 
 /// Validates, reranks and encodes one request; also says where its time went.
-async fn rerank_one(engine: &RerankEngine, request: &RerankRequest) -> Result<(RerankResponse, BatchTiming)> {
+async fn rerank_one(
+    engine: &RerankEngine,
+    request: &RerankRequest,
+    priority: Priority,
+) -> Result<(RerankResponse, BatchTiming)> {
     let started = Instant::now();
-    let options = wire::rerank::rerank_options(request)?;
+    let options = RerankOptions { priority, ..wire::rerank::rerank_options(request)? };
     let reranked = engine.rerank(&request.query, &request.texts, options).await?;
     let timing = reranked.timing;
     Ok((wire::rerank::rerank_response(request, reranked, started.elapsed()), timing))
@@ -47,18 +51,12 @@ async fn rerank_one(engine: &RerankEngine, request: &RerankRequest) -> Result<(R
 /// Answers one stream message; its failure is reported in-band, tagged with its id.
 async fn answer_stream_message(engine: &RerankEngine, message: RerankStreamRequest) -> RerankStreamResponse {
     let result = match &message.request {
-        Some(request) => rerank_one(engine, request).await.map(|(response, _)| response),
+        Some(request) => rerank_one(engine, request, Priority::Bulk).await.map(|(response, _)| response),
         None => Err(Error::invalid("request", "is missing")),
     };
     let result = match result {
         Ok(response) => rerank_stream_response::Result::Response(response),
-        Err(error) => {
-            let status = Status::from(error);
-            rerank_stream_response::Result::Error(StreamError {
-                code: status.code() as i32,
-                message: status.message().to_string(),
-            })
-        }
+        Err(error) => rerank_stream_response::Result::Error(super::stream_error(error)),
     };
     RerankStreamResponse { request_id: message.request_id, result: Some(result) }
 }
@@ -70,7 +68,7 @@ impl RerankService for RerankApi {
     async fn rerank(&self, request: Request<RerankRequest>) -> Result<Response<RerankResponse>, Status> {
         let started = Instant::now();
         let engine = loaded(&self.engine)?;
-        let (reply, timing) = rerank_one(&engine, request.get_ref()).await?;
+        let (reply, timing) = rerank_one(&engine, request.get_ref(), Priority::Interactive).await?;
         let mut response = Response::new(reply);
         wire::add_timing_metadata(response.metadata_mut(), timing, started.elapsed());
         Ok(response)
@@ -78,26 +76,19 @@ impl RerankService for RerankApi {
 
     type RerankStreamStream = ResponseStream;
 
-    /// As EmbedStream: up to `stream_read_ahead` requests at once (their pairs batch
-    /// together), answers in request order, and nothing else buffered, so a client
-    /// that stops reading stops the server pulling its requests.
+    /// As EmbedStream: answers in request order, `stream_read_ahead` at once (see
+    /// [`super::answer_in_order`]); a stream's pairs take the bulk lane like an
+    /// EmbedStream's texts: a producer wants throughput and flow control already
+    /// paces it, so its requests are never refused for queue time.
     async fn rerank_stream(
         &self,
         request: Request<Streaming<RerankStreamRequest>>,
     ) -> Result<Response<Self::RerankStreamStream>, Status> {
         let engine = loaded(&self.engine)?;
-        let responses = request
-            .into_inner()
-            .map(move |message| {
-                let engine = engine.clone();
-                async move {
-                    match message {
-                        Ok(message) => Ok(answer_stream_message(&engine, message).await),
-                        Err(status) => Err(wire::oversized_message_status(status)),
-                    }
-                }
-            })
-            .buffered(self.stream_read_ahead);
+        let responses = super::answer_in_order(request.into_inner(), self.stream_read_ahead, move |message| {
+            let engine = engine.clone();
+            async move { answer_stream_message(&engine, message).await }
+        });
         Ok(Response::new(Box::pin(responses) as Self::RerankStreamStream))
     }
 }

@@ -25,6 +25,7 @@ pub fn rerank_options(request: &RerankRequest) -> Result<RerankOptions> {
         truncate: request.truncate.unwrap_or(true),
         side,
         max_tokens_per_text: request.max_tokens_per_text.filter(|&n| n > 0).map(|n| n as usize),
+        ..RerankOptions::default()
     })
 }
 
