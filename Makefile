@@ -35,8 +35,8 @@ test: setup lint
 	cargo test --release --workspace
 	$(CACHE)/venv/bin/python -m pytest clients/python/tests -q
 
-## bench: every benchmark of bench/run.sh (about 20 minutes: embed, wire, ghz, gateway
-## and index at 100k) with bench/results/REPORT.md and its plots, then the Rust vs
+## bench: every benchmark of bench/run.sh (about 23 minutes: embed, wire, ghz, gateway,
+## index at 100k and rerank) with bench/results/REPORT.md and its plots, then the Rust vs
 ## Python client bench
 bench: setup
 	bash bench/run.sh

@@ -9,6 +9,9 @@ this script with the venv Python):
   (gateway-bench: embedwire against the Python baseline; HTTP against gRPC search);
 - ghz/ghz_summary.csv (ghz-suite);
 - index/index_bench.csv (index-bench at 100k);
+- rerank/rerank_bench_summary.csv, rerank/rerank_bench_sweep.csv,
+  rerank/rerank_bench_in_process.csv (rerank-bench: Rerank pairs/s against the
+  cross-encoder's in-process ceiling, and the bi-encoder fallback);
 - run_info.csv (bench/run.sh: each step's time and the machine's load around it).
 
 A missing input leaves its section saying so; the report never invents a figure.
@@ -142,6 +145,7 @@ def collect_targets(rep):
         ("embed-bench", rep.path("embed_bench_summary.csv")),
         ("wire-bench", rep.path("wire", "wire_summary.csv")),
         ("gateway-bench", rep.path("gateway", "gateway_summary.csv")),
+        ("rerank-bench", rep.path("rerank", "rerank_bench_summary.csv")),
     ]
     for source, path in sources:
         for row in read_csv(path) or []:
@@ -194,6 +198,14 @@ def why_missed(rep, source, figure):
         return text + load("embed-bench") + " (other processes competing shift one side more than the other)"
     if source == "index-bench":
         return load("index-bench")
+    if source == "rerank-bench":
+        best = rerank_best(rep, "cross-encoder")
+        if best:
+            return (f"at c={best['concurrency']}: server {num(best['server_cores']):.2f} / bench "
+                    f"{num(best['bench_cores']):.2f} / other {num(best['other_cores']):.2f} cores, model busy "
+                    f"{num(best['model_busy']):.2f}, {num(best['inputs_per_batch']):.1f} pairs per batch, "
+                    f"{best['refused']} refused; " + load("rerank-bench"))
+        return load("rerank-bench")
     return ""
 
 
@@ -459,9 +471,65 @@ def index_section(rep):
     rep.add("\n")
 
 
+def rerank_best(rep, scorer):
+    """The sweep point with the most pairs/s of `scorer`."""
+    rows = [r for r in read_csv(rep.path("rerank", "rerank_bench_sweep.csv")) or [] if r["scorer"] == scorer]
+    return max(rows, key=lambda r: num(r["pairs_per_s"], 0)) if rows else None
+
+
+def rerank_section(rep):
+    rep.add("## Rerank throughput against the in-process ceiling (rerank-bench)\n\n")
+    sweep = read_csv(rep.path("rerank", "rerank_bench_sweep.csv"))
+    summary = read_csv(rep.path("rerank", "rerank_bench_summary.csv")) or []
+    ceiling = read_csv(rep.path("rerank", "rerank_bench_in_process.csv")) or []
+    if not sweep:
+        rep.add("rerank-bench did not run.\n\n")
+        return
+    rep.add("Rerank calls of one query and 20 passages of ~60 tokens (Python docstrings, varied between calls), "
+            "closed-loop gRPC clients at each concurrency, against a server with `--rerank-model-dir` (the "
+            "full-size MiniLM cross-encoder that `scripts/model/make_minilm_cross_encoder.py` builds) and against "
+            "one without (the bi-encoder fallback: the embedding model's cosine). The ceiling is the same "
+            "cross-encoder run in-process by the server crate's code and ONNX settings, pairs tokenized "
+            "beforehand. Refused calls (RESOURCE_EXHAUSTED, admission by expected queue time) are counted; a "
+            "refused client backs off 5 ms doubling to 200 ms. `rerank/rerank_bench.md` has the full tables.\n\n")
+    rep.add(table(["figure", "measured", "target", "result"],
+                  [[r["figure"], f"{num(r['measured']):,.4g} {r['unit']}",
+                    f"{r['comparison']} {num(r['limit']):g}" if r["comparison"] else "", r["result"]] for r in summary]))
+    rep.add("\n")
+    rep.add(table(["scorer", "c", "pairs/s", "calls", "refused", "errors", "p50 / p99 ms", "server / bench / other cores",
+                   "model busy", "inputs/batch"],
+                  [[r["scorer"], r["concurrency"], fmt(num(r["pairs_per_s"])), r["calls_ok"], r["refused"], r["errors"],
+                    f"{fmt(num(r['p50_ms']))} / {fmt(num(r['p99_ms']))}",
+                    f"{fmt(num(r['server_cores']), 2)} / {fmt(num(r['bench_cores']), 2)} / {fmt(num(r['other_cores']), 2)}",
+                    fmt(num(r["model_busy"]), 2), fmt(num(r["inputs_per_batch"]))] for r in sweep]))
+    rep.add("\n")
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for scorer, color in [("cross-encoder", "#2a7"), ("bi-encoder", "#48c")]:
+        pts = sorted((int(r["concurrency"]), num(r["pairs_per_s"])) for r in sweep if r["scorer"] == scorer)
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, label=f"server, {scorer}")
+    if ceiling:
+        best = max(ceiling, key=lambda r: num(r["pairs_per_s"], 0))
+        rate = num(best["pairs_per_s"])
+        ax.axhline(rate, color="#c33", linestyle="--",
+                   label=f"in-process ceiling, cross-encoder ({rate:.0f} pairs/s @ batch {best['batch_size']})")
+        ax.axhline(0.9 * rate, color="#c33", linestyle=":", label="0.9 x ceiling (target)")
+    ax.set_xscale("log", base=2)
+    levels = sorted({int(r["concurrency"]) for r in sweep})
+    ax.set_xticks(levels, [str(c) for c in levels])
+    ax.set_xlabel("concurrent clients (1 query x 20 passages per call)")
+    ax.set_ylabel("pairs/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Rerank pairs/s against concurrency")
+    ax.legend(fontsize=8)
+    rep.add(rep.save(fig, "rerank_pairs_vs_concurrency.png"))
+    rep.add("\n")
+
+
 def rerun_section(rep):
     rep.add("## Rerun\n\n"
-            "```\nbench/run.sh            # everything, about 15 minutes on 2 cores; writes this report\n"
+            "```\nbench/run.sh            # everything, about 18 minutes on 2 cores; writes this report\n"
             "bench/run.sh --quick    # every piece for a few seconds (what `make test` runs)\n"
             "./target/release/wire-bench --help      # each program has its own flags\n"
             "./target/release/gateway-bench --help\n./target/release/ghz-suite --help\n```\n")
@@ -481,6 +549,7 @@ def main():
     gateway_section(rep)
     ghz_section(rep)
     index_section(rep)
+    rerank_section(rep)
     rerun_section(rep)
     out = os.path.join(args.results, "REPORT.md")
     with open(out, "w") as f:

@@ -7,8 +7,10 @@
 #   ghz-suite       Embed 1/32/256, EmbedStream, Search under ghz, pseudo and onnx
 #   gateway-bench   /v1/search: embedwire against the Python baseline; HTTP vs gRPC
 #   index-bench     exact and HNSW search at 100k vectors (1M: run it on its own)
+#   rerank-bench    Rerank pairs/s at c=1..32: cross-encoder vs its in-process
+#                   ceiling, and the bi-encoder fallback
 #
-# Full run: about 15 minutes on 2 cores, results in bench/results/. --quick: every
+# Full run: about 18 minutes on 2 cores, results in bench/results/. --quick: every
 # piece for a few seconds, results in $BENCH_RESULTS_DIR (default
 # target/bench-quick), so a quick run never overwrites the real figures. Not part of
 # this run (`make bench-long` runs them): search-bench (about 6 minutes), overload-bench,
@@ -94,6 +96,8 @@ if [[ -n "$QUICK" ]]; then
 else
     step index-bench index -- "$BIN/index-bench" --sizes 100000 --results-dir "$RESULTS/index"
 fi
+step rerank-bench rerank -- \
+    "$BIN/rerank-bench" $QUICK "${SERVER[@]}" --results-dir "$RESULTS/rerank"
 
 echo "=== report"
 "$PYTHON" bench/report.py --results "$RESULTS" $QUICK || FAILED=1

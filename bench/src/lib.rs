@@ -13,8 +13,11 @@
 //! existing gateways' load pattern: embedwire against the Python baseline of
 //! `bench/baseline/`, and HTTP search against gRPC Search) and `src/bin/store_bench`
 //! (ingest and search on the embedded store against Weaviate clusters of 1 and 3
-//! nodes, with the CPU each search and chunk costs in embedwire and in Weaviate). `bench/run.sh` runs
-//! them all and `bench/report.py` turns their output into `bench/results/REPORT.md`.
+//! nodes, with the CPU each search and chunk costs in embedwire and in Weaviate) and
+//! `src/bin/rerank_bench` (Rerank pairs/s and latency at concurrency 1..32, with the
+//! cross-encoder against its in-process ceiling, and with the bi-encoder fallback).
+//! `bench/run.sh` runs them all and `bench/report.py` turns their output into
+//! `bench/results/REPORT.md`.
 //!
 //! # Layout
 //! - [`server_binary`]: finds (or builds) the server binary to measure.
@@ -31,6 +34,9 @@
 //! - [`corpus`]: the real text corpus (Python docstrings found on this machine).
 //! - [`ingest`]: documents through gRPC Ingest, followed to COMPLETED.
 //! - [`memory`]: a process's RSS, once or sampled over a run.
+//! - [`in_process`]: the in-process ceiling of any model the server batches: batches
+//!   of several sizes run directly, no server in between.
+//! - [`server_metrics`]: the server's /metrics counters, read before and after a run.
 //! - [`latency`]: mean and percentiles.
 //! - [`cpu`]: CPU time of a process and of each of its threads, from /proc.
 //! - [`targets`]: figures against targets: the printed table and the summary CSV.
@@ -42,12 +48,14 @@ pub mod corpus;
 pub mod cpu;
 pub mod http_client;
 pub mod http_process;
+pub mod in_process;
 pub mod ingest;
 pub mod latency;
 pub mod load;
 pub mod memory;
 pub mod open_loop;
 pub mod server_binary;
+pub mod server_metrics;
 pub mod server_process;
 pub mod targets;
 pub mod weaviate_cluster;

@@ -37,7 +37,7 @@ fn quick_run_writes_every_result_and_the_report() {
 
     // Every step ran and exited 0.
     let info = read(&results.join("run_info.csv"));
-    for step in ["embed-bench", "wire-bench", "ghz-suite", "gateway-bench", "index-bench"] {
+    for step in ["embed-bench", "wire-bench", "ghz-suite", "gateway-bench", "index-bench", "rerank-bench"] {
         let line = info
             .lines()
             .find(|line| line.starts_with(&format!("{step},")))
@@ -76,6 +76,11 @@ fn quick_run_writes_every_result_and_the_report() {
         assert!(read(&results.join(format!("gateway/rss_{gateway}.csv"))).lines().count() > 3);
     }
 
+    // rerank-bench: both scorers swept, the one target judged.
+    let sweep = read(&results.join("rerank/rerank_bench_sweep.csv"));
+    assert!(sweep.contains("\ncross-encoder,1,") && sweep.contains("\nbi-encoder,1,"), "{sweep}");
+    assert_eq!(judged(&read(&results.join("rerank/rerank_bench_summary.csv"))), 1);
+
     // The report: every section, and its plots written.
     let report = read(&results.join("REPORT.md"));
     for section in [
@@ -86,6 +91,7 @@ fn quick_run_writes_every_result_and_the_report() {
         "## The /v1 contract",
         "## gRPC under ghz",
         "## Vector index",
+        "## Rerank",
     ] {
         assert!(report.contains(section), "no `{section}` in:\n{report}");
     }
@@ -97,6 +103,7 @@ fn quick_run_writes_every_result_and_the_report() {
         "gateway_latency_percentiles.png",
         "gateway_rss_over_time.png",
         "ghz_throughput_vs_concurrency.png",
+        "rerank_pairs_vs_concurrency.png",
     ] {
         let size = std::fs::metadata(results.join("plots").join(plot)).map(|m| m.len()).unwrap_or(0);
         assert!(size > 1000, "{plot} missing or empty");
