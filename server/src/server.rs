@@ -419,7 +419,11 @@ fn load_reranker(config: &ServerConfig, engine: Arc<EmbeddingEngine>) -> Result<
             let loaded = CrossEncoder::load(environment, dir, config.onnx_settings(), config.precision)?;
             let model_id = config.rerank_model_id.clone().unwrap_or_else(|| directory_name(dir));
             tracing::info!(model = %model_id, dir = %dir.display(), precision = loaded.precision.name(), "cross-encoder loaded for reranking");
-            let limits = local_model_config(config).batch;
+            let limits = BatchLimits {
+                max_batch_tokens: config.rerank_max_batch_tokens,
+                max_bulk_batch_tokens: config.max_bulk_batch_tokens.min(config.rerank_max_batch_tokens),
+                ..local_model_config(config).batch
+            };
             let bound = QueueBound::from_flag(config.max_queue_ms);
             Scorer::Cross(CrossEncoderScorer::start(loaded, model_id, limits, bound, stats.batches.clone())?)
         }

@@ -20,8 +20,8 @@ use crate::stats::Stats;
 /// pool so one long candidate list does not stall other connections' I/O.
 const INLINE_TOKENIZE_LIMIT: usize = 32;
 
-/// The warm-up call, the unit of the derived queue-time bound: 20 candidates, what
-/// a retrieval stage typically hands a reranker.
+/// The warm-up call, the unit of the derived queue-time bound: 20 candidates of
+/// about 60 tokens, what a retrieval stage typically hands a reranker.
 const WARM_UP_PAIRS: usize = 20;
 
 /// The derived bound, in warm-up calls' model time: a call is refused while more
@@ -160,9 +160,14 @@ fn tokenize_pairs(
 /// Runs a few calls before serving (ONNX Runtime's first run allocates and plans);
 /// returns the model time of one typical call, the median of three.
 fn warm_up(model: &mut CrossEncoder, tokenizer: &PairTokenizer) -> Result<Duration> {
+    // A passage of about 60 tokens, as retrieval stages hand out: the bound is in
+    // calls like the ones the server will see.
     let pair = tokenizer.tokenize(
         "what does a reranker do",
-        "A reranker reads a query together with one candidate passage and scores how well the passage answers it.",
+        "A reranker reads a query together with one candidate passage and scores how well the passage \
+         answers it. Retrieval systems first fetch a few dozen candidates cheaply, by keywords or by \
+         comparing embedding vectors, and then let the slower but more accurate reranker put the best \
+         of them first before they are shown to a person or handed to a language model.",
         TruncationSide::Right,
     )?;
     let call: Vec<&TokenizedPair> = vec![&pair; WARM_UP_PAIRS];
