@@ -360,11 +360,14 @@ async fn bad_search_and_ingest_requests_name_the_field() {
         ..Default::default()
     };
     expect(client.search(short_vector).await, Code::InvalidArgument, "queries[0].vector: has 3 values");
-    expect(
-        client.search(SearchRequest { rerank: Some(true), ..search(&["x"], 1) }).await,
-        Code::FailedPrecondition,
-        "rerank",
-    );
+    // Rerank reads texts: a vector query cannot be reranked (without a cross-encoder,
+    // rerank on a text query is the bi-encoder's: rerank_search.rs).
+    let vector_rerank = SearchRequest {
+        queries: vec![SearchQuery { query: Some(search_query::Query::Vector(vec![0u8; 384 * 4].into())) }],
+        rerank: Some(true),
+        ..Default::default()
+    };
+    expect(client.search(vector_rerank).await, Code::InvalidArgument, "rerank: needs text queries");
     expect(client.delete_documents(DeleteDocumentsRequest::default()).await, Code::InvalidArgument, "ids");
     // Still serving.
     let job = ingest_and_wait(&mut client, vec![document("ok", "fine", &[])]).await;
