@@ -6,52 +6,16 @@
 //! against milliseconds of inference, and leaving it out makes this a clean upper
 //! bound for what the server can reach.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use embedwire_bench::latency::LatencySummary;
+use embedwire_bench::in_process::{self, CeilingPlan as SharedPlan};
 use embedwire_server::model::files::ModelFiles;
 use embedwire_server::model::onnx::{OnnxModel, OnnxSettings, init_runtime};
 use embedwire_server::model::tokenizer::TextTokenizer;
 
+pub use embedwire_bench::in_process::Ceiling;
+
 use crate::config::ModelPaths;
-
-/// One batch size run for a while.
-#[derive(Debug, Clone)]
-pub struct BatchSizeRun {
-    pub batch_size: usize,
-    /// Sentences embedded in the measured time.
-    pub sentences: usize,
-    /// Measured time, inference only.
-    pub elapsed: Duration,
-    /// Time of one `embed_batch` call.
-    pub batch_latency: LatencySummary,
-}
-
-impl BatchSizeRun {
-    /// Sentences per second.
-    pub fn rate(&self) -> f64 {
-        self.sentences as f64 / self.elapsed.as_secs_f64()
-    }
-}
-
-/// Every batch size measured.
-#[derive(Debug, Clone)]
-pub struct Ceiling {
-    /// In the order measured; the first is batch size 1.
-    pub runs: Vec<BatchSizeRun>,
-}
-
-impl Ceiling {
-    /// The batch size with the most sentences per second.
-    pub fn best(&self) -> &BatchSizeRun {
-        self.runs.iter().max_by(|a, b| a.rate().total_cmp(&b.rate())).expect("at least one batch size")
-    }
-
-    /// The batch-1 run, whose call time is the single-request floor.
-    pub fn batch_one(&self) -> &BatchSizeRun {
-        self.runs.iter().find(|run| run.batch_size == 1).expect("batch size 1 is always measured")
-    }
-}
 
 /// What to measure.
 pub struct CeilingPlan<'a> {
@@ -63,29 +27,22 @@ pub struct CeilingPlan<'a> {
     pub intra_op_threads: usize,
 }
 
-/// Loads the model, measures every batch size, and drops the model again (so its
-/// threads and memory are gone before the server runs).
+/// Loads the model, measures every batch size with the bench's shared in-process
+/// runner, and drops the model again (so its threads and memory are gone before the
+/// server runs).
 pub fn measure(paths: &ModelPaths, texts: &[String], plan: &CeilingPlan) -> anyhow::Result<Ceiling> {
     let (mut model, sequences) = load(paths, texts, plan.intra_op_threads)?;
-    let sequences: Vec<&[u32]> = sequences.iter().map(Vec::as_slice).collect();
-    let mut cursor = SequenceCursor { sequences: &sequences, next: 0 };
-
-    run_for(&mut model, &mut cursor, 8, plan.warmup)?;
-    let mut runs = Vec::with_capacity(plan.batch_sizes.len());
-    for &batch_size in plan.batch_sizes {
-        // A few batches of the new shape first: ONNX Runtime sizes buffers per shape.
-        run_for(&mut model, &mut cursor, batch_size, Duration::ZERO)?;
-        let run = run_for(&mut model, &mut cursor, batch_size, plan.time_per_size)?;
+    let shared =
+        SharedPlan { batch_sizes: plan.batch_sizes.to_vec(), time_per_size: plan.time_per_size, warmup: plan.warmup };
+    in_process::measure(&mut model, &sequences, &shared, |run| {
         println!(
             "  in-process batch {:>2}: {:>7.1} sentences/s   batch call mean {:>6.2} ms  p50 {:>6.2} ms",
-            batch_size,
+            run.batch_size,
             run.rate(),
             embedwire_bench::latency::ms(run.batch_latency.mean),
             embedwire_bench::latency::ms(run.batch_latency.p50),
         );
-        runs.push(run);
-    }
-    Ok(Ceiling { runs })
+    })
 }
 
 fn load(paths: &ModelPaths, texts: &[String], threads: usize) -> anyhow::Result<(OnnxModel, Vec<Vec<u32>>)> {
@@ -97,48 +54,4 @@ fn load(paths: &ModelPaths, texts: &[String], threads: usize) -> anyhow::Result<
     let model = OnnxModel::load(environment, &files, &paths.graph, settings)?;
     let sequences = texts.iter().map(|text| tokenizer.tokenize(text).map(|t| t.ids)).collect::<Result<Vec<_>, _>>()?;
     Ok((model, sequences))
-}
-
-/// Hands out consecutive sentences, wrapping around, so each batch holds different
-/// texts and successive batches differ too.
-struct SequenceCursor<'a> {
-    sequences: &'a [&'a [u32]],
-    next: usize,
-}
-
-impl<'a> SequenceCursor<'a> {
-    fn batch(&mut self, size: usize) -> Vec<&'a [u32]> {
-        let batch = (0..size).map(|k| self.sequences[(self.next + k) % self.sequences.len()]).collect();
-        self.next = (self.next + size) % self.sequences.len();
-        batch
-    }
-}
-
-/// Fewest batches in a run, so that even a short run of large batches says something.
-const MIN_BATCHES: usize = 3;
-
-/// Runs batches of `batch_size` for at least `time` and MIN_BATCHES batches.
-fn run_for(
-    model: &mut OnnxModel,
-    cursor: &mut SequenceCursor,
-    batch_size: usize,
-    time: Duration,
-) -> anyhow::Result<BatchSizeRun> {
-    let mut latencies = Vec::new();
-    let mut elapsed = Duration::ZERO;
-    while elapsed < time || latencies.len() < MIN_BATCHES {
-        let batch = cursor.batch(batch_size);
-        let started = Instant::now();
-        let vectors = model.embed_batch(&batch)?;
-        let took = started.elapsed();
-        anyhow::ensure!(vectors.len() == batch_size * model.dim(), "the model returned {} values", vectors.len());
-        latencies.push(took);
-        elapsed += took;
-    }
-    Ok(BatchSizeRun {
-        batch_size,
-        sentences: latencies.len() * batch_size,
-        elapsed,
-        batch_latency: LatencySummary::from_samples(latencies),
-    })
 }

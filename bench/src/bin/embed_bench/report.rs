@@ -88,7 +88,7 @@ impl Results {
 
 fn rows(results: &Results) -> Vec<Row> {
     let best = results.ceiling.best();
-    let batch_one_p50 = ms(results.ceiling.batch_one().batch_latency.p50);
+    let batch_one_p50 = ms(results.ceiling.of(1).expect("batch size 1 is always measured").batch_latency.p50);
     let ceiling_rate = best.rate();
     let throughput = results.throughput.rate();
     let latency_limit = LATENCY_FACTOR * batch_one_p50 + LATENCY_SLACK_MS;
