@@ -77,11 +77,6 @@ impl CrossEncoderScorer {
         &self.model_id
     }
 
-    /// The tokenizer, for callers that need the pairs as the model sees them.
-    pub fn tokenizer(&self) -> &PairTokenizer {
-        &self.tokenizer
-    }
-
     /// One logit per text.
     pub async fn score(&self, query: &str, texts: &[String], options: RerankOptions) -> Result<Scores> {
         // Before tokenizing: under overload most calls are refused, and each refusal
