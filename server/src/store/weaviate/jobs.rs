@@ -201,17 +201,42 @@ fn parse_jobs(results: &[pb::SearchResult]) -> Result<Vec<(String, JobParts)>> {
         .collect())
 }
 
-/// A job's parts, or None.
+/// A job's parts, or None. Read by object id, not by a filtered search: Weaviate
+/// answers a search from one replica per shard and only checks the objects that
+/// replica found, so a job written a moment before by another server (acknowledged
+/// by a quorum the searched replica was not in) could be missing. A read by id asks
+/// as many replicas as the write level, which overlaps every acknowledged write.
 pub async fn read(store: &WeaviateStore, id: &str) -> Result<Option<JobParts>> {
-    let request = store.lookup(
-        &store.names.jobs,
-        Some(convert::text_equals("job_id", id)),
-        &["job_id", "part", "record_json", "lease_owner", "lease_until"],
-        2,
-        job_consistency(store),
-    );
-    let results = store.query("read_job", request).await?;
-    Ok(parse_jobs(&results)?.into_iter().next().map(|(_, parts)| parts))
+    let (header, progress) = tokio::try_join!(read_part(store, id, HEADER), read_part(store, id, PROGRESS))?;
+    // A job exists once its header does (it is written first); progress may lag.
+    let Some(header) = header else { return Ok(None) };
+    let corrupt = |e: serde_json::Error| Error::Storage(format!("weaviate store: job {id}: {e}"));
+    let header: Header = serde_json::from_str(&text(&header, "record_json")).map_err(corrupt)?;
+    let (progress, lease_owner, lease_until) = match progress {
+        Some(part) => (
+            serde_json::from_str(&text(&part, "record_json")).map_err(corrupt)?,
+            text(&part, "lease_owner"),
+            part.get("lease_until").and_then(serde_json::Value::as_f64).unwrap_or(0.0),
+        ),
+        None => Default::default(),
+    };
+    Ok(Some(JobParts { header, progress, lease_owner, lease_until }))
+}
+
+/// One part's properties through the REST object API, or None where it does not exist.
+async fn read_part(store: &WeaviateStore, id: &str, part: &str) -> Result<Option<serde_json::Value>> {
+    let level = match job_consistency(store) {
+        Consistency::One => "ONE",
+        Consistency::Quorum => "QUORUM",
+        Consistency::All => "ALL",
+    };
+    let path = format!("/v1/objects/{}/{}?consistency_level={level}", store.names.jobs, convert::job_uuid(id, part));
+    let object = store.connection.get_json(&path).await?;
+    Ok(object.and_then(|mut object| object.get_mut("properties").map(serde_json::Value::take)))
+}
+
+fn text(properties: &serde_json::Value, name: &str) -> String {
+    properties.get(name).and_then(serde_json::Value::as_str).unwrap_or_default().to_string()
 }
 
 /// Stores the documents, then the job (its header first): the job exists, with
