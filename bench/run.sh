@@ -83,7 +83,7 @@ fi
 SERVER=(--server-bin "${BENCH_SERVER_BIN:-$BIN/embedwire-server}")
 
 step embed-bench embed_bench.csv embed_bench_summary.csv -- \
-    "$BIN/embed-bench" $QUICK "${SERVER[@]}" --results-dir "$RESULTS"
+    "$BIN/embedwire-bench" embed $QUICK "${SERVER[@]}" --results-dir "$RESULTS"
 step wire-bench wire -- \
     "$BIN/wire-bench" $QUICK "${SERVER[@]}" --results-dir "$RESULTS/wire"
 step ghz-suite ghz -- \

@@ -19,11 +19,11 @@ fn quick_run_prints_the_table_and_writes_csv() {
         ort_library.display()
     );
     let results_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("embed-bench-{}", std::process::id()));
-    let output = Command::new(env!("CARGO_BIN_EXE_embed-bench"))
-        .args(["--quick", "--results-dir"])
+    let output = Command::new(env!("CARGO_BIN_EXE_embedwire-bench"))
+        .args(["embed", "--quick", "--results-dir"])
         .arg(&results_dir)
         .output()
-        .expect("running embed-bench");
+        .expect("running embedwire-bench embed");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "embed-bench failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     for figure in ["throughput (32 clients)", "latency c=1 p50", "RSS idle", "RSS after throughput", "cold start"] {

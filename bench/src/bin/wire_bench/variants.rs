@@ -301,8 +301,17 @@ enum Transport {
     /// The request's protobuf bytes, encoded once, as the HTTP variants send one JSON
     /// body serialized once: only the answers differ between the variants, so only
     /// they should cost the client differently.
-    Grpc { client: tonic::client::Grpc<Channel>, request: Bytes },
-    Http { connection: HttpConnection, variant: Variant, path: &'static str, body: Bytes, accept: Option<&'static str> },
+    Grpc {
+        client: tonic::client::Grpc<Channel>,
+        request: Bytes,
+    },
+    Http {
+        connection: HttpConnection,
+        variant: Variant,
+        path: &'static str,
+        body: Bytes,
+        accept: Option<&'static str>,
+    },
 }
 
 /// An answer as received, before decoding.
@@ -322,8 +331,8 @@ impl VariantCaller {
         let transport = match request(variant, texts) {
             Request::Grpc(request) => {
                 // The default 4 MiB limit is below a 1024-text FLOAT32_LIST answer.
-                let client =
-                    tonic::client::Grpc::new(grpc_channel(address, counters).await?).max_decoding_message_size(64 << 20);
+                let client = tonic::client::Grpc::new(grpc_channel(address, counters).await?)
+                    .max_decoding_message_size(64 << 20);
                 Transport::Grpc { client, request: request.encode_to_vec().into() }
             }
             Request::Http { path, body, accept } => Transport::Http {

@@ -1,0 +1,160 @@
+//! The options every scenario shares, defined once and flattened into each one, and
+//! what they resolve to: the amounts of work of a full or `--quick` run, the server
+//! binary and flags, the model files, the results directory.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use embedwire_server::ServerConfig;
+
+use crate::server_process::ServerCommand;
+
+/// Options of every scenario.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Common {
+    /// A few seconds per part: every code path runs, the figures are rough. The
+    /// tests run every scenario this way so none can rot.
+    #[arg(long, env = "BENCH_QUICK")]
+    pub quick: bool,
+
+    /// The embedwire-server binary [default: build this workspace's, same profile as
+    /// the bench, and use the one beside it].
+    #[arg(long, env = "BENCH_SERVER_BIN")]
+    pub server_bin: Option<PathBuf>,
+
+    /// One more server flag, e.g. `--server-arg=--max-batch-wait-us=0`; repeat for
+    /// several. It replaces a default of the bench with the same name.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    pub server_args: Vec<String>,
+
+    /// Model directory, for the server and for in-process ceilings [default: the
+    /// server's default].
+    #[arg(long, env = "EMBEDWIRE_MODEL_DIR")]
+    pub model_dir: Option<PathBuf>,
+
+    /// ONNX Runtime shared library [default: the server's default].
+    #[arg(long, env = "EMBEDWIRE_ORT_LIBRARY")]
+    pub ort_library: Option<PathBuf>,
+
+    /// ONNX Runtime intra-op threads, in-process and in the server alike.
+    #[arg(long, env = "BENCH_INTRA_OP_THREADS", default_value_t = 2)]
+    pub intra_op_threads: usize,
+
+    /// Where the results go [default: bench/results, or the scenario's folder in it].
+    #[arg(long, env = "BENCH_RESULTS_DIR")]
+    pub results_dir: Option<PathBuf>,
+
+    /// Seconds of each measured run [default: the scenario's, shorter with --quick].
+    #[arg(long, env = "BENCH_DURATION_SECS")]
+    pub duration_secs: Option<f64>,
+
+    /// Seconds of unmeasured load before each run [default: the scenario's].
+    #[arg(long, env = "BENCH_WARMUP_SECS")]
+    pub warmup_secs: Option<f64>,
+
+    /// Concurrency levels to sweep, e.g. `1,4,16` [default: the scenario's].
+    #[arg(long, env = "BENCH_CONCURRENCY", value_delimiter = ',')]
+    pub concurrency: Vec<usize>,
+}
+
+/// The model files the server and an in-process ceiling both load.
+#[derive(Debug, Clone)]
+pub struct ModelPaths {
+    pub model_dir: PathBuf,
+    /// The graph the precision picks in the model directory.
+    pub graph: PathBuf,
+    /// That precision, as the server's `--precision` names it.
+    pub precision: &'static str,
+    pub ort_library: PathBuf,
+}
+
+impl Common {
+    /// Refuses values that would fail only after minutes of measuring.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.intra_op_threads > 0, "--intra-op-threads must be at least 1");
+        for (flag, value) in [("--duration-secs", self.duration_secs), ("--warmup-secs", self.warmup_secs)] {
+            anyhow::ensure!(
+                value.is_none_or(|s| (0.0..3600.0).contains(&s)),
+                "{flag} must be between 0 and 3600 seconds"
+            );
+        }
+        anyhow::ensure!(!self.concurrency.contains(&0), "--concurrency levels must be at least 1");
+        Ok(())
+    }
+
+    /// `full`, or `quick` with `--quick`.
+    pub fn pick<T>(&self, full: T, quick: T) -> T {
+        if self.quick { quick } else { full }
+    }
+
+    /// A measured run's length: `--duration-secs`, else the full or quick default.
+    pub fn duration(&self, full_secs: f64, quick_secs: f64) -> Duration {
+        Duration::from_secs_f64(self.duration_secs.unwrap_or(self.pick(full_secs, quick_secs)))
+    }
+
+    /// A warm-up's length: `--warmup-secs`, else the full or quick default.
+    pub fn warmup(&self, full_secs: f64, quick_secs: f64) -> Duration {
+        Duration::from_secs_f64(self.warmup_secs.unwrap_or(self.pick(full_secs, quick_secs)))
+    }
+
+    /// The concurrency levels: `--concurrency`, else the full or quick default.
+    pub fn sweep(&self, full: &[usize], quick: &[usize]) -> Vec<usize> {
+        if self.concurrency.is_empty() { self.pick(full, quick).to_vec() } else { self.concurrency.clone() }
+    }
+
+    /// The results directory: `--results-dir`, else `bench/results/<folder>`.
+    pub fn results(&self, folder: &str) -> PathBuf {
+        self.results_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results").join(folder))
+    }
+
+    /// The server binary to measure (built first when not given).
+    pub fn server_binary(&self) -> anyhow::Result<PathBuf> {
+        crate::server_binary::resolve(self.server_bin.as_deref())
+    }
+
+    /// The server's flags: the model files and thread count these options name, then
+    /// the scenario's `defaults`, then `--server-arg`, each replacing an earlier flag
+    /// of the same name.
+    pub fn server_command(&self, binary: PathBuf, defaults: Vec<(&str, OsString)>) -> ServerCommand {
+        let mut flags: Vec<(&str, OsString)> = vec![("--intra-op-threads", self.intra_op_threads.to_string().into())];
+        if let Some(dir) = &self.model_dir {
+            flags.push(("--model-dir", dir.into()));
+        }
+        if let Some(library) = &self.ort_library {
+            flags.push(("--ort-library", library.into()));
+        }
+        flags.retain(|(flag, _)| !defaults.iter().any(|(other, _)| other == flag));
+        flags.extend(defaults);
+        ServerCommand::new(binary, flags, &self.server_args)
+    }
+
+    /// The model directory, graph and ONNX Runtime library, resolved the way the
+    /// server resolves them, so an in-process ceiling loads the same files.
+    pub fn model_paths(
+        &self,
+        precision: embedwire_server::model::precision::PrecisionChoice,
+    ) -> anyhow::Result<ModelPaths> {
+        let mut flags: Vec<OsString> = vec!["embedwire-server".into()];
+        if let Some(dir) = &self.model_dir {
+            flags.extend(["--model-dir".into(), dir.into()]);
+        }
+        if let Some(library) = &self.ort_library {
+            flags.extend(["--ort-library".into(), library.into()]);
+        }
+        let server = ServerConfig::try_parse_from(flags)?;
+        let model_dir = server.model_dir();
+        let files = embedwire_server::model::files::ModelFiles::read(&model_dir)?;
+        let cpu = embedwire_server::model::precision::CpuInt8::detect();
+        let chosen = embedwire_server::model::precision::resolve(precision, &model_dir, &files.onnx_path, cpu)?;
+        Ok(ModelPaths {
+            model_dir,
+            graph: chosen.graph,
+            precision: chosen.precision.name(),
+            ort_library: server.ort_library(),
+        })
+    }
+}

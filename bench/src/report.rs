@@ -1,0 +1,147 @@
+//! The result model of every scenario: figures judged against their targets
+//! ([`Row`]), tables of measurements ([`Table`]) and the environment they were
+//! measured in, written once as CSV, JSON and markdown and printed as a table.
+//! `bench/report.py` reads these files for REPORT.md and its plots.
+
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+
+use crate::targets::{self, Bound, Row, csv_field};
+
+/// One scenario's results, written by [`Report::finish`].
+pub struct Report {
+    dir: PathBuf,
+    /// File prefix: `<name>_summary.csv`, `<name>.json`, `<name>.md`.
+    name: String,
+    figures: Vec<Row>,
+    started: Instant,
+    load_before: String,
+}
+
+impl Report {
+    /// A report writing into `dir` (created).
+    pub fn new(dir: PathBuf, name: &str) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Report { dir, name: name.into(), figures: Vec::new(), started: Instant::now(), load_before: load_average() })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Adds a figure (judged if it has a target).
+    pub fn figure(&mut self, row: Row) {
+        self.figures.push(row);
+    }
+
+    /// Writes `file` in the results directory.
+    pub fn write(&self, file: &str, text: &str) -> anyhow::Result<PathBuf> {
+        let path = self.dir.join(file);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    }
+
+    /// Writes a table as `file` (CSV).
+    pub fn table(&self, file: &str, table: &Table) -> anyhow::Result<PathBuf> {
+        self.write(file, &table.text)
+    }
+
+    /// Prints the figures against their targets and writes them as
+    /// `<name>_summary.csv`, `<name>.json` (with the environment) and `<name>.md`.
+    pub fn finish(self) -> anyhow::Result<()> {
+        println!();
+        print!("{}", targets::table(&self.figures));
+        self.write(&format!("{}_summary.csv", self.name), &targets::summary_csv(&self.figures))?;
+        self.write(&format!("{}.md", self.name), &markdown(&self.figures))?;
+        let figures: Vec<serde_json::Value> = self.figures.iter().map(figure_json).collect();
+        let json = serde_json::json!({
+            "scenario": self.name,
+            "figures": figures,
+            "environment": {
+                "command": std::env::args().collect::<Vec<_>>(),
+                "cpu": cpu_model(),
+                "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
+                "load_before": self.load_before,
+                "load_after": load_average(),
+                "seconds": self.started.elapsed().as_secs_f64(),
+            },
+        });
+        let path = self.write(&format!("{}.json", self.name), &serde_json::to_string_pretty(&json)?)?;
+        println!(
+            "results in {} ({}); run time {:.1} s",
+            self.dir.display(),
+            path.display(),
+            self.started.elapsed().as_secs_f64()
+        );
+        Ok(())
+    }
+}
+
+/// A CSV table built row by row; cells are quoted where they need it.
+pub struct Table {
+    text: String,
+}
+
+impl Table {
+    pub fn new(columns: &[&str]) -> Self {
+        Table { text: format!("{}\n", columns.join(",")) }
+    }
+
+    pub fn row<I: IntoIterator<Item = D>, D: Display>(&mut self, cells: I) {
+        let cells: Vec<String> = cells.into_iter().map(|cell| csv_field(&cell.to_string())).collect();
+        self.text.push_str(&cells.join(","));
+        self.text.push('\n');
+    }
+}
+
+fn figure_json(row: &Row) -> serde_json::Value {
+    let (comparison, limit) = match row.target.as_ref().map(|(bound, _)| *bound) {
+        Some(Bound::AtLeast(limit)) => (Some(">="), Some(limit)),
+        Some(Bound::AtMost(limit)) => (Some("<="), Some(limit)),
+        None => (None, None),
+    };
+    serde_json::json!({
+        "figure": row.figure, "value": row.value, "unit": row.unit, "measured": row.measured,
+        "comparison": comparison, "limit": limit,
+        "target": row.target.as_ref().map(|(_, text)| text),
+        "result": row.passes().map(|pass| if pass { "PASS" } else { "MISS" }),
+        "note": row.note,
+    })
+}
+
+fn markdown(rows: &[Row]) -> String {
+    let mut out = String::from("| figure | measured | target | result |\n|---|---|---|---|\n");
+    for row in rows {
+        let target = row.target.as_ref().map_or("-", |(_, text)| text.as_str());
+        let result = match row.passes() {
+            None => "-".to_string(),
+            Some(pass) => format!(
+                "{}{}",
+                if pass { "PASS" } else { "**MISS**" },
+                if row.note.is_empty() { String::new() } else { format!(" ({})", row.note) }
+            ),
+        };
+        out.push_str(&format!("| {} | {} | {target} | {result} |\n", row.figure, row.measured));
+    }
+    out
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split(' ').take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn cpu_model() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_default()
+}

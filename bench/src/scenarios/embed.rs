@@ -1,0 +1,246 @@
+//! embed: how close the server comes to ONNX Runtime called directly. In one run:
+//! the in-process ceiling (sentences/s of the bare model at batch sizes 1..64), the
+//! server's throughput with 32 one-sentence clients as a ratio to it, the latency of
+//! one sequential client against the in-process batch-1 time, the server's memory
+//! idle and loaded, and its cold start. Both sides load the same graph with the same
+//! thread count; the ceiling's model is dropped before the server starts, so the two
+//! never compete for the cores.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use embedwire_server::model::files::ModelFiles;
+use embedwire_server::model::onnx::{OnnxModel, OnnxSettings, init_runtime};
+use embedwire_server::model::precision::PrecisionChoice;
+use embedwire_server::model::tokenizer::TextTokenizer;
+
+use embedwire_bench::in_process::{self, Ceiling, CeilingPlan};
+use embedwire_bench::latency::ms;
+use embedwire_bench::load::{self, LoadResult, Rpc, Stop};
+use embedwire_bench::memory::{RssSampler, mib, rss_bytes};
+use embedwire_bench::options::{Common, ModelPaths};
+use embedwire_bench::report::{Report, Table};
+use embedwire_bench::server_process::{ServerCommand, ServerProcess};
+use embedwire_bench::targets::{Bound, Row};
+use embedwire_bench::{cpu, sentences};
+
+/// Server throughput at least this share of the in-process ceiling.
+const MIN_THROUGHPUT_RATIO: f64 = 0.90;
+/// c=1 latency at most this factor of the in-process batch-1 p50, plus the slack.
+const LATENCY_FACTOR: f64 = 1.25;
+const LATENCY_SLACK_MS: f64 = 1.0;
+const MAX_IDLE_RSS_MIB_FP32: f64 = 130.0;
+const MAX_IDLE_RSS_MIB_INT8: f64 = 100.0;
+const MAX_LOADED_RSS_MIB: f64 = 300.0;
+const MAX_COLD_START_SECS: f64 = 2.0;
+/// Distinct sentences in rotation: no batch or concurrent call repeats a text.
+const SENTENCES: usize = 512;
+
+/// Options of the embed scenario.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: Common,
+    /// The graph to measure, in-process and in the server (`--precision`).
+    #[arg(long, value_enum, default_value = "fp32")]
+    pub precision: PrecisionChoice,
+    /// Concurrent one-sentence clients of the throughput run.
+    #[arg(long, default_value_t = 32)]
+    pub clients: usize,
+    /// Clients sharing one HTTP/2 connection.
+    #[arg(long, default_value_t = 4)]
+    pub clients_per_connection: usize,
+    /// Server starts timed for the cold-start median [default: 3, --quick: 1].
+    #[arg(long)]
+    pub cold_starts: Option<usize>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let common = &args.common;
+    anyhow::ensure!(args.clients > 0 && args.clients_per_connection > 0, "--clients must be at least 1");
+    let paths = common.model_paths(args.precision)?;
+    let mut report = Report::new(common.results(""), "embed_bench")?;
+    let texts: Arc<[String]> = sentences::sentences(SENTENCES).into();
+    // Before measuring: a build would disturb the ceiling.
+    let binary = common.server_binary()?;
+    println!("embed: model {} ({}), {} intra-op threads", paths.model_dir.display(), paths.precision, common.intra_op_threads);
+
+    let ceiling = measure_ceiling(common, &paths, &texts)?;
+    let command = common.server_command(
+        binary,
+        vec![
+            ("--backend", "onnx".into()),
+            ("--model-dir", paths.model_dir.clone().into()),
+            ("--precision", paths.precision.into()),
+            ("--ort-library", paths.ort_library.clone().into()),
+            // Capacity at 32 closed-loop callers: every call waits for a full batch,
+            // which the default latency bound refuses by design (overload measures it).
+            ("--max-queue-ms", "0".into()),
+        ],
+    );
+    let server = tokio::runtime::Runtime::new()?.block_on(measure_server(&args, &command, texts))?;
+    judge(&mut report, &args, &paths, &ceiling, &server);
+    report.table("embed_bench.csv", &measurements(&args, &paths, &ceiling, &server))?;
+    report.finish()
+}
+
+fn measure_ceiling(common: &Common, paths: &ModelPaths, texts: &[String]) -> anyhow::Result<Ceiling> {
+    println!("in-process ceiling");
+    let files = ModelFiles::read(&paths.model_dir)?;
+    let tokenizer = TextTokenizer::from_file(&files.tokenizer_path, files.max_input_tokens)?;
+    let settings = OnnxSettings { intra_op_threads: common.intra_op_threads, spin: false, arena: false };
+    let mut model = OnnxModel::load(init_runtime(&paths.ort_library)?, &files, &paths.graph, settings)?;
+    let sequences = texts.iter().map(|text| tokenizer.tokenize(text).map(|t| t.ids)).collect::<Result<Vec<_>, _>>()?;
+    let plan = CeilingPlan {
+        batch_sizes: common.pick(vec![1, 2, 4, 8, 16, 32, 64], vec![1, 8, 32]),
+        time_per_size: common.duration(3.0, 0.5),
+        warmup: common.warmup(1.0, 0.2),
+    };
+    in_process::measure(&mut model, &sequences, &plan, |run| {
+        println!("  batch {:>2}: {:>7.1} sentences/s  batch p50 {:>6.2} ms", run.batch_size, run.rate(), ms(run.batch_latency.p50));
+    })
+}
+
+/// What the server runs produce.
+struct ServerFigures {
+    cold_starts: Vec<Duration>,
+    latency: LoadResult,
+    throughput: LoadResult,
+    /// CPU cores used over the throughput run: (server, bench clients).
+    cores: (f64, f64),
+    /// RSS: idle after one call, highest during throughput, right after it.
+    rss: (u64, u64, u64),
+}
+
+/// Cold starts (each a fresh process, stopped before the next), then on the last
+/// one: idle memory, sequential latency, throughput with RSS and CPU sampled.
+async fn measure_server(args: &Args, command: &ServerCommand, texts: Arc<[String]>) -> anyhow::Result<ServerFigures> {
+    let common = &args.common;
+    let mut cold_starts = Vec::new();
+    let mut server = None;
+    for _ in 0..args.cold_starts.unwrap_or(common.pick(3, 1)).max(1) {
+        if let Some(previous) = server.take() {
+            ServerProcess::stop(previous).await?;
+        }
+        let (started, took) = ServerProcess::start(command).await?;
+        println!("cold start: {:.0} ms", ms(took));
+        cold_starts.push(took);
+        server = Some(started);
+    }
+    let server = server.expect("at least one start");
+    let control = [server.connect().await?];
+    load::run(&control, 1, texts.clone(), Rpc::Embed, Stop::Calls(1)).await?;
+    let idle = rss_bytes(server.pid)?;
+    load::run(&control, 1, texts.clone(), Rpc::Embed, Stop::Calls(common.pick(50, 10))).await?;
+    let latency = load::run(&control, 1, texts.clone(), Rpc::Embed, Stop::After(common.duration(5.0, 1.0))).await?;
+    println!("latency c=1: p50 {:.2} ms  p99 {:.2} ms", ms(latency.latency.p50), ms(latency.latency.p99));
+
+    let mut channels = Vec::new();
+    for _ in 0..args.clients.div_ceil(args.clients_per_connection) {
+        channels.push(server.connect().await?);
+    }
+    load::run(&channels, args.clients, texts.clone(), Rpc::Embed, Stop::After(common.warmup(2.0, 0.3))).await?;
+    let sampler = RssSampler::start(server.pid, Duration::from_millis(50));
+    let own = std::process::id();
+    let before = (cpu::cpu_time(server.pid)?, cpu::cpu_time(own)?);
+    let throughput = load::run(&channels, args.clients, texts, Rpc::Embed, Stop::After(common.duration(10.0, 1.0))).await?;
+    let after = (cpu::cpu_time(server.pid)?, cpu::cpu_time(own)?);
+    let rss_after = rss_bytes(server.pid)?;
+    let peak = sampler.finish(server.pid).await?.peak();
+    let cores = (cpu::cores(before.0, after.0, throughput.elapsed), cpu::cores(before.1, after.1, throughput.elapsed));
+    println!("throughput: {:.0} sentences/s, server {:.2} cores, clients {:.2}", throughput.rate(), cores.0, cores.1);
+    server.stop().await?;
+    Ok(ServerFigures { cold_starts, latency, throughput, cores, rss: (idle, peak, rss_after) })
+}
+
+fn judge(report: &mut Report, args: &Args, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigures) {
+    let best = ceiling.best();
+    let ceiling_rate = best.rate();
+    let batch_one = ms(ceiling.of(1).expect("batch size 1 is always measured").batch_latency.p50);
+    let (rate, tl, cl) = (server.throughput.rate(), &server.throughput.latency, &server.latency.latency);
+    let latency_limit = LATENCY_FACTOR * batch_one + LATENCY_SLACK_MS;
+    let max_idle = if paths.precision == "int8" { MAX_IDLE_RSS_MIB_INT8 } else { MAX_IDLE_RSS_MIB_FP32 };
+    let mut starts = server.cold_starts.clone();
+    starts.sort_unstable();
+    let cold = starts[(starts.len() - 1) / 2].as_secs_f64();
+    let (idle, peak, loaded) = (mib(server.rss.0), mib(server.rss.1), mib(server.rss.2));
+    for row in [
+        Row::info("in-process ceiling (best)", ceiling_rate, "sentences/s", format!("{ceiling_rate:.0} s/s @ batch {}", best.batch_size)),
+        Row::info("in-process batch-1 p50", batch_one, "ms", format!("{batch_one:.2} ms")),
+        Row::judged(
+            format!("throughput ({} clients)", args.clients),
+            rate,
+            "sentences/s",
+            format!("{rate:.0} s/s"),
+            Bound::AtLeast(MIN_THROUGHPUT_RATIO * ceiling_rate),
+            format!(">= {MIN_THROUGHPUT_RATIO:.2} x {ceiling_rate:.0} s/s ({:.0})", MIN_THROUGHPUT_RATIO * ceiling_rate),
+        )
+        .with_note(format!("{:.2} x", rate / ceiling_rate)),
+        Row::info("throughput latency p50 / p99", ms(tl.p50), "ms", format!("{:.1} / {:.1} ms", ms(tl.p50), ms(tl.p99))),
+        Row::info("throughput CPU server / bench", server.cores.0, "cores", format!("{:.2} / {:.2} cores", server.cores.0, server.cores.1)),
+        Row::judged(
+            "latency c=1 p50",
+            ms(cl.p50),
+            "ms",
+            format!("{:.2} ms", ms(cl.p50)),
+            Bound::AtMost(latency_limit),
+            format!("<= {LATENCY_FACTOR} x {batch_one:.2} + {LATENCY_SLACK_MS} ms ({latency_limit:.2})"),
+        )
+        .with_note(format!("{:.2} x", ms(cl.p50) / batch_one)),
+        Row::info("latency c=1 p95 / p99", ms(cl.p95), "ms", format!("{:.2} / {:.2} ms", ms(cl.p95), ms(cl.p99))),
+        Row::judged("RSS idle", idle, "MiB", format!("{idle:.1} MiB"), Bound::AtMost(max_idle), format!("<= {max_idle} MiB ({})", paths.precision)),
+        Row::judged("RSS after throughput", loaded, "MiB", format!("{loaded:.1} MiB"), Bound::AtMost(MAX_LOADED_RSS_MIB), format!("<= {MAX_LOADED_RSS_MIB} MiB"))
+            .with_note(format!("peak {peak:.1}")),
+        Row::judged(
+            format!("cold start (median of {})", starts.len()),
+            cold,
+            "s",
+            format!("{cold:.2} s"),
+            Bound::AtMost(MAX_COLD_START_SECS),
+            format!("<= {MAX_COLD_START_SECS} s"),
+        ),
+    ] {
+        report.figure(row);
+    }
+}
+
+/// Every measurement, one per line: `figure,parameter,value,unit`.
+fn measurements(args: &Args, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigures) -> Table {
+    let mut table = Table::new(&["figure", "parameter", "value", "unit"]);
+    let common = &args.common;
+    for (parameter, value, unit) in [
+        ("quick", common.quick.to_string(), ""),
+        ("intra_op_threads", common.intra_op_threads.to_string(), "threads"),
+        ("clients", args.clients.to_string(), "clients"),
+        ("clients_per_connection", args.clients_per_connection.to_string(), "clients"),
+        ("server_args", common.server_args.join(" "), ""),
+        ("precision", paths.precision.to_string(), ""),
+    ] {
+        table.row(["setup", parameter, &value, unit]);
+    }
+    for run in &ceiling.runs {
+        let batch = format!("batch={}", run.batch_size);
+        table.row(["in_process", &batch, &format!("{:.1}", run.rate()), "sentences/s"]);
+        table.row(["in_process_batch_mean", &batch, &format!("{:.3}", ms(run.batch_latency.mean)), "ms"]);
+        table.row(["in_process_batch_p50", &batch, &format!("{:.3}", ms(run.batch_latency.p50)), "ms"]);
+        table.row(["in_process_batches", &batch, &run.batch_latency.count.to_string(), "batches"]);
+    }
+    for (figure, load) in [("throughput", &server.throughput), ("latency_c1", &server.latency)] {
+        table.row([figure, "rate", &format!("{:.1}", load.rate()), "sentences/s"]);
+        table.row([figure, "calls", &load.calls.to_string(), "calls"]);
+        table.row([figure, "seconds", &format!("{:.3}", load.elapsed.as_secs_f64()), "s"]);
+        let l = &load.latency;
+        for (name, value) in [("mean", l.mean), ("p50", l.p50), ("p95", l.p95), ("p99", l.p99), ("max", l.max)] {
+            table.row([figure, name, &format!("{:.3}", ms(value)), "ms"]);
+        }
+    }
+    table.row(["throughput_cpu", "server", &format!("{:.3}", server.cores.0), "cores"]);
+    table.row(["throughput_cpu", "bench", &format!("{:.3}", server.cores.1), "cores"]);
+    for (name, bytes) in [("idle", server.rss.0), ("peak", server.rss.1), ("after_throughput", server.rss.2)] {
+        table.row(["rss", name, &format!("{:.1}", mib(bytes)), "MiB"]);
+    }
+    for (i, start) in server.cold_starts.iter().enumerate() {
+        table.row(["cold_start", &format!("start={}", i + 1), &format!("{:.1}", ms(*start)), "ms"]);
+    }
+    table
+}
