@@ -8,15 +8,16 @@
 //! metrics page is open or keyed by a setting. Read-only keys can embed and search but
 //! not ingest or delete.
 
-use std::collections::HashMap;
+use std::num::NonZeroU32;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::Duration;
 
 use axum::response::IntoResponse;
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use http::{HeaderValue, Request, Response, header};
 use tonic::Code;
 use tower::{Layer, Service};
@@ -120,31 +121,24 @@ impl ApiKeys {
     }
 }
 
-/// Requests per second and burst allowed per key.
+/// Requests per second and burst allowed per key, as governor's quota.
 #[derive(Debug, Clone, Copy)]
 pub struct RateLimit {
-    pub per_second: f64,
-    pub burst: f64,
+    quota: Quota,
 }
 
-/// A token bucket per key.
-#[derive(Default)]
-struct Buckets {
-    by_key: HashMap<usize, (f64, Instant)>,
-}
-
-impl Buckets {
-    /// Takes a token from `key`'s bucket; false when it is empty.
-    fn take(&mut self, key: usize, limit: RateLimit, now: Instant) -> bool {
-        let (tokens, last) = self.by_key.entry(key).or_insert((limit.burst, now));
-        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * limit.per_second).min(limit.burst);
-        *last = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
-        }
+impl RateLimit {
+    /// `per_second` requests a second (fractions too: 0.01 is one per 100 s) after a
+    /// first `burst` at once. Governor counts whole requests, so a fractional burst is
+    /// rounded down; a rate faster than one request per nanosecond is refused.
+    pub fn new(per_second: f64, burst: f64) -> Result<Self, String> {
+        let one_per_period = Duration::try_from_secs_f64(1.0 / per_second)
+            .ok()
+            .and_then(Quota::with_period)
+            .ok_or_else(|| format!("a rate limit of {per_second} requests per second cannot be kept"))?;
+        // `as` saturates: a burst past u32::MAX is u32::MAX.
+        let burst = NonZeroU32::new(burst.floor() as u32).ok_or("a rate limit's burst must be at least 1")?;
+        Ok(RateLimit { quota: one_per_period.allow_burst(burst) })
     }
 }
 
@@ -181,12 +175,15 @@ impl AccessPolicy {
 #[derive(Clone)]
 pub struct AccessLayer {
     policy: Arc<AccessPolicy>,
-    buckets: Arc<Mutex<Buckets>>,
+    /// The policy's rate per key, keyed by the key's index in [`ApiKeys`]: one state
+    /// per configured key at most, so the map needs no pruning.
+    limiter: Option<Arc<DefaultKeyedRateLimiter<usize>>>,
 }
 
 impl AccessLayer {
     pub fn new(policy: AccessPolicy) -> Self {
-        AccessLayer { policy: Arc::new(policy), buckets: Arc::default() }
+        let limiter = policy.rate_limit.map(|limit| Arc::new(RateLimiter::keyed(limit.quota)));
+        AccessLayer { policy: Arc::new(policy), limiter }
     }
 }
 
@@ -233,11 +230,10 @@ impl AccessLayer {
         if requirement == Requirement::ReadWriteKey && role != Role::ReadWrite {
             return Err(Refusal::PermissionDenied);
         }
-        if let Some(limit) = policy.rate_limit {
-            let mut buckets = self.buckets.lock().expect("lock poisoned");
-            if !buckets.take(index, limit, Instant::now()) {
-                return Err(Refusal::RateLimited);
-            }
+        if let Some(limiter) = &self.limiter
+            && limiter.check_key(&index).is_err()
+        {
+            return Err(Refusal::RateLimited);
         }
         Ok(())
     }
@@ -317,15 +313,30 @@ mod tests {
     }
 
     #[test]
-    fn token_bucket_refills() {
-        let mut buckets = Buckets::default();
-        let limit = RateLimit { per_second: 10.0, burst: 2.0 };
-        let start = Instant::now();
-        assert!(buckets.take(0, limit, start));
-        assert!(buckets.take(0, limit, start));
-        assert!(!buckets.take(0, limit, start), "burst spent");
-        assert!(buckets.take(1, limit, start), "another key has its own bucket");
-        assert!(buckets.take(0, limit, start + std::time::Duration::from_millis(100)), "refilled one token");
+    fn rate_limit_allows_the_burst_then_refills_per_key() {
+        let clock = governor::clock::FakeRelativeClock::default();
+        let limiter = RateLimiter::hashmap_with_clock(RateLimit::new(10.0, 2.0).unwrap().quota, clock.clone());
+        assert!(limiter.check_key(&0).is_ok());
+        assert!(limiter.check_key(&0).is_ok());
+        assert!(limiter.check_key(&0).is_err(), "burst spent");
+        assert!(limiter.check_key(&1).is_ok(), "another key has its own bucket");
+        clock.advance(Duration::from_millis(99));
+        assert!(limiter.check_key(&0).is_err(), "a tenth of a second refills one request, not before");
+        clock.advance(Duration::from_millis(1));
+        assert!(limiter.check_key(&0).is_ok(), "refilled one request");
+        assert!(limiter.check_key(&0).is_err(), "and only one");
+        clock.advance(Duration::from_secs(10));
+        let refilled = (0..5).take_while(|_| limiter.check_key(&0).is_ok()).count();
+        assert_eq!(refilled, 2, "an idle key gets its burst back, no more");
+    }
+
+    #[test]
+    fn fractional_rates_and_bursts() {
+        let slow = RateLimit::new(0.01, 2.5).unwrap().quota;
+        assert_eq!(slow.replenish_interval(), Duration::from_secs(100));
+        assert_eq!(slow.burst_size().get(), 2, "a fractional burst is rounded down");
+        assert!(RateLimit::new(1e10, 1.0).is_err(), "faster than one request per nanosecond");
+        assert!(RateLimit::new(1.0, 0.5).is_err(), "no request at all");
     }
 
     #[test]

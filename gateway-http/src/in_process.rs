@@ -20,8 +20,6 @@ use crate::upstream::{HealthReport, IN_PROCESS, Origin, Readiness, Served, Store
 
 /// Tells whether the server has loaded its model and index.
 pub type ReadinessProbe = Arc<dyn Fn() -> Readiness + Send + Sync>;
-/// Renders the server's own counters as Prometheus text.
-pub type MetricsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// The server's handlers behind the HTTP routes.
 pub struct InProcessUpstream<E, S, R> {
@@ -29,7 +27,6 @@ pub struct InProcessUpstream<E, S, R> {
     search: Arc<S>,
     rerank: Arc<R>,
     readiness: ReadinessProbe,
-    metrics: MetricsRenderer,
     /// The index id from Info, once Info reported a store (it does not change while
     /// the process runs).
     index_id: OnceLock<String>,
@@ -38,14 +35,8 @@ pub struct InProcessUpstream<E, S, R> {
 impl<E: EmbedService, S: SearchService, R: RerankService> InProcessUpstream<E, S, R> {
     /// Routes calls to `embed`, `search` and `rerank`, the same handler objects the
     /// gRPC server uses.
-    pub fn new(
-        embed: Arc<E>,
-        search: Arc<S>,
-        rerank: Arc<R>,
-        readiness: ReadinessProbe,
-        metrics: MetricsRenderer,
-    ) -> Self {
-        InProcessUpstream { embed, search, rerank, readiness, metrics, index_id: OnceLock::new() }
+    pub fn new(embed: Arc<E>, search: Arc<S>, rerank: Arc<R>, readiness: ReadinessProbe) -> Self {
+        InProcessUpstream { embed, search, rerank, readiness, index_id: OnceLock::new() }
     }
 
     /// The store as Info reports it now.
@@ -114,7 +105,9 @@ impl<E: EmbedService, S: SearchService, R: RerankService> Upstream for InProcess
         HealthReport { readiness, document_count, store, upstreams: None, degraded }
     }
 
+    /// Nothing: the server's metrics are a collector in the HTTP layer's registry
+    /// ([`crate::metrics::HttpMetrics::register_collector`]).
     fn metrics_text(&self) -> String {
-        (self.metrics)()
+        String::new()
     }
 }

@@ -1,12 +1,14 @@
 //! Prometheus metrics of the HTTP layer: requests by route, method and status, and a
-//! latency histogram by route. The upstream adds its own (the server's batcher and
-//! model counters) to the same `/metrics` page.
+//! latency histogram by route. The in-process server registers a collector of its own
+//! metrics (batcher, model, rerank, index) in the same registry, so `/metrics` is one
+//! encoding; a gateway's upstream appends its routing gauges to the page.
 
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -74,6 +76,11 @@ impl Default for HttpMetrics {
 }
 
 impl HttpMetrics {
+    /// Adds `collector`'s metrics to the page, encoded after the HTTP layer's.
+    pub fn register_collector(&mut self, collector: Box<dyn Collector>) {
+        self.registry.register_collector(collector);
+    }
+
     /// Counts one answered request.
     pub fn observe(&self, route: &str, method: &str, status: u16, seconds: f64) {
         let labels = RequestLabels { route: route.to_string(), method: method.to_string(), status };

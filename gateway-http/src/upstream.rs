@@ -196,6 +196,6 @@ pub trait Upstream: Send + Sync + 'static {
     fn index_stats(&self) -> impl Future<Output = Result<Served<GetIndexStatsResponse>, Status>> + Send;
     /// Readiness, the index that answers and whether data went missing.
     fn health(&self) -> impl Future<Output = HealthReport> + Send;
-    /// Prometheus text the upstream adds to `/metrics` (the server's own counters).
+    /// Prometheus text the upstream adds to `/metrics` (a gateway's routing gauges).
     fn metrics_text(&self) -> String;
 }

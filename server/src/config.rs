@@ -436,7 +436,9 @@ impl ServerConfig {
         let keys = ApiKeys::load(&self.api_keys, &self.read_only_api_keys, self.api_keys_file.as_deref())?;
         let rate_limit = self
             .rate_limit_rps
-            .map(|rps| RateLimit { per_second: rps, burst: self.rate_limit_burst.unwrap_or(rps.max(1.0)) });
+            .map(|rps| RateLimit::new(rps, self.rate_limit_burst.unwrap_or(rps.max(1.0))))
+            .transpose()
+            .map_err(|e| format!("--rate-limit-rps: {e}"))?;
         Ok(AccessPolicy { keys, metrics_open: !self.metrics_require_key, rate_limit })
     }
 

@@ -20,6 +20,8 @@
 //! - [`batcher`]: dynamic batching under a token budget on the model thread.
 //! - [`model`]: model files, tokenizer, ONNX Runtime, pooling, pseudo vectors.
 //! - [`stats`]: counters of what the server did.
+//! - [`metrics`]: the server's metrics, a collector in the HTTP layer's Prometheus
+//!   registry.
 //! - [`error`]: the error type.
 
 pub mod admission;

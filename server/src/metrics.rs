@@ -1,140 +1,186 @@
-//! The server's own counters in Prometheus text format, appended by the HTTP layer to
-//! its `/metrics` page: model batches, sequences and tokens, overload rejections,
-//! dropped sequences, rerank calls, pairs, batches and latency, the index size, and
-//! store calls (latency and errors by operation, for stores reached over a network).
+//! The server's own metrics on the `/metrics` page: model batches, sequences and
+//! tokens, overload rejections, dropped sequences, rerank calls, pairs, batches and
+//! latency, the index size, and store calls (latency and errors by operation, for
+//! stores reached over a network).
+//!
+//! [`ServerMetrics`] is a prometheus-client collector that the server registers in the
+//! HTTP layer's registry, so the whole page is one encoding. It reads the [`Stats`]
+//! atomics at scrape time, which leaves the hot path a relaxed `fetch_add`, and it
+//! shows the rerank engine's and the index's metrics once they have loaded.
 
-use std::fmt::Write;
+use std::fmt;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
 
 use crate::corpus::Corpus;
 use crate::rerank::{RerankEngine, RerankStats};
 use crate::stats::Stats;
 
-/// Renders `stats`, the rerank engine's and the corpus's size (once loaded).
-pub fn render(stats: &Stats, corpus: &OnceLock<Arc<Corpus>>, rerank: &OnceLock<Arc<RerankEngine>>) -> String {
-    let mut text = String::new();
-    let counters: [(&str, &str, &AtomicU64); 8] = [
-        ("embedwire_embed_requests_total", "Embed calls and stream requests that reached the engine", &stats.requests),
-        (
-            "embedwire_rejected_overload_total",
-            "Requests refused with RESOURCE_EXHAUSTED at admission",
-            &stats.rejected_overload,
-        ),
-        ("embedwire_model_batches_total", "Model batches run", &stats.batches),
-        ("embedwire_model_sequences_total", "Sequences embedded by the model", &stats.sequences),
-        ("embedwire_model_padded_tokens_total", "Tokens fed to the model, padding included", &stats.padded_tokens),
-        ("embedwire_model_real_tokens_total", "Tokens fed to the model that were real input", &stats.real_tokens),
-        (
-            "embedwire_dropped_sequences_total",
-            "Sequences dropped because their caller had gone",
-            &stats.dropped_sequences,
-        ),
-        ("embedwire_ingested_documents_total", "Documents stored durably by ingest jobs", &stats.ingested_documents),
-    ];
-    for (name, help, counter) in counters {
-        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", Stats::get(counter));
-    }
-    let depth = Stats::get(&stats.queue_depth);
-    let _ = writeln!(
-        text,
-        "# HELP embedwire_queue_depth Sequences waiting for the model when the last batch formed\n# TYPE embedwire_queue_depth gauge\nembedwire_queue_depth {depth}"
-    );
-    let mut registry = Registry::default();
-    registry.register("embedwire_batch_size", "Sequences per model batch", stats.batch_size.clone());
-    registry.register("embedwire_batch_tokens", "Tokens per model batch, padding included", stats.batch_tokens.clone());
-    registry.register("embedwire_inference_seconds", "Model time per batch", stats.inference_seconds.clone());
-    registry.register(
-        "embedwire_queue_wait_seconds",
-        "Time a sequence waited for its batch",
-        stats.queue_wait_seconds.clone(),
-    );
-    if let Some(rerank) = rerank.get() {
-        register_rerank(&mut registry, rerank.stats(), &mut text);
-    }
-    let store = StoreMetrics::global();
-    registry.register(
-        "embedwire_store_request_seconds",
-        "Time of calls to the store, by store and operation",
-        store.seconds.clone(),
-    );
-    registry.register(
-        "embedwire_store_errors",
-        "Failed calls to the store, by store and operation",
-        store.errors.clone(),
-    );
-    let mut histograms = String::new();
-    if prometheus_client::encoding::text::encode(&mut histograms, &registry).is_ok() {
-        text.push_str(histograms.trim_end().trim_end_matches("# EOF"));
-    }
-    if let Some(corpus) = corpus.get() {
-        let view = corpus.view_counts();
-        let gauges = [
-            ("embedwire_index_documents", "Documents in the index", view.documents),
-            ("embedwire_index_chunks", "Chunks in the index", view.chunks),
-        ];
-        for (name, help, value) in gauges {
-            let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
-        }
-    }
-    text
+/// A metric as the collector encodes it: its name (prometheus-client adds `_total`
+/// to counters), its help and its current value.
+type Described<'a> = (&'static str, &'static str, &'a dyn EncodeMetric);
+
+/// The server's metrics, read from its counters when `/metrics` is scraped.
+pub struct ServerMetrics {
+    stats: Arc<Stats>,
+    /// Filled once the index has loaded; its size is shown from then on.
+    corpus: Arc<OnceLock<Arc<Corpus>>>,
+    /// Filled once the rerank engine has loaded; its metrics are shown from then on.
+    rerank: Arc<OnceLock<Arc<RerankEngine>>>,
 }
 
-/// The rerank engine's counters (into `text`) and histograms (into `registry`).
-/// Names as the embedding model's with `rerank` in them; the cross-encoder's batch
-/// histograms stay empty with the bi-encoder, whose batches are the embedding model's.
-fn register_rerank(registry: &mut Registry, stats: &RerankStats, text: &mut String) {
-    let counters: [(&str, &str, &AtomicU64); 5] = [
-        (
-            "embedwire_rerank_requests_total",
-            "Rerank calls and stream requests that reached the engine",
-            &stats.requests,
-        ),
-        ("embedwire_rerank_pairs_total", "(query, text) pairs scored", &stats.pairs),
-        (
-            "embedwire_rerank_rejected_overload_total",
-            "Rerank calls refused with RESOURCE_EXHAUSTED at admission",
-            &stats.rejected_overload,
-        ),
-        ("embedwire_rerank_batches_total", "Cross-encoder batches run", &stats.batches.batches),
-        (
-            "embedwire_rerank_dropped_pairs_total",
-            "Pairs dropped before the cross-encoder because their caller had gone",
-            &stats.batches.dropped_sequences,
-        ),
-    ];
-    for (name, help, counter) in counters {
-        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", RerankStats::get(counter));
+impl ServerMetrics {
+    pub fn new(
+        stats: Arc<Stats>,
+        corpus: Arc<OnceLock<Arc<Corpus>>>,
+        rerank: Arc<OnceLock<Arc<RerankEngine>>>,
+    ) -> Self {
+        ServerMetrics { stats, corpus, rerank }
     }
-    registry.register("embedwire_rerank_pairs_per_request", "Pairs per rerank call", stats.pairs_per_request.clone());
-    registry.register(
-        "embedwire_rerank_request_seconds",
-        "Time of a rerank call in the engine",
-        stats.request_seconds.clone(),
-    );
-    registry.register("embedwire_rerank_batch_size", "Pairs per cross-encoder batch", stats.batches.batch_size.clone());
-    registry.register(
-        "embedwire_rerank_batch_tokens",
-        "Tokens per cross-encoder batch, padding included",
-        stats.batches.batch_tokens.clone(),
-    );
-    registry.register(
-        "embedwire_rerank_inference_seconds",
-        "Cross-encoder time per batch",
-        stats.batches.inference_seconds.clone(),
-    );
-    registry.register(
-        "embedwire_rerank_queue_wait_seconds",
-        "Time a pair waited for its cross-encoder batch",
-        stats.batches.queue_wait_seconds.clone(),
-    );
+}
+
+impl fmt::Debug for ServerMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ServerMetrics")
+    }
+}
+
+impl Collector for ServerMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let stats = &self.stats;
+        let counter = |value: &AtomicU64| ConstCounter::new(Stats::get(value));
+        let embedding: [Described; 13] = [
+            (
+                "embedwire_embed_requests",
+                "Embed calls and stream requests that reached the engine",
+                &counter(&stats.requests),
+            ),
+            (
+                "embedwire_rejected_overload",
+                "Requests refused with RESOURCE_EXHAUSTED at admission",
+                &counter(&stats.rejected_overload),
+            ),
+            ("embedwire_model_batches", "Model batches run", &counter(&stats.batches)),
+            ("embedwire_model_sequences", "Sequences embedded by the model", &counter(&stats.sequences)),
+            (
+                "embedwire_model_padded_tokens",
+                "Tokens fed to the model, padding included",
+                &counter(&stats.padded_tokens),
+            ),
+            (
+                "embedwire_model_real_tokens",
+                "Tokens fed to the model that were real input",
+                &counter(&stats.real_tokens),
+            ),
+            (
+                "embedwire_dropped_sequences",
+                "Sequences dropped because their caller had gone",
+                &counter(&stats.dropped_sequences),
+            ),
+            (
+                "embedwire_ingested_documents",
+                "Documents stored durably by ingest jobs",
+                &counter(&stats.ingested_documents),
+            ),
+            (
+                "embedwire_queue_depth",
+                "Sequences waiting for the model when the last batch formed",
+                &ConstGauge::new(Stats::get(&stats.queue_depth)),
+            ),
+            ("embedwire_batch_size", "Sequences per model batch", &stats.batch_size),
+            ("embedwire_batch_tokens", "Tokens per model batch, padding included", &stats.batch_tokens),
+            ("embedwire_inference_seconds", "Model time per batch", &stats.inference_seconds),
+            ("embedwire_queue_wait_seconds", "Time a sequence waited for its batch", &stats.queue_wait_seconds),
+        ];
+        encode_all(&mut encoder, &embedding)?;
+        if let Some(rerank) = self.rerank.get() {
+            encode_rerank(&mut encoder, rerank.stats())?;
+        }
+        let store = StoreMetrics::global();
+        encode_all(
+            &mut encoder,
+            &[
+                (
+                    "embedwire_store_request_seconds",
+                    "Time of calls to the store, by store and operation",
+                    &store.seconds,
+                ),
+                ("embedwire_store_errors", "Failed calls to the store, by store and operation", &store.errors),
+            ],
+        )?;
+        if let Some(corpus) = self.corpus.get() {
+            let view = corpus.view_counts();
+            encode_all(
+                &mut encoder,
+                &[
+                    ("embedwire_index_documents", "Documents in the index", &ConstGauge::new(view.documents)),
+                    ("embedwire_index_chunks", "Chunks in the index", &ConstGauge::new(view.chunks)),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The rerank engine's metrics: names as the embedding model's with `rerank` in them.
+/// The cross-encoder's batch histograms stay empty with the bi-encoder, whose batches
+/// are the embedding model's.
+fn encode_rerank(encoder: &mut DescriptorEncoder, stats: &RerankStats) -> fmt::Result {
+    let counter = |value: &AtomicU64| ConstCounter::new(RerankStats::get(value));
+    let batches = &stats.batches;
+    encode_all(
+        encoder,
+        &[
+            (
+                "embedwire_rerank_requests",
+                "Rerank calls and stream requests that reached the engine",
+                &counter(&stats.requests),
+            ),
+            ("embedwire_rerank_pairs", "(query, text) pairs scored", &counter(&stats.pairs)),
+            (
+                "embedwire_rerank_rejected_overload",
+                "Rerank calls refused with RESOURCE_EXHAUSTED at admission",
+                &counter(&stats.rejected_overload),
+            ),
+            ("embedwire_rerank_batches", "Cross-encoder batches run", &counter(&batches.batches)),
+            (
+                "embedwire_rerank_dropped_pairs",
+                "Pairs dropped before the cross-encoder because their caller had gone",
+                &counter(&batches.dropped_sequences),
+            ),
+            ("embedwire_rerank_pairs_per_request", "Pairs per rerank call", &stats.pairs_per_request),
+            ("embedwire_rerank_request_seconds", "Time of a rerank call in the engine", &stats.request_seconds),
+            ("embedwire_rerank_batch_size", "Pairs per cross-encoder batch", &batches.batch_size),
+            (
+                "embedwire_rerank_batch_tokens",
+                "Tokens per cross-encoder batch, padding included",
+                &batches.batch_tokens,
+            ),
+            ("embedwire_rerank_inference_seconds", "Cross-encoder time per batch", &batches.inference_seconds),
+            (
+                "embedwire_rerank_queue_wait_seconds",
+                "Time a pair waited for its cross-encoder batch",
+                &batches.queue_wait_seconds,
+            ),
+        ],
+    )
+}
+
+/// Encodes `metrics`, leaving out empty ones as a `Registry` does (a labelled family
+/// that nothing has used yet, like the store's with the embedded store).
+fn encode_all(encoder: &mut DescriptorEncoder, metrics: &[Described]) -> fmt::Result {
+    for (name, help, metric) in metrics.iter().filter(|(_, _, metric)| !metric.is_empty()) {
+        metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)?;
+    }
+    Ok(())
 }
 
 /// Labels of a store call.

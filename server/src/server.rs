@@ -32,6 +32,7 @@ use crate::engine::{EmbeddingEngine, RequestLimits};
 use crate::error::{Error, Result};
 use crate::index::{IndexKind, IndexParams};
 use crate::lanes::QueueBound;
+use crate::metrics::ServerMetrics;
 use crate::model::cross_encoder::CrossEncoder;
 use crate::model::onnx::init_runtime;
 use crate::model::pseudo::PseudoModel;
@@ -140,14 +141,18 @@ impl EmbedServer {
         ));
         let search_api = Arc::new(SearchApi::new(corpus.clone()));
         let rerank_api = Arc::new(RerankApi::new(rerank.clone(), config.stream_read_ahead));
-        let metrics = Arc::new(HttpMetrics::default());
+        let mut metrics = HttpMetrics::default();
+        metrics.register_collector(Box::new(ServerMetrics::new(
+            engine.stats().clone(),
+            corpus.clone(),
+            rerank.clone(),
+        )));
+        let metrics = Arc::new(metrics);
         let store_healthy = Arc::new(AtomicBool::new(true));
         let http_routes = http_routes(
             &config,
             Handlers { embed: api.clone(), search: search_api.clone(), rerank: rerank_api.clone() },
-            engine.clone(),
             corpus.clone(),
-            rerank.clone(),
             store_healthy.clone(),
             metrics.clone(),
         );
@@ -266,14 +271,11 @@ struct Cells {
 fn http_routes(
     config: &ServerConfig,
     handlers: Handlers,
-    engine: Arc<EmbeddingEngine>,
     corpus: Arc<OnceLock<Arc<Corpus>>>,
-    rerank: Arc<OnceLock<Arc<RerankEngine>>>,
     store_healthy: Arc<AtomicBool>,
     metrics: Arc<HttpMetrics>,
 ) -> Routes {
-    let ready_corpus = corpus.clone();
-    let readiness = Arc::new(move || match ready_corpus.get() {
+    let readiness = Arc::new(move || match corpus.get() {
         Some(_) if store_healthy.load(Ordering::Relaxed) => Readiness { ready: true, detail: String::new() },
         Some(corpus) => Readiness {
             ready: false,
@@ -281,9 +283,8 @@ fn http_routes(
         },
         None => Readiness { ready: false, detail: "the model and index are loading".into() },
     });
-    let server_metrics = Arc::new(move || crate::metrics::render(engine.stats(), &corpus, &rerank));
     let Handlers { embed, search, rerank } = handlers;
-    let upstream = Arc::new(InProcessUpstream::new(embed, search, rerank, readiness, server_metrics));
+    let upstream = Arc::new(InProcessUpstream::new(embed, search, rerank, readiness));
     let settings = GatewaySettings { max_body_bytes: config.max_request_bytes, ..GatewaySettings::default() };
     Routes::from(embedwire_gateway_http::router_with_metrics(upstream, settings, metrics))
 }

@@ -82,6 +82,20 @@ async fn metrics_count_calls_batches_and_ingest() {
     assert!(delta("embedwire_queue_wait_seconds_count") >= 29.0);
     assert!(after.contains("\nembedwire_queue_depth "), "queue depth gauge present");
     assert_eq!(value(&after, "embedwire_index_documents "), 5.0);
+    assert!(!after.contains("# EOF"), "the classic text format has no end marker");
+    // Prometheus asks for OpenMetrics: there `# TYPE x counter` types the `x_total`
+    // samples, and the page ends with `# EOF`.
+    let openmetrics = reqwest::Client::new()
+        .get(format!("{}/metrics", server.address))
+        .header("accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
+        .send()
+        .await
+        .unwrap();
+    let content_type = openmetrics.headers()["content-type"].to_str().unwrap().to_string();
+    assert!(content_type.starts_with("application/openmetrics-text"), "{content_type}");
+    let page = openmetrics.text().await.unwrap();
+    assert!(page.ends_with("\n# EOF\n"), "{page}");
+    assert!(page.contains("# TYPE embedwire_embed_requests counter\nembedwire_embed_requests_total "), "{page}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

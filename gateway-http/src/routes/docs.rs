@@ -3,7 +3,7 @@
 //! `GET /metrics` (Prometheus text) and `GET /` (the search page).
 
 use axum::extract::State;
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{Html, IntoResponse, Response};
 use utoipa::OpenApi;
 
@@ -45,14 +45,25 @@ pub async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], openapi_json()).into_response()
 }
 
-/// Prometheus metrics: the HTTP layer's and the upstream's.
-#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain")))]
-pub async fn metrics_text<U: Upstream>(State(state): State<AppState<U>>) -> Response {
+/// Prometheus metrics: the HTTP layer's and the upstream's, as OpenMetrics when the
+/// Accept header asks for it (Prometheus does), else as the classic text format.
+#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text exposition format", content((String = "text/plain"), (String = "application/openmetrics-text")))))]
+pub async fn metrics_text<U: Upstream>(State(state): State<AppState<U>>, headers: HeaderMap) -> Response {
     let mut text = state.metrics.render();
-    text.push('\n');
     text.push_str(&state.upstream.metrics_text());
-    ([(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"))], text)
-        .into_response()
+    // prometheus-client encodes OpenMetrics, where `# TYPE x counter` describes the
+    // sample `x_total`: only a scraper that parses OpenMetrics reads those as counters.
+    let wants_openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/openmetrics-text"));
+    let content_type = if wants_openmetrics {
+        text.push_str("# EOF\n");
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    } else {
+        "text/plain; version=0.0.4; charset=utf-8"
+    };
+    ([(header::CONTENT_TYPE, HeaderValue::from_static(content_type))], text).into_response()
 }
 
 /// `GET /`: a page where a person searches the index (plain HTML and JS, no build step).
