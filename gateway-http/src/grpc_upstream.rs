@@ -40,6 +40,10 @@ use embedwire_proto::v1::{
     InfoRequest, InfoResponse, IngestRequest, IngestResponse, RerankRequest, RerankResponse, SearchRequest,
     SearchResponse, StoreInfo,
 };
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
@@ -602,22 +606,27 @@ impl Upstream for GrpcUpstream {
     }
 
     fn metrics_text(&self) -> String {
-        let now = Instant::now();
-        let mut text = String::from(
-            "# HELP embedwire_gateway_upstream_up Whether the gateway currently routes to this upstream.\n\
-             # TYPE embedwire_gateway_upstream_up gauge\n",
-        );
-        for member in &self.members {
-            let up = u8::from(!member.is_down(now));
-            text.push_str(&format!("embedwire_gateway_upstream_up{{upstream=\"{}\"}} {up}\n", member.address));
+        #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+        struct UpstreamLabel {
+            upstream: String,
         }
-        let (_, _, degraded) = self.status();
-        text.push_str(&format!(
-            "# HELP embedwire_gateway_index_degraded Whether an index that held documents is unreachable (see /healthz).\n\
-             # TYPE embedwire_gateway_index_degraded gauge\n\
-             embedwire_gateway_index_degraded {}\n",
-            u8::from(degraded.is_some())
-        ));
+        let now = Instant::now();
+        let up = Family::<UpstreamLabel, Gauge>::default();
+        for member in &self.members {
+            up.get_or_create(&UpstreamLabel { upstream: member.address.clone() }).set(i64::from(!member.is_down(now)));
+        }
+        let degraded = Gauge::<i64>::default();
+        degraded.set(i64::from(self.status().2.is_some()));
+        let mut registry = Registry::default();
+        registry.register("embedwire_gateway_upstream_up", "Whether the gateway currently routes to this upstream", up);
+        registry.register(
+            "embedwire_gateway_index_degraded",
+            "Whether an index that held documents is unreachable (see /healthz)",
+            degraded,
+        );
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode_registry(&mut text, &registry)
+            .expect("writing to a String cannot fail");
         text
     }
 }
