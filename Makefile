@@ -42,12 +42,12 @@ bench: setup
 	bash bench/run.sh
 	bash bench/client_bench.sh
 
-## bench-long: the benchmarks kept out of `make bench` for time: search-bench (~6 min),
-## overload-bench, soak-bench (10 min), index-bench at 1M vectors (~20 min) and
-## store-bench (~15 min: embedded store vs Weaviate 1 and 3 nodes, 10k documents)
+## bench-long: the benchmarks kept out of `make bench` for time: embedwire-bench search (~6 min),
+## embedwire-bench overload, embedwire-bench soak (10 min), embedwire-bench index at 1M vectors (~20 min) and
+## embedwire-bench store (~15 min: embedded store vs Weaviate 1 and 3 nodes, 10k documents)
 bench-long: setup
-	./target/release/search-bench
-	./target/release/overload-bench
-	./target/release/soak-bench
-	./target/release/index-bench --sizes 1000000
-	./target/release/store-bench
+	./target/release/embedwire-bench search
+	./target/release/embedwire-bench overload
+	./target/release/embedwire-bench soak
+	./target/release/embedwire-bench index --sizes 1000000
+	./target/release/embedwire-bench store

@@ -1,9 +1,9 @@
 """Client decode cost in Python of captured embedding answers: how long a Python
 client takes to turn one answer into a numpy array, for each encoding.
 
-wire-bench captures one real answer per variant (the same texts, the same server)
-into a directory with a manifest.json ({name: {"kind", "count", "dim"}}), then runs
-this script with the venv Python. Decoding is what a typical client writes:
+`embedwire-bench wire` captures one real answer per variant (the same texts, the same
+server) into a directory with a manifest.json ({name: {"kind", "count", "dim"}}), then
+runs this script with the venv Python. Decoding is what a typical client writes:
 
 - JSON floats: json.loads, then numpy.array(..., float32);
 - JSON base64: json.loads, then numpy.frombuffer of each base64-decoded row;

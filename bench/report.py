@@ -3,14 +3,14 @@ benchmark programs leave in the results directory (bench/run.sh runs them all, t
 this script with the venv Python):
 
 - embed_bench_summary.csv (embed-bench: the in-process ONNX Runtime ceiling);
-- wire/wire_bench.csv, wire/wire_summary.csv (wire-bench: gRPC dtypes against
+- wire/wire_bench.csv, wire/wire_summary.csv (embedwire-bench wire: gRPC dtypes against
   HTTP JSON, base64 and octet-stream);
 - gateway/gateway_runs.csv, gateway/gateway_summary.csv, gateway/rss_*.csv
-  (gateway-bench: embedwire against the Python baseline; HTTP against gRPC search);
-- ghz/ghz_summary.csv (ghz-suite);
-- index/index_bench.csv (index-bench at 100k);
+  (embedwire-bench gateway: embedwire against the Python baseline; HTTP against gRPC search);
+- ghz/ghz_summary.csv (embedwire-bench ghz);
+- index/index_bench.csv (embedwire-bench index at 100k);
 - rerank/rerank_bench_summary.csv, rerank/rerank_bench_sweep.csv,
-  rerank/rerank_bench_in_process.csv (rerank-bench: Rerank pairs/s against the
+  rerank/rerank_bench_in_process.csv (embedwire-bench rerank: Rerank pairs/s against the
   cross-encoder's in-process ceiling, and the bi-encoder fallback);
 - run_info.csv (bench/run.sh: each step's time and the machine's load around it).
 
@@ -134,7 +134,7 @@ def header(rep, quick):
 
 
 def index_rows(rep):
-    """index-bench's CSV of this run: run.sh keeps it in index/, apart from the
+    """The index scenario's CSV of this run: run.sh keeps it in index/, apart from the
     index_bench.csv of a separate 1M run."""
     return read_csv(rep.path("index", "index_bench.csv")) or read_csv(rep.path("index_bench.csv"))
 
@@ -464,7 +464,7 @@ def index_section(rep):
         rep.add("index-bench did not run.\n\n")
         return
     rep.add("Synthetic clustered vectors, dim 384; the 1M size is a separate command (its HNSW build alone "
-            "takes 15+ minutes): `./target/release/index-bench --sizes 1000000`.\n\n")
+            "takes 15+ minutes): `./target/release/embedwire-bench index --sizes 1000000`.\n\n")
     rep.add(table(["figure", "size", "value", "target", "result"],
                   [[r["figure"], r["size"], f"{r['value']} {r['unit']}", r["target"], r["result"]]
                    for r in rows if not r["figure"].startswith("setup")]))
@@ -531,8 +531,8 @@ def rerun_section(rep):
     rep.add("## Rerun\n\n"
             "```\nbench/run.sh            # everything, about 18 minutes on 2 cores; writes this report\n"
             "bench/run.sh --quick    # every piece for a few seconds (what `make test` runs)\n"
-            "./target/release/wire-bench --help      # each program has its own flags\n"
-            "./target/release/gateway-bench --help\n./target/release/ghz-suite --help\n```\n")
+            "./target/release/embedwire-bench wire --help   # each scenario has its own flags\n"
+            "./target/release/embedwire-bench gateway --help\n./target/release/embedwire-bench ghz --help\n```\n")
 
 
 def main():

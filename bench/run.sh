@@ -13,8 +13,8 @@
 # Full run: about 18 minutes on 2 cores, results in bench/results/. --quick: every
 # piece for a few seconds, results in $BENCH_RESULTS_DIR (default
 # target/bench-quick), so a quick run never overwrites the real figures. Not part of
-# this run (`make bench-long` runs them): search-bench (about 6 minutes), overload-bench,
-# soak-bench, index-bench at 1M, and store-bench (about 15 minutes: the embedded store
+# this run (`make bench-long` runs them): `embedwire-bench search` (about 6 minutes), `embedwire-bench overload`,
+# `embedwire-bench soak`, `embedwire-bench index` at 1M, and `embedwire-bench store` (about 15 minutes: the embedded store
 # against Weaviate clusters of 1 and 3 nodes, results in bench/results/store/).
 #
 # Builds the server and the bench first (BENCH_NO_BUILD=1 skips that, to measure
@@ -85,19 +85,19 @@ SERVER=(--server-bin "${BENCH_SERVER_BIN:-$BIN/embedwire-server}")
 step embed-bench embed_bench.csv embed_bench_summary.csv -- \
     "$BIN/embedwire-bench" embed $QUICK "${SERVER[@]}" --results-dir "$RESULTS"
 step wire-bench wire -- \
-    "$BIN/wire-bench" $QUICK "${SERVER[@]}" --results-dir "$RESULTS/wire"
+    "$BIN/embedwire-bench" wire $QUICK "${SERVER[@]}" --results-dir "$RESULTS/wire"
 step ghz-suite ghz -- \
-    "$BIN/ghz-suite" $QUICK "${SERVER[@]}" --results-dir "$RESULTS/ghz"
+    "$BIN/embedwire-bench" ghz $QUICK "${SERVER[@]}" --results-dir "$RESULTS/ghz"
 step gateway-bench gateway -- \
-    "$BIN/gateway-bench" $QUICK "${SERVER[@]}" --results-dir "$RESULTS/gateway"
+    "$BIN/embedwire-bench" gateway $QUICK "${SERVER[@]}" --results-dir "$RESULTS/gateway"
 # In index/, so that the index_bench.csv of a separate 1M run stays as it is.
 if [[ -n "$QUICK" ]]; then
-    step index-bench index -- "$BIN/index-bench" --quick --results-dir "$RESULTS/index"
+    step index-bench index -- "$BIN/embedwire-bench" index --quick --results-dir "$RESULTS/index"
 else
-    step index-bench index -- "$BIN/index-bench" --sizes 100000 --results-dir "$RESULTS/index"
+    step index-bench index -- "$BIN/embedwire-bench" index --sizes 100000 --results-dir "$RESULTS/index"
 fi
 step rerank-bench rerank -- \
-    "$BIN/rerank-bench" $QUICK "${SERVER[@]}" --results-dir "$RESULTS/rerank"
+    "$BIN/embedwire-bench" rerank $QUICK "${SERVER[@]}" --results-dir "$RESULTS/rerank"
 
 echo "=== report"
 "$PYTHON" bench/report.py --results "$RESULTS" $QUICK || FAILED=1

@@ -8,7 +8,7 @@
 #
 # --nodes N: Weaviate nodes (default: as saved, else 3); the servers' collection gets N shards and
 # min(2, N) replicas. `--nodes N --weaviate-only` is the way to get a Weaviate cluster of
-# any size for a program of your own (store-bench does): the addresses are in
+# any size for a program of your own (embedwire-bench store does): the addresses are in
 # $STATE/ports.env (WEAVIATE_HTTP_i, WEAVIATE_GRPC_i) and the node pids in
 # $STATE/pids/weaviate-i.pid.
 #

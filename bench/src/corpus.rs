@@ -39,6 +39,35 @@ pub fn python_or_venv(explicit: Option<&Path>) -> Result<PathBuf, String> {
     }
 }
 
+/// Where the corpus comes from: the options of every scenario that uses one.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CorpusOptions {
+    /// The Python interpreter whose standard library and packages give the corpus
+    /// [default: the venv `make setup` creates, CACHE/venv/bin/python: its packages
+    /// are pinned, so every set-up machine gets the same corpus].
+    #[arg(long, env = "BENCH_PYTHON")]
+    pub python: Option<PathBuf>,
+    /// Where the extracted docstrings are cached (git-ignored).
+    #[arg(long, env = "BENCH_CACHE_DIR", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results/tmp"))]
+    pub cache_dir: PathBuf,
+    /// Extract the docstrings again even when the cache is there.
+    #[arg(long)]
+    pub refresh_corpus: bool,
+}
+
+impl CorpusOptions {
+    /// `--python`, or the interpreter of the venv `make setup` creates.
+    pub fn python(&self) -> anyhow::Result<PathBuf> {
+        python_or_venv(self.python.as_deref()).map_err(anyhow::Error::msg)
+    }
+
+    /// [`select`] over the docstrings of [`CorpusOptions::python`].
+    pub fn select(&self, documents: usize, second_ingest: usize, queries: usize) -> anyhow::Result<Corpus> {
+        let docstrings = docstrings(&self.python()?, &self.cache_dir, self.refresh_corpus)?;
+        select(&docstrings, documents, second_ingest, queries)
+    }
+}
+
 /// The extraction script, run with `python -I -B -c`.
 const SCRIPT: &str = include_str!("docstrings.py");
 /// The cache file in the cache directory.

@@ -90,6 +90,13 @@ impl CpuWindow {
         })
     }
 
+    /// Runs `work` and returns its output with what was used while it ran.
+    pub async fn around<T>(pid: u32, work: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<(T, CpuUse)> {
+        let window = CpuWindow::start(pid)?;
+        let output = work.await?;
+        Ok((output, window.finish()?))
+    }
+
     /// Reads again and returns what was used since [`CpuWindow::start`].
     pub fn finish(self) -> anyhow::Result<CpuUse> {
         let wall = self.started.elapsed();

@@ -2,7 +2,7 @@
 help (the language reference), and every docstring of the packages installed next to
 this interpreter, as JSON lines: {"source": "module.Qualified.name", "text": "..."}.
 
-search-bench runs this once (`python -I -B -c <this file>`) and caches the output;
+embedwire-bench runs this once (`python -I -B -c <this file>`) and caches the output;
 picking paragraphs and queries from it is done in Rust (corpus.rs). The text is as
 `ast.get_docstring(clean=True)` returns it: indentation removed, paragraphs
 separated by blank lines. The order is deterministic: the stdlib in sorted path

@@ -1,4 +1,5 @@
-//! Latency summaries from raw samples: mean and nearest-rank percentiles.
+//! Latency summaries from raw samples: mean and nearest-rank percentiles; and the
+//! median time of work too short to time once.
 
 use std::time::Duration;
 
@@ -44,6 +45,19 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// Milliseconds, for printing and CSV.
 pub fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
+}
+
+/// The median time of `work`, repeated for about `time` (at least 5 times): for work
+/// too short to time once.
+pub fn median_time<T>(time: Duration, mut work: impl FnMut() -> T) -> Duration {
+    let (mut samples, started) = (Vec::new(), std::time::Instant::now());
+    while samples.len() < 5 || started.elapsed() < time {
+        let one = std::time::Instant::now();
+        std::hint::black_box(work());
+        samples.push(one.elapsed());
+    }
+    samples.sort_unstable();
+    samples[samples.len() / 2]
 }
 
 #[cfg(test)]

@@ -35,4 +35,14 @@ macro_rules! scenarios {
 
 scenarios! {
     embed => Embed,
+    tokenize => Tokenize,
+    gateway => Gateway,
+    search => Search,
+    rerank => Rerank,
+    store => Store,
+    wire => Wire,
+    ghz => Ghz,
+    index => Index,
+    overload => Overload,
+    soak => Soak,
 }

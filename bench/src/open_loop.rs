@@ -41,15 +41,6 @@ impl Outcome {
             Err(status) => Outcome::Failed(format!("{:?}: {}", status.code(), status.message())),
         }
     }
-
-    /// The CSV and table name of the outcome.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Rejected => "resource_exhausted",
-            Outcome::Failed(_) => "error",
-        }
-    }
 }
 
 /// One call as the load generator saw it.
@@ -160,22 +151,33 @@ pub async fn run<C: Call>(
     Ok(OpenLoopRun { sent: calls, elapsed: started.elapsed(), held_back })
 }
 
-/// Latency of the samples of one kind (None: all kinds) with one outcome.
-pub fn latency_of(samples: &[Sample], kind: Option<usize>, outcome: &Outcome) -> LatencySummary {
-    let matching = samples.iter().filter(|s| kind.is_none_or(|k| s.kind == k) && same_outcome(&s.outcome, outcome));
-    LatencySummary::from_samples(matching.map(|s| s.latency).collect())
+/// Calls by outcome, answered and refused ones timed apart; how late each left; the first failure.
+#[derive(Debug, Clone, Default)]
+pub struct Tally {
+    pub ok: Vec<Duration>,
+    pub rejected: Vec<Duration>,
+    pub failed: usize,
+    pub lags: Vec<Duration>,
+    pub first_error: Option<String>,
 }
 
-/// Outcomes compared by variant: every failure counts as `Failed`, whatever its
-/// message.
-pub fn same_outcome(a: &Outcome, b: &Outcome) -> bool {
-    std::mem::discriminant(a) == std::mem::discriminant(b)
-}
+impl Tally {
+    pub fn add(&mut self, sample: &Sample) {
+        self.lags.push(sample.lag);
+        match &sample.outcome {
+            Outcome::Ok => self.ok.push(sample.latency),
+            Outcome::Rejected => self.rejected.push(sample.latency),
+            Outcome::Failed(error) => {
+                self.failed += 1;
+                self.first_error.get_or_insert_with(|| error.clone());
+            }
+        }
+    }
 
-/// How late the generator sent the calls: large values mean the client, not the
-/// server, was short of time.
-pub fn lag_of(samples: &[Sample]) -> LatencySummary {
-    LatencySummary::from_samples(samples.iter().map(|s| s.lag).collect())
+    /// Latency of the answered calls.
+    pub fn latency(&self) -> LatencySummary {
+        LatencySummary::from_samples(self.ok.clone())
+    }
 }
 
 #[cfg(test)]
@@ -200,19 +202,19 @@ mod tests {
     #[tokio::test]
     async fn sends_every_scheduled_call_and_classifies_them() {
         let schedule = Schedule { rate: 500.0, duration: Duration::from_millis(60), max_in_flight: 1000 };
-        let mut samples = Vec::new();
+        let (mut samples, mut tally) = (Vec::new(), Tally::default());
         let run = run(Arc::new(Scripted), schedule, |s| samples.push(s)).await.unwrap();
+        samples.iter().for_each(|s| tally.add(s));
         assert_eq!((run.sent, samples.len()), (30, 30));
         assert_eq!(run.held_back, 0);
-        let count = |o: Outcome| samples.iter().filter(|s| same_outcome(&s.outcome, &o)).count();
         // n in 0..30: 6 with n % 5 == 4; of the rest, n % 3 == 2 and n % 5 != 4: 8.
-        assert_eq!((count(Outcome::Failed(String::new())), count(Outcome::Rejected), count(Outcome::Ok)), (6, 8, 16));
+        assert_eq!((tally.failed, tally.rejected.len(), tally.ok.len()), (6, 8, 16));
+        assert_eq!(tally.first_error.as_deref(), Some("boom"));
         // Calls leave on schedule (one every 2 ms), not one after the other's answer.
         let mut due: Vec<_> = samples.iter().map(|s| s.due).collect();
         due.sort();
         assert_eq!(due[29], Duration::from_millis(58));
         assert!(samples.iter().all(|s| s.latency >= Duration::from_millis(2)));
-        assert_eq!(latency_of(&samples, Some(0), &Outcome::Ok).count, 8, "even n, ok");
         assert!(run.elapsed >= Duration::from_millis(60));
     }
 

@@ -17,6 +17,10 @@ pub struct Report {
     /// File prefix: `<name>_summary.csv`, `<name>.json`, `<name>.md`.
     name: String,
     figures: Vec<Row>,
+    /// Figures only the files carry (setup, counts): too many for the printed table.
+    details: Vec<Row>,
+    /// Tables `<name>.md` shows after the figures.
+    sections: String,
     started: Instant,
     load_before: String,
 }
@@ -25,7 +29,15 @@ impl Report {
     /// A report writing into `dir` (created).
     pub fn new(dir: PathBuf, name: &str) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(Report { dir, name: name.into(), figures: Vec::new(), started: Instant::now(), load_before: load_average() })
+        Ok(Report {
+            dir,
+            name: name.into(),
+            figures: Vec::new(),
+            details: Vec::new(),
+            sections: String::new(),
+            started: Instant::now(),
+            load_before: load_average(),
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -35,6 +47,16 @@ impl Report {
     /// Adds a figure (judged if it has a target).
     pub fn figure(&mut self, row: Row) {
         self.figures.push(row);
+    }
+
+    /// Adds a figure to the summary CSV and the JSON only.
+    pub fn detail(&mut self, row: Row) {
+        self.details.push(row);
+    }
+
+    /// Adds `table` to `<name>.md`, after the figures, under `## title`.
+    pub fn section(&mut self, title: &str, table: &Table) {
+        self.sections.push_str(&format!("\n## {title}\n\n{}", table.markdown));
     }
 
     /// Writes `file` in the results directory.
@@ -52,14 +74,15 @@ impl Report {
         self.write(file, &table.text)
     }
 
-    /// Prints the figures against their targets and writes them as
+    /// Prints the figures against their targets and writes them, then the details, as
     /// `<name>_summary.csv`, `<name>.json` (with the environment) and `<name>.md`.
     pub fn finish(self) -> anyhow::Result<()> {
         println!();
         print!("{}", targets::table(&self.figures));
-        self.write(&format!("{}_summary.csv", self.name), &targets::summary_csv(&self.figures))?;
-        self.write(&format!("{}.md", self.name), &markdown(&self.figures))?;
-        let figures: Vec<serde_json::Value> = self.figures.iter().map(figure_json).collect();
+        let all = [self.figures.as_slice(), &self.details].concat();
+        self.write(&format!("{}_summary.csv", self.name), &targets::summary_csv(&all))?;
+        self.write(&format!("{}.md", self.name), &(markdown(&self.figures) + &self.sections))?;
+        let figures: Vec<serde_json::Value> = all.iter().map(figure_json).collect();
         let json = serde_json::json!({
             "scenario": self.name,
             "figures": figures,
@@ -83,20 +106,24 @@ impl Report {
     }
 }
 
-/// A CSV table built row by row; cells are quoted where they need it.
+/// A table built row by row, written as CSV (cells quoted where they need it) and
+/// shown in `<name>.md` by [`Report::section`].
 pub struct Table {
     text: String,
+    markdown: String,
 }
 
 impl Table {
     pub fn new(columns: &[&str]) -> Self {
-        Table { text: format!("{}\n", columns.join(",")) }
+        let markdown = format!("| {} |\n|{}\n", columns.join(" | "), "---|".repeat(columns.len()));
+        Table { text: format!("{}\n", columns.join(",")), markdown }
     }
 
     pub fn row<I: IntoIterator<Item = D>, D: Display>(&mut self, cells: I) {
-        let cells: Vec<String> = cells.into_iter().map(|cell| csv_field(&cell.to_string())).collect();
-        self.text.push_str(&cells.join(","));
+        let cells: Vec<String> = cells.into_iter().map(|cell| cell.to_string()).collect();
+        self.text.push_str(&cells.iter().map(|cell| csv_field(cell)).collect::<Vec<_>>().join(","));
         self.text.push('\n');
+        self.markdown.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
 }
 
@@ -132,7 +159,8 @@ fn markdown(rows: &[Row]) -> String {
     out
 }
 
-fn load_average() -> String {
+/// The machine's 1, 5 and 15 minute load averages, for the record.
+pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split(' ').take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()

@@ -1,20 +1,20 @@
-//! Runs `index-bench --quick` end to end so the bench cannot rot. It checks that the
-//! bench runs, prints every figure and writes its CSV; it never judges the figures,
-//! since tests do not assert on speed.
+//! Runs `embedwire-bench index --quick` end to end so the scenario cannot rot. It
+//! checks that it runs, prints every figure and writes its CSV; it never judges the
+//! figures, since tests do not assert on speed.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 #[test]
 fn quick_run_prints_the_table_and_writes_csv() {
-    let results_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("index-bench-{}", std::process::id()));
-    let output = Command::new(env!("CARGO_BIN_EXE_index-bench"))
-        .args(["--quick", "--results-dir"])
+    let results_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("index-{}", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_embedwire-bench"))
+        .args(["index", "--quick", "--results-dir"])
         .arg(&results_dir)
         .output()
-        .expect("running index-bench");
+        .expect("running embedwire-bench index");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "index-bench failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "index failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     let figures = [
         "exact p50 (scan x1)",
         "exact p95 (scan x1)",

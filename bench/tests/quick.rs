@@ -37,3 +37,24 @@ fn quick_run_prints_the_table_and_writes_csv() {
     assert_eq!(summary.lines().filter(|l| l.ends_with(",PASS") || l.ends_with(",MISS")).count(), 5, "{summary}");
     let _ = std::fs::remove_dir_all(&results_dir);
 }
+
+#[test]
+fn tokenize_scenario_compares_tokenize_with_embed() {
+    let results_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tokenize-{}", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_embedwire-bench"))
+        .args(["tokenize", "--quick", "--concurrency", "1,2", "--results-dir"])
+        .arg(&results_dir)
+        .output()
+        .expect("running embedwire-bench tokenize");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "tokenize failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let table = std::fs::read_to_string(results_dir.join("tokenize.csv")).unwrap();
+    assert!(table.starts_with("rpc,concurrency,calls_per_s,p50_ms,p99_ms,calls\nembed,1,"), "{table}");
+    assert!(table.contains("\ntokenize,1,") && table.contains("\ntokenize,2,"), "{table}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(results_dir.join("tokenize.json")).unwrap()).unwrap();
+    let judged = summary["figures"].as_array().unwrap().iter().filter(|f| !f["result"].is_null()).count();
+    assert_eq!(judged, 1, "{summary}");
+    assert!(summary["environment"]["cores"].as_u64().unwrap() >= 1, "{summary}");
+    let _ = std::fs::remove_dir_all(&results_dir);
+}

@@ -1,4 +1,4 @@
-//! Runs `rerank-bench --quick` end to end (the full-size cross-encoder in-process,
+//! Runs `embedwire-bench rerank --quick` end to end (the full-size cross-encoder in-process,
 //! real server binaries with and without it, real gRPC clients, docstring texts) so
 //! the bench cannot rot. It checks that the bench runs, prints every figure and
 //! writes its files; it never judges the figures, since tests do not assert on speed.
@@ -7,7 +7,7 @@ mod common;
 
 #[test]
 fn quick_run_prints_the_tables_and_writes_csv() {
-    let (stdout, results_dir) = common::run_quick(env!("CARGO_BIN_EXE_rerank-bench"), "rerank-bench");
+    let (stdout, results_dir) = common::run_scenario("rerank");
     for figure in [
         "in-process ceiling (best batch)",
         "tokenize one call (20 pairs)",

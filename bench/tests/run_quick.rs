@@ -18,7 +18,7 @@ fn quick_run_writes_every_result_and_the_report() {
     // The bench programs are fresh (cargo test built them next to this test); the
     // server is built the way the other quick tests build it, so that run.sh's own
     // build, whose feature set differs, never rebuilds the workspace mid-test.
-    let release_dir = Path::new(env!("CARGO_BIN_EXE_wire-bench")).parent().unwrap();
+    let release_dir = Path::new(env!("CARGO_BIN_EXE_embedwire-bench")).parent().unwrap();
     let server = embedwire_bench::server_binary::build_into(release_dir).expect("building embedwire-server");
     let output = Command::new("bash")
         .arg(&script)

@@ -1,13 +1,13 @@
-//! Runs `search-bench --quick` end to end (docstring corpus, real server binary with
-//! the real model, real clients) so the bench cannot rot. It checks that the bench
-//! runs, prints every figure and writes its CSV; it never judges the figures, since
-//! tests do not assert on speed.
+//! Runs `embedwire-bench search --quick` end to end (docstring corpus, real server
+//! binary with the real model, real clients) so the scenario cannot rot. It checks
+//! that it runs, prints every figure and writes its CSV; it never judges the figures,
+//! since tests do not assert on speed.
 
 mod common;
 
 #[test]
 fn quick_run_prints_the_table_and_writes_csv() {
-    let (stdout, results_dir) = common::run_quick(env!("CARGO_BIN_EXE_search-bench"), "search-bench");
+    let (stdout, results_dir) = common::run_scenario("search");
     let figures = [
         "corpus documents",
         "Embed corpus (64/call, 4 clients)",

@@ -1,6 +1,6 @@
-//! Runs `soak-bench --quick` and `overload-bench --quick` end to end (docstring
-//! corpus, real server binary with the real model, real clients) so the benches
-//! cannot rot. It checks that each runs, prints its figures and writes well-formed
+//! Runs `embedwire-bench soak --quick` and `embedwire-bench overload --quick` end to
+//! end (docstring corpus, real server binary with the real model, real clients) so the
+//! scenarios cannot rot. It checks that each runs, prints its figures and writes well-formed
 //! CSV; it never judges the figures, since tests do not assert on speed.
 
 mod common;
@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use clap::Parser;
-use common::run_quick;
+use common::run_scenario;
 use embedwire_server::ServerConfig;
 
 /// One bench at a time: each loads the model and saturates the machine, and two at
@@ -68,7 +68,7 @@ fn check_summary(path: &Path, judged: usize) -> Vec<Vec<String>> {
 #[test]
 fn soak_quick_run_prints_the_table_and_writes_csv() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let (stdout, dir) = run_quick(env!("CARGO_BIN_EXE_soak-bench"), "soak-bench");
+    let (stdout, dir) = run_scenario("soak");
     for figure in [
         "max mix rate",
         "soak rate (open loop)",
@@ -112,7 +112,7 @@ fn soak_quick_run_prints_the_table_and_writes_csv() {
 #[test]
 fn overload_quick_run_prints_the_table_and_writes_csv() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let (stdout, dir) = run_quick(env!("CARGO_BIN_EXE_overload-bench"), "overload-bench");
+    let (stdout, dir) = run_scenario("overload");
     // The server derives its default bound from the model's speed ("auto").
     assert_eq!(ServerConfig::parse_from(["embedwire-server"]).max_queue_ms, None);
     for figure in [

@@ -1,4 +1,4 @@
-//! Runs `store-bench --quick` end to end (docstring corpus, real server binaries with
+//! Runs `embedwire-bench store --quick` end to end (docstring corpus, real server binaries with
 //! the real model, a real 1-node Weaviate started by scripts/cluster.sh, real clients)
 //! so the bench cannot rot. It checks that the bench runs, prints every figure for
 //! both stores and writes its CSV files; it never judges the figures, since tests do
@@ -8,7 +8,7 @@ mod common;
 
 #[test]
 fn quick_run_prints_the_tables_and_writes_csv() {
-    let (stdout, results_dir) = common::run_quick(env!("CARGO_BIN_EXE_store-bench"), "store-bench");
+    let (stdout, results_dir) = common::run_scenario("store");
     for store in ["embedded", "weaviate 1 node"] {
         for figure in [
             "index chunks",

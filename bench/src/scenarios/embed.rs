@@ -63,7 +63,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let texts: Arc<[String]> = sentences::sentences(SENTENCES).into();
     // Before measuring: a build would disturb the ceiling.
     let binary = common.server_binary()?;
-    println!("embed: model {} ({}), {} intra-op threads", paths.model_dir.display(), paths.precision, common.intra_op_threads);
+    println!(
+        "embed: model {} ({}), {} intra-op threads",
+        paths.model_dir.display(),
+        paths.precision,
+        common.intra_op_threads
+    );
 
     let ceiling = measure_ceiling(common, &paths, &texts)?;
     let command = common.server_command(
@@ -97,7 +102,12 @@ fn measure_ceiling(common: &Common, paths: &ModelPaths, texts: &[String]) -> any
         warmup: common.warmup(1.0, 0.2),
     };
     in_process::measure(&mut model, &sequences, &plan, |run| {
-        println!("  batch {:>2}: {:>7.1} sentences/s  batch p50 {:>6.2} ms", run.batch_size, run.rate(), ms(run.batch_latency.p50));
+        println!(
+            "  batch {:>2}: {:>7.1} sentences/s  batch p50 {:>6.2} ms",
+            run.batch_size,
+            run.rate(),
+            ms(run.batch_latency.p50)
+        );
     })
 }
 
@@ -143,7 +153,8 @@ async fn measure_server(args: &Args, command: &ServerCommand, texts: Arc<[String
     let sampler = RssSampler::start(server.pid, Duration::from_millis(50));
     let own = std::process::id();
     let before = (cpu::cpu_time(server.pid)?, cpu::cpu_time(own)?);
-    let throughput = load::run(&channels, args.clients, texts, Rpc::Embed, Stop::After(common.duration(10.0, 1.0))).await?;
+    let throughput =
+        load::run(&channels, args.clients, texts, Rpc::Embed, Stop::After(common.duration(10.0, 1.0))).await?;
     let after = (cpu::cpu_time(server.pid)?, cpu::cpu_time(own)?);
     let rss_after = rss_bytes(server.pid)?;
     let peak = sampler.finish(server.pid).await?.peak();
@@ -165,7 +176,12 @@ fn judge(report: &mut Report, args: &Args, paths: &ModelPaths, ceiling: &Ceiling
     let cold = starts[(starts.len() - 1) / 2].as_secs_f64();
     let (idle, peak, loaded) = (mib(server.rss.0), mib(server.rss.1), mib(server.rss.2));
     for row in [
-        Row::info("in-process ceiling (best)", ceiling_rate, "sentences/s", format!("{ceiling_rate:.0} s/s @ batch {}", best.batch_size)),
+        Row::info(
+            "in-process ceiling (best)",
+            ceiling_rate,
+            "sentences/s",
+            format!("{ceiling_rate:.0} s/s @ batch {}", best.batch_size),
+        ),
         Row::info("in-process batch-1 p50", batch_one, "ms", format!("{batch_one:.2} ms")),
         Row::judged(
             format!("throughput ({} clients)", args.clients),
@@ -173,11 +189,24 @@ fn judge(report: &mut Report, args: &Args, paths: &ModelPaths, ceiling: &Ceiling
             "sentences/s",
             format!("{rate:.0} s/s"),
             Bound::AtLeast(MIN_THROUGHPUT_RATIO * ceiling_rate),
-            format!(">= {MIN_THROUGHPUT_RATIO:.2} x {ceiling_rate:.0} s/s ({:.0})", MIN_THROUGHPUT_RATIO * ceiling_rate),
+            format!(
+                ">= {MIN_THROUGHPUT_RATIO:.2} x {ceiling_rate:.0} s/s ({:.0})",
+                MIN_THROUGHPUT_RATIO * ceiling_rate
+            ),
         )
         .with_note(format!("{:.2} x", rate / ceiling_rate)),
-        Row::info("throughput latency p50 / p99", ms(tl.p50), "ms", format!("{:.1} / {:.1} ms", ms(tl.p50), ms(tl.p99))),
-        Row::info("throughput CPU server / bench", server.cores.0, "cores", format!("{:.2} / {:.2} cores", server.cores.0, server.cores.1)),
+        Row::info(
+            "throughput latency p50 / p99",
+            ms(tl.p50),
+            "ms",
+            format!("{:.1} / {:.1} ms", ms(tl.p50), ms(tl.p99)),
+        ),
+        Row::info(
+            "throughput CPU server / bench",
+            server.cores.0,
+            "cores",
+            format!("{:.2} / {:.2} cores", server.cores.0, server.cores.1),
+        ),
         Row::judged(
             "latency c=1 p50",
             ms(cl.p50),
@@ -188,9 +217,23 @@ fn judge(report: &mut Report, args: &Args, paths: &ModelPaths, ceiling: &Ceiling
         )
         .with_note(format!("{:.2} x", ms(cl.p50) / batch_one)),
         Row::info("latency c=1 p95 / p99", ms(cl.p95), "ms", format!("{:.2} / {:.2} ms", ms(cl.p95), ms(cl.p99))),
-        Row::judged("RSS idle", idle, "MiB", format!("{idle:.1} MiB"), Bound::AtMost(max_idle), format!("<= {max_idle} MiB ({})", paths.precision)),
-        Row::judged("RSS after throughput", loaded, "MiB", format!("{loaded:.1} MiB"), Bound::AtMost(MAX_LOADED_RSS_MIB), format!("<= {MAX_LOADED_RSS_MIB} MiB"))
-            .with_note(format!("peak {peak:.1}")),
+        Row::judged(
+            "RSS idle",
+            idle,
+            "MiB",
+            format!("{idle:.1} MiB"),
+            Bound::AtMost(max_idle),
+            format!("<= {max_idle} MiB ({})", paths.precision),
+        ),
+        Row::judged(
+            "RSS after throughput",
+            loaded,
+            "MiB",
+            format!("{loaded:.1} MiB"),
+            Bound::AtMost(MAX_LOADED_RSS_MIB),
+            format!("<= {MAX_LOADED_RSS_MIB} MiB"),
+        )
+        .with_note(format!("peak {peak:.1}")),
         Row::judged(
             format!("cold start (median of {})", starts.len()),
             cold,

@@ -1,5 +1,7 @@
 //! What the end-to-end bench tests share: running a bench binary's `--quick` mode
-//! against the real model after checking that `make setup` has run.
+//! against the real model after checking that `make setup` has run. Each test crate
+//! uses a part of it.
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -13,6 +15,15 @@ use embedwire_server::ServerConfig;
 /// The docstring cache stays in its default place (bench/results/tmp), shared with
 /// real runs: extracting takes seconds, and the cache is keyed by interpreter.
 pub fn run_quick(binary: &str, name: &str) -> (String, PathBuf) {
+    run(binary, &[], name)
+}
+
+/// [`run_quick`] of `embedwire-bench SCENARIO`.
+pub fn run_scenario(scenario: &str) -> (String, PathBuf) {
+    run(env!("CARGO_BIN_EXE_embedwire-bench"), &[scenario], scenario)
+}
+
+fn run(binary: &str, args: &[&str], name: &str) -> (String, PathBuf) {
     let defaults = ServerConfig::parse_from(["embedwire-server"]);
     let (model_dir, python) = (defaults.model_dir(), defaults.cache_dir().join("venv/bin/python"));
     assert!(
@@ -24,6 +35,7 @@ pub fn run_quick(binary: &str, name: &str) -> (String, PathBuf) {
     let results_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&results_dir);
     let output = Command::new(binary)
+        .args(args)
         .args(["--quick", "--results-dir"])
         .arg(&results_dir)
         .output()

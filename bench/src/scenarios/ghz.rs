@@ -1,0 +1,284 @@
+//! ghz: the gRPC calls under ghz, the community's gRPC load tool, so that the figures
+//! can be checked with a tool the bench did not write: the configs checked in under
+//! `bench/ghz/` (Embed with 1, 32 and 256 texts per call, EmbedStream, Search on an
+//! index of docstring paragraphs) at concurrency 1, 16 and 64, on a fresh server per
+//! backend (pseudo: the transport alone; onnx: the real model). The host,
+//! concurrency and duration go on ghz's command line, which overrides the file, so
+//! the configs also run by hand (`ghz --config bench/ghz/embed-256.json -c 16 -z 5s
+//! 127.0.0.1:50051` from the workspace root). The server's admission limits are
+//! lifted, so that every run measures throughput at saturation rather than
+//! RESOURCE_EXHAUSTED (the overload scenario measures admission); any error ghz sees
+//! is still reported. ghz's JSON summaries go to `<backend>/`, a line per run to
+//! `ghz_summary.csv`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use embedwire_bench::cpu::CpuWindow;
+use embedwire_bench::latency::ms;
+use embedwire_bench::report::{Report, Table};
+use embedwire_bench::server_process::ServerProcess;
+use embedwire_bench::targets::Row;
+use embedwire_bench::{corpus::CorpusOptions, ingest, options::Common};
+use embedwire_server::ServerConfig;
+use embedwire_server::config::BackendKind;
+use serde_json::{Value, json};
+
+/// ghz_summary.csv, one line per run.
+const COLUMNS: &str = "backend,config,call,texts_per_call,concurrency,count,ok,errors,seconds,rps,ok_rps,texts_per_s,\
+                       avg_ms,p50_ms,p95_ms,p99_ms,server_cores,top_error";
+/// Documents per Ingest call when populating the index for Search.
+const INGEST_BATCH: usize = 500;
+/// Query sentences the Search config rotates through.
+const SEARCH_QUERIES: usize = 64;
+/// EmbedStream: messages per stream, texts per message (256 texts per stream).
+const STREAM_MESSAGES: usize = 8;
+const STREAM_TEXTS: usize = 32;
+
+/// Options of the ghz scenario (`--concurrency`: ghz workers, one connection each
+/// [default: 1,16,64, --quick: 1,16]).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: Common,
+    /// Regenerate the checked-in configs from the docstring corpus, then stop.
+    #[arg(long)]
+    pub write_configs: bool,
+    /// Backends, each on its own fresh server.
+    #[arg(long, env = "GHZ_SUITE_BACKENDS", value_enum, value_delimiter = ',', default_value = "pseudo,onnx")]
+    pub backends: Vec<BackendKind>,
+    /// Configs to run, by file stem [default: every *.json in the configs directory].
+    #[arg(long, env = "GHZ_SUITE_CONFIGS", value_delimiter = ',')]
+    pub configs: Vec<String>,
+    /// Documents ingested before the Search runs [default: 1000, --quick: 100].
+    #[arg(long, env = "GHZ_SUITE_SEARCH_DOCUMENTS")]
+    pub search_documents: Option<usize>,
+    /// The ghz binary [default: CACHE/bin/ghz, where `make setup` installs it].
+    #[arg(long, env = "GHZ_SUITE_GHZ")]
+    pub ghz: Option<PathBuf>,
+    /// The checked-in ghz configs; their proto paths are relative to the workspace.
+    #[arg(long, env = "GHZ_SUITE_CONFIGS_DIR", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/ghz"))]
+    pub configs_dir: PathBuf,
+    #[command(flatten)]
+    pub corpus: CorpusOptions,
+}
+
+/// One checked-in config: file stem, path, call, and texts embedded per ghz request
+/// (a whole stream for EmbedStream; 1 for Search).
+struct Config {
+    stem: String,
+    path: PathBuf,
+    call: String,
+    texts: usize,
+}
+
+/// What one ghz run measured (ghz's own `rps` counts errors too).
+struct GhzRun {
+    count: u64,
+    ok: u64,
+    errors: u64,
+    total: Duration,
+    rps: f64,
+    /// Average, p50, p95, p99.
+    latency: [Duration; 4],
+    top_error: Option<String>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let common = &args.common;
+    anyhow::ensure!(!args.backends.is_empty() && args.search_documents != Some(0), "no backends or documents");
+    if args.write_configs {
+        return write_configs(&args.configs_dir, &args.corpus.select(0, 0, 256)?.queries);
+    }
+    let configs = read_configs(&args.configs_dir, &args.configs)?;
+    let ghz = match &args.ghz {
+        Some(path) => path.clone(),
+        None => <ServerConfig as clap::Parser>::try_parse_from(["embedwire-server"])?.cache_dir().join("bin/ghz"),
+    };
+    anyhow::ensure!(ghz.is_file(), "no ghz at {} (run `make setup`, or pass --ghz)", ghz.display());
+    let mut report = Report::new(common.results("ghz"), "ghz_suite")?;
+    let binary = common.server_binary()?;
+    let is_search = |c: &Config| c.call.ends_with("/Search");
+    let documents = match configs.iter().any(is_search) {
+        true => args.corpus.select(args.search_documents.unwrap_or(common.pick(1000, 100)), 0, 1)?.documents,
+        false => Vec::new(),
+    };
+    let concurrency = common.sweep(&[1, 16, 64], &[1, 16]);
+    // A full run waits for the calls in flight when the duration ends (a 256-text
+    // call on the real model is never cut off); a quick run cancels them (they
+    // count as errors), so that it ends on time.
+    let (run_time, stop) = (common.duration(2.0, 0.3), common.pick("wait", "close"));
+    let backends: Vec<_> = args.backends.iter().map(|b| b.name()).collect();
+    println!("ghz: {} configs x concurrency {concurrency:?} x backends {backends:?}", configs.len());
+    let offered = concurrency.iter().max().unwrap_or(&1) * configs.iter().map(|c| c.texts).max().unwrap_or(1);
+    let mut table = Table::new(&COLUMNS.split(',').collect::<Vec<_>>());
+    let runtime = tokio::runtime::Runtime::new()?;
+    for backend in backends {
+        let flags = vec![
+            ("--backend", backend.into()),
+            ("--max-in-flight-inputs", offered.max(4096).to_string().into()),
+            ("--max-queue-ms", "0".into()),
+        ];
+        let command = common.server_command(binary.clone(), flags);
+        let (server, _) = runtime.block_on(ServerProcess::start(&command))?;
+        if !documents.is_empty() {
+            let run = runtime.block_on(async {
+                ingest::ingest(server.connect().await?, &documents, ("doc-", 0), INGEST_BATCH).await
+            })?;
+            println!("{backend}: ingested {} documents in {:.1} s", run.documents, run.completed.as_secs_f64());
+        }
+        let dir = report.dir().join(backend);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        // Warms the model and the connections' code paths; its report is dropped.
+        let warm = configs.iter().find(|c| !is_search(c)).unwrap_or(&configs[0]);
+        run_ghz(&ghz, warm, server.address, 16, (common.warmup(1.0, 0.2), stop), &dir.join("warmup.json"))?;
+        std::fs::remove_file(dir.join("warmup.json"))?;
+        for config in &configs {
+            for &c in &concurrency {
+                let cpu = CpuWindow::start(server.pid)?;
+                let summary = dir.join(format!("{}_c{c}.json", config.stem));
+                let run = run_ghz(&ghz, config, server.address, c, (run_time, stop), &summary)?;
+                let cores = cpu.finish()?.server_cores;
+                let ok_rps = run.ok as f64 / run.total.as_secs_f64().max(1e-9);
+                let texts = ok_rps * config.texts as f64;
+                let [avg, p50, p95, p99] = run.latency.map(ms);
+                println!("{backend} {} c={c}: {ok_rps:.1} calls/s, {} errors", config.stem, run.errors);
+                if let Some(error) = &run.top_error {
+                    println!("  most frequent error: {error}");
+                }
+                let measured = format!(
+                    "{ok_rps:.1} calls/s, {texts:.1} texts/s, p50/p95/p99 {p50:.2}/{p95:.2}/{p99:.2} ms, {} errors, server {cores:.2} cores",
+                    run.errors
+                );
+                report.figure(Row::info(format!("{backend} {} c={c}", config.stem), ok_rps, "calls/s", measured));
+                let counts = [config.texts as u64, c as u64, run.count, run.ok, run.errors].map(|n| n.to_string());
+                let seconds = run.total.as_secs_f64();
+                let times = [seconds, run.rps, ok_rps, texts, avg, p50, p95, p99, cores].map(|v| format!("{v:.3}"));
+                let names = [backend.to_string(), config.stem.clone(), config.call.clone()];
+                table.row(names.into_iter().chain(counts).chain(times).chain([run.top_error.unwrap_or_default()]));
+            }
+        }
+        runtime.block_on(server.stop())?;
+    }
+    report.table("ghz_summary.csv", &table)?;
+    report.finish()
+}
+
+/// Runs ghz on `file` (one connection per worker) and keeps its report, without
+/// the per-call details and the call data (megabytes, and in the config already),
+/// as `out`.
+fn run_ghz(ghz: &Path, file: &Config, host: SocketAddr, c: usize, run: (Duration, &str), out: &Path) -> Result<GhzRun> {
+    let raw = out.with_extension("raw.json");
+    let (concurrency, (duration, duration_stop)) = (c.to_string(), run);
+    let output = std::process::Command::new(ghz)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .arg("--config")
+        .arg(&file.path)
+        .args(["--concurrency", &concurrency, "--connections", &concurrency])
+        .args(["--duration", &format!("{}ms", duration.as_millis()), "--duration-stop", duration_stop])
+        .args(["--format", "json", "--output"])
+        .arg(&raw)
+        .arg(host.to_string())
+        .output()
+        .with_context(|| format!("running {}", ghz.display()))?;
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    anyhow::ensure!(output.status.success(), "ghz {} c={c} failed ({}):\n{stdout}{stderr}", file.stem, output.status);
+    let mut report: Value = serde_json::from_slice(&std::fs::read(&raw)?).context("parsing ghz's JSON report")?;
+    std::fs::remove_file(&raw)?;
+    if let Some(object) = report.as_object_mut() {
+        object.remove("details");
+        // The call data is the config's, repeated in every report.
+        if let Some(options) = object.get_mut("options").and_then(Value::as_object_mut) {
+            options.remove("data");
+        }
+    }
+    std::fs::write(out, serde_json::to_string_pretty(&report)?)?;
+    // Times in nanoseconds.
+    let nanos = |value: &Value| Duration::from_nanos(value.as_u64().unwrap_or(0));
+    let percentile = |p: u64| {
+        let list = report["latencyDistribution"].as_array().into_iter().flatten();
+        list.into_iter().find(|l| l["percentage"] == p).map_or(Duration::ZERO, |l| nanos(&l["latency"]))
+    };
+    let codes = report["statusCodeDistribution"].as_object().cloned().unwrap_or_default();
+    let count_of = |code: &str| codes.get(code).and_then(Value::as_u64).unwrap_or(0);
+    let errors = report["errorDistribution"].as_object().cloned().unwrap_or_default();
+    let top_error = errors.iter().max_by_key(|(_, n)| n.as_u64()).map(|(e, n)| format!("{n} x {e}"));
+    Ok(GhzRun {
+        count: report["count"].as_u64().context("ghz's report has no count")?,
+        ok: count_of("OK"),
+        errors: codes.keys().filter(|code| *code != "OK").map(|code| count_of(code)).sum(),
+        total: nanos(&report["total"]),
+        rps: report["rps"].as_f64().unwrap_or(0.0),
+        latency: [nanos(&report["average"]), percentile(50), percentile(95), percentile(99)],
+        top_error,
+    })
+}
+
+/// Writes the configs into `dir` from `queries` (at least 256 sentences).
+fn write_configs(dir: &Path, queries: &[String]) -> Result<()> {
+    anyhow::ensure!(queries.len() >= 256, "{} query sentences, 256 needed", queries.len());
+    let embed = |texts: usize| {
+        let calls: Vec<Value> = queries[..256].chunks(texts).map(|chunk| json!({"inputs": chunk})).collect();
+        if calls.len() == 1 { calls[0].clone() } else { json!(calls) }
+    };
+    let stream: Vec<Value> = (0..STREAM_MESSAGES)
+        .map(|m| json!({"request_id": m.to_string(), "request": {"inputs": queries[m * STREAM_TEXTS..][..STREAM_TEXTS]}}))
+        .collect();
+    let searches: Vec<Value> = (0..SEARCH_QUERIES)
+        .map(|i| json!({"queries": [{"text": queries[i * queries.len() / SEARCH_QUERIES]}], "top_k": 5}))
+        .collect();
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (name, call, data) in [
+        ("embed-1", "EmbedService/Embed", embed(1)),
+        ("embed-32", "EmbedService/Embed", embed(32)),
+        ("embed-256", "EmbedService/Embed", embed(256)),
+        ("embed-stream", "EmbedService/EmbedStream", json!(stream)),
+        ("search", "SearchService/Search", json!(searches)),
+    ] {
+        let proto = if name == "search" { "search" } else { "embed" };
+        let config = json!({
+            "name": name, "call": format!("embedwire.v1.{call}"), "proto": format!("proto/embedwire/v1/{proto}.proto"),
+            "import-paths": ["proto"], "insecure": true,
+            // The data is sent as is: templating 256 texts per call would load ghz,
+            // not the server.
+            "disable-template-functions": true, "disable-template-data": true,
+            // 64 calls of 256 texts on the real model take longer than ghz's default
+            // 20 s deadline to drain; this measures throughput, not deadlines.
+            "timeout": "300s", "data": data,
+        });
+        let path = dir.join(format!("{name}.json"));
+        std::fs::write(&path, serde_json::to_string_pretty(&config)? + "\n")?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// The configs in `dir` (sorted by name), only those in `only` when it is not empty.
+fn read_configs(dir: &Path, only: &[String]) -> Result<Vec<Config>> {
+    let mut configs = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let Some(stem) = path.file_stem().and_then(|s| s.to_str()).map(str::to_string) else { continue };
+        if path.extension().is_none_or(|e| e != "json") || (!only.is_empty() && !only.contains(&stem)) {
+            continue;
+        }
+        let value: Value =
+            serde_json::from_slice(&std::fs::read(&path)?).with_context(|| format!("parsing {}", path.display()))?;
+        let call = value["call"].as_str().with_context(|| format!("{} has no call", path.display()))?.to_string();
+        let inputs = |v: &Value| v["inputs"].as_array().map_or(0, Vec::len);
+        let texts = match &value["data"] {
+            _ if call.ends_with("/Search") => 1,
+            Value::Array(messages) if call.ends_with("/EmbedStream") => {
+                messages.iter().map(|m| inputs(&m["request"])).sum()
+            }
+            Value::Array(calls) => calls.first().map_or(0, inputs),
+            other => inputs(other),
+        };
+        configs.push(Config { stem, path, call, texts });
+    }
+    configs.sort_by(|a, b| a.stem.cmp(&b.stem));
+    anyhow::ensure!(!configs.is_empty(), "no ghz configs in {} (run with --write-configs)", dir.display());
+    Ok(configs)
+}

@@ -1,0 +1,230 @@
+//! index: the vector index alone, no server and no model, so its share of a search is
+//! judged apart: exact search (the scan on one thread and split over two) and HNSW
+//! (build, recall@10 against exact search, latency per `ef_search`). Latency is of the
+//! search step, one query at a time; q/s is of searchers sharing the index behind an
+//! `RwLock`, as in the server. The vectors are clustered like real embeddings (seeded,
+//! `embedwire_server::index::synthetic`); the queries continue the same generator, so
+//! a query is a new text on a known topic.
+
+use std::fmt::Display;
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use embedwire_bench::latency::{LatencySummary, ms};
+use embedwire_bench::options::Common;
+use embedwire_bench::report::{Report, Table};
+use embedwire_bench::targets::{Bound, Row};
+use embedwire_server::index::synthetic::Clustered;
+use embedwire_server::index::{ChunkId, IndexKind, IndexParams, VectorIndex};
+
+/// Exact search p50 (search step alone), judged up to this many stored vectors.
+const EXACT_P50_MS: f64 = 5.0;
+const EXACT_TARGET_MAX_SIZE: usize = 100_000;
+/// HNSW recall@10 against exact search, and p50, at every size.
+const HNSW_MIN_RECALL: f64 = 0.95;
+const HNSW_P50_MS: f64 = 5.0;
+/// HNSW build time, judged at this many vectors; smaller builds are extrapolated to it.
+const HNSW_BUILD_SECS: f64 = 600.0;
+const HNSW_BUILD_TARGET_SIZE: usize = 1_000_000;
+/// Hits asked of every search.
+const K: usize = 10;
+/// Untimed searches first, so page faults and cold caches of the first queries do not count.
+const WARMUP_QUERIES: usize = 5;
+/// Queries timed one at a time: full, --quick.
+const QUERIES: (usize, usize) = (200, 50);
+/// Searchers sharing the index in the throughput runs (of --duration-secs each).
+const SEARCHERS: usize = 2;
+/// The vectors: the default model's dimension, around this many cluster centers, with
+/// noise of this norm added to a center (0.9: cosine ~0.75 to the center).
+const DIM: usize = 384;
+const CLUSTERS: usize = 1000;
+const SPREAD: f32 = 0.9;
+const SEED: u64 = 42;
+
+/// Options of the index scenario.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: Common,
+    /// Collection sizes, comma-separated [default: 100000,1000000; --quick: 5000].
+    #[arg(long, env = "INDEX_BENCH_SIZES", value_delimiter = ',')]
+    pub sizes: Vec<usize>,
+    /// Directions each cluster's noise mostly spans (its intrinsic dimension); 0 for
+    /// isotropic noise in all `dim` dimensions, the worst case for HNSW.
+    #[arg(long, env = "INDEX_BENCH_NOISE_RANK", default_value_t = 16)]
+    pub noise_rank: usize,
+    /// Skip HNSW (its build dominates the run time at 1M).
+    #[arg(long, env = "INDEX_BENCH_NO_HNSW")]
+    pub no_hnsw: bool,
+    /// HNSW links per node and layer [default: the server's].
+    #[arg(long, env = "INDEX_BENCH_HNSW_M")]
+    pub hnsw_m: Option<usize>,
+    /// HNSW search width while building [default: the server's].
+    #[arg(long, env = "INDEX_BENCH_HNSW_EF_CONSTRUCTION")]
+    pub hnsw_ef_construction: Option<usize>,
+    /// HNSW search widths to measure, comma-separated; the first one also gets the
+    /// throughput run [default: the server's, then 64,256,512; --quick: the server's].
+    #[arg(long, env = "INDEX_BENCH_HNSW_EF_SEARCH", value_delimiter = ',')]
+    pub hnsw_ef_search: Vec<usize>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let common = &args.common;
+    let defaults = IndexParams::default();
+    let or = |given: &[usize], full: Vec<usize>, quick: Vec<usize>| {
+        if given.is_empty() { common.pick(full, quick) } else { given.to_vec() }
+    };
+    let sizes = or(&args.sizes, vec![100_000, 1_000_000], vec![5_000]);
+    let ef_searches = or(&args.hnsw_ef_search, vec![defaults.ef_search, 64, 256, 512], vec![defaults.ef_search]);
+    let (queries, run_time) = (common.pick(QUERIES.0, QUERIES.1), common.duration(3.0, 0.5));
+    let (m, efc) = (args.hnsw_m.unwrap_or(defaults.m), args.hnsw_ef_construction.unwrap_or(defaults.ef_construction));
+    let mut report = Report::new(common.results(""), "index_bench")?;
+    println!("index: sizes {sizes:?}, noise rank {}, {queries} queries", args.noise_rank);
+
+    let mut figures: Vec<(usize, Row)> = Vec::new();
+    for &size in &sizes {
+        let mut generator = Clustered::with_noise_rank(SEED, DIM, CLUSTERS, SPREAD, args.noise_rank);
+        let rows = generator.rows(size);
+        let queries: Vec<Vec<f32>> = (0..queries).map(|_| generator.next_vector()).collect();
+        let batch: Vec<(ChunkId, &[f32])> =
+            rows.chunks_exact(DIM).enumerate().map(|(i, row)| (i as ChunkId, row)).collect();
+        // As the server loads at start.
+        let load = |kind, params| -> anyhow::Result<(VectorIndex, f64)> {
+            let (started, mut index) = (Instant::now(), VectorIndex::new(kind, DIM, params)?);
+            index.extend(&batch)?;
+            Ok((index, started.elapsed().as_secs_f64()))
+        };
+        let mut add = |row: Row| figures.push((size, row));
+        let mut truth = Vec::new();
+        for scan_threads in [1, 2] {
+            let (index, load_secs) = load(IndexKind::Exact, IndexParams { scan_threads, ..defaults })?;
+            let (latency, hits) = one_at_a_time(&index, &queries)?;
+            let qps = throughput(index, &queries, SEARCHERS, run_time)?;
+            let (p50, scan) = (ms(latency.p50), format!("scan x{scan_threads}"));
+            println!("size {size}: exact, {scan}: loaded in {load_secs:.2} s, p50 {p50:.2} ms, {qps:.0} q/s");
+            truth = hits;
+            let p50_target = (size <= EXACT_TARGET_MAX_SIZE).then_some(Bound::AtMost(EXACT_P50_MS));
+            add(figure(format!("exact p50 ({scan})"), p50, "ms", 2, p50_target));
+            add(figure(format!("exact p95 ({scan})"), ms(latency.p95), "ms", 2, None));
+            add(figure(format!("exact q/s, {SEARCHERS} searchers ({scan})"), qps, "q/s", 0, None));
+            add(figure(format!("exact load ({scan})"), load_secs, "s", 2, None));
+        }
+        if args.no_hnsw {
+            continue;
+        }
+        let (mut index, build) =
+            load(IndexKind::Hnsw, IndexParams { m, ef_construction: efc, ef_search: ef_searches[0], ..defaults })?;
+        println!("size {size}: hnsw built in {build:.1} s (m {m}, ef_construction {efc})");
+        // Smaller builds scaled as n log n: each insertion searches a graph growing logarithmically deep.
+        let n_log_n = |n: usize| n as f64 * (n as f64).ln();
+        let extrapolated = build * n_log_n(HNSW_BUILD_TARGET_SIZE) / n_log_n(size.max(2));
+        let bound = (size >= HNSW_BUILD_TARGET_SIZE).then_some(Bound::AtMost(HNSW_BUILD_SECS));
+        let mut build_row = figure(format!("hnsw build (m {m}, efc {efc})"), build, "s", 1, bound);
+        if bound.is_none() {
+            // With the measurement: a note prints only after PASS/MISS.
+            build_row.measured += &format!(" (~{extrapolated:.0} s at {HNSW_BUILD_TARGET_SIZE}, n log n)");
+        }
+        add(build_row);
+        let mut settings = Vec::new();
+        for &ef in &ef_searches {
+            index.set_ef_search(ef);
+            let (latency, hits) = one_at_a_time(&index, &queries)?;
+            let recall = recall_at(&truth, &hits);
+            println!("size {size}: hnsw ef_search {ef}: recall@{K} {recall:.4}, p50 {:.2} ms", ms(latency.p50));
+            settings.push((ef, latency, recall));
+        }
+        // At the first (the configured) ef_search; the run consumes the index.
+        index.set_ef_search(ef_searches[0]);
+        let mut qps = Some(throughput(index, &queries, SEARCHERS, run_time)?);
+        for (ef, latency, recall) in settings {
+            add(figure(format!("hnsw recall@10 (ef {ef})"), recall, "", 4, Some(Bound::AtLeast(HNSW_MIN_RECALL))));
+            add(figure(format!("hnsw p50 (ef {ef})"), ms(latency.p50), "ms", 2, Some(Bound::AtMost(HNSW_P50_MS))));
+            add(figure(format!("hnsw p95 (ef {ef})"), ms(latency.p95), "ms", 2, None));
+            if let Some(qps) = qps.take() {
+                add(figure(format!("hnsw q/s, {SEARCHERS} searchers (ef {ef})"), qps, "q/s", 0, None));
+            }
+        }
+    }
+
+    let mut table = Table::new(&["figure", "size", "value", "unit", "target", "result"]);
+    let names = ["quick", "dim", "clusters", "spread", "noise_rank", "seed", "queries", "searchers"];
+    let values: [&dyn Display; 8] =
+        [&common.quick, &DIM, &CLUSTERS, &SPREAD, &args.noise_rank, &SEED, &queries, &SEARCHERS];
+    for (name, value) in names.into_iter().zip(values) {
+        table.row([format!("setup {name}").as_str(), "", &value.to_string(), "", "", ""]);
+    }
+    for (size, figure) in figures {
+        let target = figure.target.as_ref().map_or("", |(_, text)| text.as_str());
+        let result = figure.passes().map_or("", |pass| if pass { "PASS" } else { "MISS" });
+        let (size_text, value) = (size.to_string(), format!("{:.4}", figure.value));
+        table.row([figure.figure.as_str(), &size_text, &value, figure.unit, target, result]);
+        report.figure(Row { measured: format!("{} @ {size}", figure.measured), ..figure });
+    }
+    report.table("index_bench.csv", &table)?;
+    report.finish()
+}
+
+/// A figure, judged when `bound` is given; `value` printed to `decimals`.
+fn figure(figure: String, value: f64, unit: &'static str, decimals: usize, bound: Option<Bound>) -> Row {
+    let measured = format!("{value:.decimals$} {unit}").trim_end().to_string();
+    let target = bound.map(|bound| match bound {
+        Bound::AtLeast(limit) => (bound, format!(">= {limit} {unit}")),
+        Bound::AtMost(limit) => (bound, format!("<= {limit} {unit}")),
+    });
+    Row { target, ..Row::info(figure, value, unit, measured) }
+}
+
+/// Every query once, each `search` call timed; the timings and each query's hit ids.
+fn one_at_a_time(index: &VectorIndex, queries: &[Vec<f32>]) -> anyhow::Result<(LatencySummary, Vec<Vec<ChunkId>>)> {
+    for query in queries.iter().take(WARMUP_QUERIES) {
+        index.search(query, K, None, None)?;
+    }
+    let (mut samples, mut hits) = (Vec::with_capacity(queries.len()), Vec::with_capacity(queries.len()));
+    for query in queries {
+        let started = Instant::now();
+        let found = index.search(query, K, None, None)?;
+        samples.push(started.elapsed());
+        hits.push(found.into_iter().map(|(id, _)| id).collect());
+    }
+    Ok((LatencySummary::from_samples(samples), hits))
+}
+
+/// Queries per second of `searchers` threads searching for `run`, each cycling
+/// through the queries from its own offset, a read lock per search as in the server.
+fn throughput(index: VectorIndex, queries: &[Vec<f32>], searchers: usize, run: Duration) -> anyhow::Result<f64> {
+    let (index, stop, done) = (RwLock::new(index), AtomicBool::new(false), AtomicU64::new(0));
+    let started = Instant::now();
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let workers: Vec<_> = (0..searchers)
+            .map(|searcher| {
+                let (index, stop, done) = (&index, &stop, &done);
+                scope.spawn(move || -> anyhow::Result<()> {
+                    for query in queries.iter().cycle().skip(searcher * queries.len() / searchers) {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        index.read().expect("no writer panics").search(query, K, None, None)?;
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        std::thread::sleep(run);
+        stop.store(true, Ordering::Relaxed);
+        workers.into_iter().try_for_each(|worker| worker.join().expect("searcher panicked"))
+    })?;
+    Ok(done.into_inner() as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The share of the true top k (from exact search) that `found` contains.
+fn recall_at(truth: &[Vec<ChunkId>], found: &[Vec<ChunkId>]) -> f64 {
+    let hits: usize = truth
+        .iter()
+        .zip(found)
+        .map(|(truth, found)| found.iter().take(K).filter(|id| truth[..truth.len().min(K)].contains(id)).count())
+        .sum();
+    let expected: usize = truth.iter().map(|t| t.len().min(K)).sum();
+    if expected == 0 { 1.0 } else { hits as f64 / expected as f64 }
+}

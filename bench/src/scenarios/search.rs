@@ -1,0 +1,496 @@
+//! search: what the search feature costs next to plain Embed of the same texts, with
+//! the real model, on real paragraphs (Python docstrings found on this machine). The
+//! corpus goes through Embed (calls of 64 from 4 clients) on one server and through
+//! Ingest on a second, fresh one, to every job COMPLETED; Search at concurrency 16
+//! runs against Embed of the same query texts; one open-loop client's search latency
+//! (a search every 50 ms, so that searches sample the server at moments independent of
+//! its answers) is taken idle and while a second ingest runs. Both targets are ratios
+//! to Embed in the same run, and both comparisons alternate their sides (slice by
+//! slice, round by round) so that a change in the machine's load hits both alike. The
+//! CPU of the server (per thread) and of the bench's clients is recorded around every
+//! run, and the model's padded tokens estimated per path, to show where time went.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use embedwire_bench::corpus::{Corpus, CorpusOptions};
+use embedwire_bench::cpu::{CpuUse, CpuWindow};
+use embedwire_bench::ingest::{self, IngestRun};
+use embedwire_bench::latency::{LatencySummary, ms};
+use embedwire_bench::load::{self, LoadResult, Rpc, Stop};
+use embedwire_bench::options::Common;
+use embedwire_bench::report::Report;
+use embedwire_bench::server_process::{ServerCommand, ServerProcess};
+use embedwire_bench::targets::{self, Bound, Row};
+use embedwire_proto::v1::EmbedRequest;
+use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
+use embedwire_server::ServerConfig;
+use tonic::transport::Channel;
+
+/// Ingest documents/s (to COMPLETED) at least this share of Embed's texts/s.
+const MIN_INGEST_RATIO: f64 = 0.85;
+/// Search at concurrency 16 at least this share of Embed of the same query texts.
+const MIN_SEARCH_RATIO: f64 = 0.90;
+/// Busiest server threads listed per phase in the CSV.
+const THREADS_IN_CSV: usize = 6;
+
+/// Options of the search scenario.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub corpus: CorpusOptions,
+    /// Documents embedded with Embed, then ingested [default: 10000, --quick: 1000].
+    #[arg(long)]
+    pub documents: Option<usize>,
+    /// Further documents ingested while search latency is measured; texts not in the
+    /// corpus, so that they cost embedding [default: 1000, --quick: 100].
+    #[arg(long)]
+    pub second_ingest_documents: Option<usize>,
+    /// Query texts (first sentences of one-line docstrings, not in the corpus).
+    #[arg(long, default_value_t = 500)]
+    pub queries: usize,
+    /// Texts per Embed call when embedding the corpus.
+    #[arg(long, default_value_t = 64)]
+    pub embed_batch: usize,
+    /// Concurrent clients embedding the corpus.
+    #[arg(long, default_value_t = 4)]
+    pub embed_clients: usize,
+    /// Alternating slices of the Embed / Ingest comparison [default: 5, --quick: 2].
+    #[arg(long)]
+    pub slices: Option<usize>,
+    /// Documents per Ingest call (at most the server's --max-documents-per-request).
+    #[arg(long, default_value_t = 1000)]
+    pub ingest_batch: usize,
+    /// Concurrent clients of the Search and Embed runs.
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
+    /// Clients sharing one HTTP/2 connection.
+    #[arg(long, default_value_t = 4)]
+    pub clients_per_connection: usize,
+    /// Hits asked of each Search.
+    #[arg(long, default_value_t = 5)]
+    pub top_k: u32,
+    /// Alternating rounds the concurrent Search and Embed runs are split into.
+    #[arg(long, default_value_t = 4)]
+    pub rounds: usize,
+    /// Milliseconds between the searches of the one-client (open-loop) latency runs.
+    #[arg(long, default_value_t = 50)]
+    pub latency_interval_ms: u64,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let common = &args.common;
+    let optional = [args.documents, args.second_ingest_documents, args.slices].map(|n| n.unwrap_or(1));
+    let counts = [args.queries, args.embed_batch, args.embed_clients, args.ingest_batch, args.clients, args.rounds];
+    let more = [args.clients_per_connection, args.top_k as usize, args.latency_interval_ms as usize];
+    anyhow::ensure!(![&optional[..], &counts, &more].concat().contains(&0), "counts must be at least 1");
+    // Before measuring anything: a failed build should not come after minutes.
+    let command = common.server_command(common.server_binary()?, vec![("--max-queue-ms", "0".into())]);
+    // The batching limits the server runs with, read as it reads them, for the padding estimate.
+    let limits = ServerConfig::try_parse_from(["embedwire-server".to_string()].iter().chain(&common.server_args))?;
+    let documents = args.documents.unwrap_or(common.pick(10_000, 1_000));
+    let second = args.second_ingest_documents.unwrap_or(common.pick(1_000, 100));
+    let corpus = args.corpus.select(documents, second, args.queries)?;
+    println!("search: {documents} documents, {second} for the second ingest, {} queries", corpus.queries.len());
+    let mut report = Report::new(common.results(""), "search_bench")?;
+    tokio::runtime::Runtime::new()?.block_on(measure(&args, &command, &corpus, &limits, &mut report))?;
+    report.finish()
+}
+
+async fn measure(
+    args: &Args,
+    command: &ServerCommand,
+    corpus: &Corpus,
+    limits: &ServerConfig,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let common = &args.common;
+    // Warm-up texts: corpus-like paragraphs that are not in the corpus.
+    let warmup: Arc<[String]> =
+        corpus.second_ingest.iter().cycle().take(common.pick(512, 128)).map(|p| p.text.clone()).collect();
+    let embed_server = start_warm(args, command, &warmup).await?;
+    let server = start_warm(args, command, &warmup).await?;
+    let embed_channels = connect(&embed_server, args.embed_clients, args.clients_per_connection).await?;
+    let ingest_channel = server.connect().await?;
+    let (mut embeds, mut ingests) = (Vec::new(), Vec::new());
+    let slice_len = corpus.documents.len().div_ceil(args.slices.unwrap_or(common.pick(5, 2)));
+    for (slice, paragraphs) in corpus.documents.chunks(slice_len).enumerate() {
+        let texts: Arc<[String]> = paragraphs.iter().map(|p| p.text.clone()).collect();
+        let embedding = embed_all(&embed_channels, args.embed_clients, texts, args.embed_batch);
+        let (embed, embed_cpu) = CpuWindow::around(embed_server.pid, embedding).await?;
+        let ingesting =
+            ingest::ingest(ingest_channel.clone(), paragraphs, ("doc-", slice * slice_len), args.ingest_batch);
+        let (ingest, ingest_cpu) = CpuWindow::around(server.pid, ingesting).await?;
+        let (a, b) = (embed.rate(), ingest.rate());
+        println!("slice {}: Embed {a:.1} texts/s, Ingest {b:.1} docs/s: {:.2} x", slice + 1, b / a);
+        embeds.push((embed, embed_cpu));
+        ingests.push((ingest, ingest_cpu));
+    }
+    finish(embed_server).await?;
+    let (embed, ingest) = (EmbedCorpus::combine(embeds), combine(ingests, IngestRun::combine));
+    let control = server.connect().await?;
+    let stats = ingest::index_stats(control.clone()).await?;
+    println!("index ({}): {} documents, {} chunks", stats.index_kind, stats.document_count, stats.chunk_count);
+    let lengths = &embed.0.token_counts;
+    let (window, group) = (args.embed_batch * args.embed_clients, limits.ingest_batch_documents);
+    let work = [
+        model_work(lengths, window, true, limits.max_batch_size, limits.max_batch_tokens),
+        model_work(lengths, group, false, limits.max_batch_size, limits.max_bulk_batch_tokens),
+        model_work(lengths, group, true, limits.max_batch_size, limits.max_bulk_batch_tokens),
+    ];
+
+    let channels = connect(&server, args.clients, args.clients_per_connection).await?;
+    let queries: Arc<[String]> = corpus.queries.clone().into();
+    let search_rpc = Rpc::Search { top_k: args.top_k };
+    for rpc in [search_rpc, Rpc::Embed] {
+        load::run(&channels, args.clients, queries.clone(), rpc, Stop::After(common.warmup(2.0, 0.5))).await?;
+    }
+    let round = common.duration(10.0, 2.0) / args.rounds as u32;
+    let mut sides: [Vec<(LoadResult, CpuUse)>; 2] = Default::default();
+    for _ in 0..args.rounds {
+        for (rpc, side) in [search_rpc, Rpc::Embed].into_iter().zip(&mut sides) {
+            let running = load::run(&channels, args.clients, queries.clone(), rpc, Stop::After(round));
+            side.push(CpuWindow::around(server.pid, running).await?);
+        }
+    }
+    let [search, embed_queries] = sides.map(|side| combine(side, LoadResult::combine));
+    println!("Search {:.1} /s, Embed {:.1} /s at c={}", search.0.rate(), embed_queries.0.rate(), args.clients);
+
+    let single = std::slice::from_ref(&control);
+    load::run(single, 1, queries.clone(), search_rpc, Stop::Calls(common.pick(50, 10))).await?;
+    let interval = Duration::from_millis(args.latency_interval_ms);
+    let paced = |stop| load::run_paced(&control, queries.clone(), search_rpc, stop, interval);
+    let idle = paced(Stop::After(common.duration(10.0, 2.0))).await?;
+    // One open-loop client searches from the second ingest's first call to its last job completed.
+    let ingest_done = Arc::new(AtomicBool::new(false));
+    let (ingest_channel, cpu) = (server.connect().await?, CpuWindow::start(server.pid)?);
+    let ingesting = async {
+        let result = ingest::ingest(ingest_channel, &corpus.second_ingest, ("second-", 0), args.ingest_batch).await;
+        ingest_done.store(true, Ordering::Release);
+        result
+    };
+    let (second, busy) = tokio::join!(ingesting, paced(Stop::When(ingest_done.clone())));
+    let (second, busy) = (second?, (busy?, cpu.finish()?));
+    println!("search during ingest: p99 {:.1} ms, idle p99 {:.1} ms", ms(busy.0.latency.p99), ms(idle.latency.p99));
+    finish(server).await?;
+
+    let c = args.clients;
+    let (embed_rate, ingest_rate) = (embed.0.rate(), ingest.0.rate());
+    let (search_rate, embed_one) = (search.0.rate(), embed_queries.0.rate());
+    let (idle_l, busy_l) = (&idle.latency, &busy.0.latency);
+    let words: usize = corpus.documents.iter().map(|p| p.text.split_whitespace().count()).sum();
+    let documents = corpus.documents.len();
+    let docs_text = format!("{documents} ({:.1} words avg)", words as f64 / documents.max(1) as f64);
+    let padded = work[1].padded as f64 / work[0].padded.max(1) as f64;
+    let [e, i, sorted] = work.map(|w| w.padded as f64 / w.real.max(1) as f64);
+    let padding =
+        format!("{e:.2}x / {i:.2}x / {sorted:.2}x real ({:.0}k); Ingest {padded:.2}x Embed", work[0].real as f64 / 1e3);
+    let (p50, p99) = (ms(busy_l.p50) / ms(idle_l.p50).max(1e-6), ms(busy_l.p99) / ms(idle_l.p99).max(1e-6));
+    let busy_text = format!("{} ({p50:.1}x / {p99:.1}x idle p50 / p99)", latency_text(busy_l));
+    let cpu_row = |figure: &str, cpu: &CpuUse| {
+        Row::info(format!("{figure}: server / bench"), cpu.server_cores, "cores", cpu_text(cpu))
+    };
+    let latency_row = |figure: String, l: &LatencySummary| Row::info(figure, ms(l.p50), "ms", latency_text(l));
+    let index_text = format!("{} chunks / {} docs", stats.chunk_count, stats.document_count);
+    let second_text = format!("{:.1} docs/s ({:.1} s)", second.rate(), second.completed.as_secs_f64());
+    let ingested = format!("Ingest corpus ({} docs/call, to COMPLETED)", args.ingest_batch);
+    let searched = format!("Search c={c} (top_k {})", args.top_k);
+    let figures = [
+        Row::info("corpus documents", documents as f64, "documents", docs_text),
+        Row::info(
+            format!("Embed corpus ({}/call, {} clients)", args.embed_batch, args.embed_clients),
+            embed_rate,
+            "texts/s",
+            format!("{embed_rate:.1} texts/s"),
+        ),
+        at_least(ingested, (ingest_rate, "documents/s", "docs/s"), (MIN_INGEST_RATIO, embed_rate, "Embed".into())),
+        Row::info("index after ingest: chunks", stats.chunk_count as f64, "chunks", index_text),
+        per_cpu_row("Ingest / Embed per server CPU-second", (ingest_rate, &ingest.1), (embed_rate, &embed.1)),
+        Row::info("padded tokens est. Embed/Ingest/sorted", padded, "x", padding),
+        cpu_row("CPU Embed corpus", &embed.1),
+        cpu_row("CPU Ingest", &ingest.1),
+        at_least(
+            searched,
+            (search_rate, "searches/s", "searches/s"),
+            (MIN_SEARCH_RATIO, embed_one, format!("Embed c={c}")),
+        ),
+        per_cpu_row("Search / Embed per server CPU-second", (search_rate, &search.1), (embed_one, &embed_queries.1)),
+        latency_row(format!("Search c={c} p50 / p95 / p99"), &search.0.latency),
+        Row::info(format!("Embed c={c} (1 text)"), embed_one, "texts/s", format!("{embed_one:.1} texts/s")),
+        latency_row(format!("Embed c={c} p50 / p95 / p99"), &embed_queries.0.latency),
+        cpu_row("CPU Search", &search.1),
+        cpu_row("CPU Embed queries", &embed_queries.1),
+        latency_row("Search c=1 idle p50 / p95 / p99".into(), idle_l),
+        Row::info("Search c=1 during ingest p50/p95/p99", ms(busy_l.p50), "ms", busy_text),
+        Row::info(
+            format!("second ingest ({} docs) under search", second.documents),
+            second.rate(),
+            "documents/s",
+            second_text,
+        ),
+    ];
+
+    // The CSV's further rows: the setup, every count and percentile, the busiest threads.
+    let mut details = Vec::new();
+    let mut detail =
+        |figure: String, value: f64, unit: &'static str| details.push(Row::info(figure, value, unit, String::new()));
+    let setup = [
+        ("quick", f64::from(u8::from(common.quick)), "bool"),
+        ("intra_op_threads", common.intra_op_threads as f64, "threads"),
+        ("embed_batch", args.embed_batch as f64, "texts"),
+        ("embed_clients", args.embed_clients as f64, "clients"),
+        ("ingest_batch", args.ingest_batch as f64, "documents"),
+        ("clients", c as f64, "clients"),
+    ];
+    for (name, value, unit) in setup {
+        detail(format!("setup {name}"), value, unit);
+    }
+    let server_args = &common.server_args;
+    detail(format!("setup server_args [{}]", server_args.join(" ")), server_args.len() as f64, "flags");
+    let counts = [
+        ("corpus docstrings", corpus.docstrings, "docstrings"),
+        ("corpus eligible paragraphs", corpus.paragraphs, "paragraphs"),
+        ("corpus second ingest documents", corpus.second_ingest.len(), "documents"),
+        ("corpus queries", corpus.queries.len(), "queries"),
+        ("corpus query sentences", corpus.query_candidates, "sentences"),
+        ("embed_corpus calls", embed.0.calls, "calls"),
+    ];
+    for (figure, value, unit) in counts {
+        detail(figure.into(), value as f64, unit);
+    }
+    detail("embed_corpus seconds".into(), embed.0.elapsed.as_secs_f64(), "s");
+    for (name, run) in [("ingest", &ingest.0), ("second_ingest", &second)] {
+        detail(format!("{name} documents"), run.documents as f64, "documents");
+        detail(format!("{name} calls"), run.calls as f64, "calls");
+        detail(format!("{name} stored seconds"), run.stored.as_secs_f64(), "s");
+        detail(format!("{name} completed seconds"), run.completed.as_secs_f64(), "s");
+    }
+    detail("index documents".into(), stats.document_count as f64, "documents");
+    detail("index unique vectors".into(), stats.unique_vector_count as f64, "vectors");
+    for (name, work) in ["embed", "ingest", "ingest_sorted"].into_iter().zip(work) {
+        detail(format!("model work {name} real tokens"), work.real as f64, "tokens");
+        detail(format!("model work {name} padded tokens"), work.padded as f64, "tokens");
+        detail(format!("model work {name} batches"), work.batches as f64, "batches");
+    }
+    let loads = [
+        ("search", &search.0),
+        ("embed_queries", &embed_queries.0),
+        ("search_idle_c1", &idle),
+        ("search_during_ingest_c1", &busy.0),
+    ];
+    for (name, load) in loads {
+        detail(format!("{name} rate"), load.rate(), "calls/s");
+        detail(format!("{name} calls"), load.calls as f64, "calls");
+        detail(format!("{name} seconds"), load.elapsed.as_secs_f64(), "s");
+        let l = &load.latency;
+        for (stat, value) in [("mean", l.mean), ("p50", l.p50), ("p95", l.p95), ("p99", l.p99), ("max", l.max)] {
+            detail(format!("{name} {stat}"), ms(value), "ms");
+        }
+    }
+    let phases = [
+        ("embed_corpus", &embed.1),
+        ("ingest", &ingest.1),
+        ("search", &search.1),
+        ("embed_queries", &embed_queries.1),
+        ("search_during_ingest", &busy.1),
+    ];
+    for (name, cpu) in phases {
+        detail(format!("cpu {name} server"), cpu.server_cores, "cores");
+        detail(format!("cpu {name} server kernel"), cpu.server_system_cores, "cores");
+        detail(format!("cpu {name} bench"), cpu.bench_cores, "cores");
+        for (rank, thread) in cpu.server_threads.iter().take(THREADS_IN_CSV).enumerate() {
+            detail(format!("cpu {name} thread #{} {}", rank + 1, thread.name), thread.cores, "cores");
+        }
+    }
+    // search_bench.csv: what it always held, the figures then the details.
+    report.write("search_bench.csv", &targets::summary_csv(&[figures.as_slice(), &details].concat()))?;
+    figures.into_iter().for_each(|row| report.figure(row));
+    details.into_iter().for_each(|row| report.detail(row));
+    Ok(())
+}
+
+/// A server with a fresh data directory, `warmup` embedded through it (untimed) so
+/// that first-batch allocations stay out of the figures.
+async fn start_warm(args: &Args, command: &ServerCommand, warmup: &Arc<[String]>) -> anyhow::Result<ServerProcess> {
+    let (server, took) = ServerProcess::start(command).await?;
+    println!("server pid {} SERVING after {:.2} s", server.pid, took.as_secs_f64());
+    let channels = connect(&server, args.embed_clients, args.clients_per_connection).await?;
+    embed_all(&channels, args.embed_clients, warmup.clone(), args.embed_batch).await?;
+    Ok(server)
+}
+
+async fn connect(server: &ServerProcess, clients: usize, per_connection: usize) -> anyhow::Result<Vec<Channel>> {
+    let mut channels = Vec::new();
+    for _ in 0..clients.div_ceil(per_connection) {
+        channels.push(server.connect().await?);
+    }
+    Ok(channels)
+}
+
+/// Prints the server's warnings and errors, if any, then stops it.
+async fn finish(server: ServerProcess) -> anyhow::Result<()> {
+    for line in server.log_tail().iter().filter(|line| line.contains(" WARN ") || line.contains(" ERROR ")) {
+        println!("  server log: {line}");
+    }
+    server.stop().await
+}
+
+/// Runs of several slices or rounds as one, and the CPU over all of them.
+fn combine<T>(parts: Vec<(T, CpuUse)>, runs: impl Fn(&[T]) -> T) -> (T, CpuUse) {
+    let (parts, cpu): (Vec<T>, Vec<CpuUse>) = parts.into_iter().unzip();
+    (runs(&parts), CpuUse::combine(&cpu))
+}
+
+/// What embedding a list of texts did; the token counts as the server counted them,
+/// in text order.
+#[derive(Debug, Clone)]
+struct EmbedCorpus {
+    texts: usize,
+    calls: usize,
+    elapsed: Duration,
+    token_counts: Vec<u32>,
+}
+
+impl EmbedCorpus {
+    fn rate(&self) -> f64 {
+        self.texts as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn combine(parts: Vec<(EmbedCorpus, CpuUse)>) -> (EmbedCorpus, CpuUse) {
+        combine(parts, |runs| EmbedCorpus {
+            texts: runs.iter().map(|run| run.texts).sum(),
+            calls: runs.iter().map(|run| run.calls).sum(),
+            elapsed: runs.iter().map(|run| run.elapsed).sum(),
+            token_counts: runs.iter().flat_map(|run| run.token_counts.iter().copied()).collect(),
+        })
+    }
+}
+
+/// Every text through Embed in calls of `per_call`, taken in order from a shared
+/// queue by `clients` concurrent clients (client k on channel k mod n), the way a
+/// client batch job would; fails on the first failed call.
+async fn embed_all(
+    channels: &[Channel],
+    clients: usize,
+    texts: Arc<[String]>,
+    per_call: usize,
+) -> anyhow::Result<EmbedCorpus> {
+    let (calls, next) = (texts.len().div_ceil(per_call), Arc::new(AtomicUsize::new(0)));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|k| {
+            let (texts, next) = (texts.clone(), next.clone());
+            let mut client = EmbedServiceClient::new(channels[k % channels.len()].clone());
+            tokio::spawn(async move {
+                let mut answered = Vec::new();
+                loop {
+                    let call = next.fetch_add(1, Ordering::Relaxed);
+                    if call >= calls {
+                        return anyhow::Ok(answered);
+                    }
+                    let inputs = texts[call * per_call..((call + 1) * per_call).min(texts.len())].to_vec();
+                    let count = inputs.len();
+                    let request = EmbedRequest { inputs, ..Default::default() };
+                    let response =
+                        client.embed(request).await.with_context(|| format!("Embed call {call}"))?.into_inner();
+                    anyhow::ensure!(
+                        response.token_counts.len() == count,
+                        "Embed answered {} of {count} texts",
+                        response.count
+                    );
+                    answered.push((call, response.token_counts));
+                }
+            })
+        })
+        .collect();
+    let mut answered = Vec::new();
+    for task in tasks {
+        answered.extend(task.await.context("client task")??);
+    }
+    let elapsed = started.elapsed();
+    answered.sort_unstable_by_key(|(call, _)| *call);
+    let token_counts: Vec<u32> = answered.into_iter().flat_map(|(_, counts)| counts).collect();
+    Ok(EmbedCorpus { texts: texts.len(), calls, elapsed, token_counts })
+}
+
+/// The model's work for a list of sequence lengths on one path: real tokens, tokens
+/// with padding (a batch is padded to its longest sequence), batches. An estimate
+/// from Embed's token counts and the server's batching rules, to explain a gap
+/// between the Embed and Ingest rates; not a measurement.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct ModelWork {
+    real: u64,
+    padded: u64,
+    batches: usize,
+}
+
+/// Cuts the lengths, in groups of `group` (each sorted first if `sort`), into batches
+/// of at most `max_size` sequences and `max_tokens` padded tokens, as the batcher does.
+/// Embed: concurrent calls fill a window the model thread sorts before cutting.
+/// Ingest: the job runner's groups of --ingest-batch-documents, unsorted, under the
+/// bulk budget (one chunk per document assumed); sorted, the room a change has.
+fn model_work(lengths: &[u32], group: usize, sort: bool, max_size: usize, max_tokens: usize) -> ModelWork {
+    let mut work = ModelWork::default();
+    for group in lengths.chunks(group.max(1)) {
+        let mut group = group.to_vec();
+        if sort {
+            group.sort_unstable();
+        }
+        let (mut count, mut longest) = (0u64, 0u64);
+        for length in group.into_iter().map(u64::from) {
+            if count > 0 && (count == max_size as u64 || (count + 1) * longest.max(length) > max_tokens as u64) {
+                (work.padded, work.batches, count, longest) = (work.padded + count * longest, work.batches + 1, 0, 0);
+            }
+            (count, longest, work.real) = (count + 1, longest.max(length), work.real + length);
+        }
+        if count > 0 {
+            (work.padded, work.batches) = (work.padded + count * longest, work.batches + 1);
+        }
+    }
+    work
+}
+
+/// A rate judged against a share of the rate it is compared with.
+fn at_least(
+    figure: String,
+    (rate, unit, short): (f64, &'static str, &str),
+    (min, base, what): (f64, f64, String),
+) -> Row {
+    let target = format!(">= {min:.2} x {what} ({:.1})", min * base);
+    Row::judged(figure, rate, unit, format!("{rate:.1} {short}"), Bound::AtLeast(min * base), target)
+        .with_note(format!("{:.2} x", rate / base))
+}
+
+fn latency_text(l: &LatencySummary) -> String {
+    format!("{:.1} / {:.1} / {:.1} ms", ms(l.p50), ms(l.p95), ms(l.p99))
+}
+
+fn cpu_text(cpu: &CpuUse) -> String {
+    format!("{:.2} ({:.2} kernel) / {:.2} cores", cpu.server_cores, cpu.server_system_cores, cpu.bench_cores)
+}
+
+/// Two rates per second of server CPU: on a machine shared with other jobs the server
+/// gets different shares of the cores in different phases, and this evens it out.
+fn per_cpu_row(figure: &str, (rate, cpu): (f64, &CpuUse), (base_rate, base_cpu): (f64, &CpuUse)) -> Row {
+    let (value, base) = (rate / cpu.server_cores.max(1e-9), base_rate / base_cpu.server_cores.max(1e-9));
+    Row::info(figure, value / base, "x", format!("{:.2} x ({value:.1} vs {base:.1} per core-s)", value / base))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sorting_saves_padding_and_budgets_cut_batches() {
+        let work = |real, padded, batches| ModelWork { real, padded, batches };
+        assert_eq!(model_work(&[10, 100, 10, 100], 4, false, 2, 1000), work(220, 400, 2));
+        assert_eq!(model_work(&[10, 100, 10, 100], 4, true, 2, 1000), work(220, 220, 2));
+        assert_eq!(model_work(&[100, 100, 100], 64, false, 64, 250), work(300, 300, 2));
+        assert_eq!(model_work(&[100, 100, 100], 3, true, 64, 1000).batches, 1);
+    }
+}

@@ -1,0 +1,476 @@
+//! store: what a Weaviate cluster costs against the embedded store, with the real
+//! model and server binary. One embedwire server per store (the embedded store, and a
+//! Weaviate cluster of each size asked, `scripts/cluster.sh up --nodes N
+//! --weaviate-only`, on the server's defaults: shards = nodes, replication min(3,
+//! nodes), write QUORUM, read ONE) ingests search-bench's docstring corpus (calls of
+//! 1000, to every job COMPLETED), then serves closed-loop Search at c=16 (top_k 5).
+//! Targets on the largest cluster, as ratios to the embedded store: ingest docs/s >=
+//! 0.8 x, searches/s >= 0.7 x. The CPU of the server and of the nodes per chunk and per
+//! search is what the capacity model is built on.
+//!
+//! All stores run at once and take turns: slice k of the corpus goes into every store
+//! before slice k+1 goes into any, search rounds alike, so that a change in the
+//! machine's load (measured too) hits every store alike.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use embedwire_bench::corpus::CorpusOptions;
+use embedwire_bench::cpu::{cpu_time_of, machine_busy_time};
+use embedwire_bench::ingest::{self, IngestRun};
+use embedwire_bench::load::{self, LoadResult, Rpc, Stop};
+use embedwire_bench::report::{Report, Table, load_average};
+use embedwire_bench::server_process::ServerProcess;
+use embedwire_bench::targets::{self, Bound, Row};
+use embedwire_bench::{
+    latency::ms, memory::mib, memory::rss_bytes, options::Common, weaviate_cluster::WeaviateCluster,
+};
+use embedwire_server::ServerConfig;
+use tonic::transport::Channel;
+
+/// On the largest cluster, against the embedded store: ingest documents/s and
+/// searches/s at least these shares.
+const MIN_INGEST_RATIO: f64 = 0.8;
+const MIN_SEARCH_RATIO: f64 = 0.7;
+
+/// Options of the store scenario (`--duration-secs`: Search time per store, all rounds).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub corpus: CorpusOptions,
+    /// Weaviate cluster sizes, one cluster and server each [default: 1,3, --quick: 1].
+    /// The targets are judged on the largest.
+    #[arg(long, value_delimiter = ',')]
+    pub nodes: Vec<usize>,
+    /// Documents ingested into every store [default: 10000, --quick: 200].
+    #[arg(long)]
+    pub documents: Option<usize>,
+    /// Query texts (first sentences of one-line docstrings, not in the corpus).
+    #[arg(long, default_value_t = 500)]
+    pub queries: usize,
+    /// Slices the corpus goes in, every store in turn: short turns (20 s or so) follow
+    /// other jobs' load (a build on one store's 2-minute turn skewed a run 2 x)
+    /// [default: 10, --quick: 1].
+    #[arg(long)]
+    pub slices: Option<usize>,
+    /// Documents per Ingest call (at most the server's --max-documents-per-request).
+    #[arg(long, default_value_t = 1000)]
+    pub ingest_batch: usize,
+    /// Concurrent clients of the Search runs.
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
+    /// Clients sharing one HTTP/2 connection.
+    #[arg(long, default_value_t = 4)]
+    pub clients_per_connection: usize,
+    /// Hits asked of each Search.
+    #[arg(long, default_value_t = 5)]
+    pub top_k: u32,
+    /// Rounds the stores' Search runs alternate in, as for --slices [default: 6, --quick: 1].
+    #[arg(long)]
+    pub rounds: Option<usize>,
+}
+
+/// A Weaviate collection's layout and consistency, as the server runs it.
+struct Layout {
+    nodes: usize,
+    shards: usize,
+    replication: usize,
+    write: String,
+    read: String,
+}
+
+/// One store under measurement: its server and the Weaviate nodes behind it.
+struct Store {
+    label: String,
+    layout: Option<Layout>,
+    server: ServerProcess,
+    nodes: Vec<u32>,
+    data_dir: Option<PathBuf>,
+    channels: Vec<Channel>,
+}
+
+/// The CPU time of a phase, of: the measured store's server, its nodes, the other
+/// stores' processes (idle, but sharing the cores), the bench, and the whole machine,
+/// whose busy time beyond these is other jobs' load (and the kernel's).
+#[derive(Clone, Copy, Default)]
+struct Cost {
+    wall: Duration,
+    cpu: [Duration; 5],
+}
+
+const SERVER: usize = 0;
+const NODES: usize = 1;
+const OTHERS: usize = 2;
+const BENCH: usize = 3;
+
+impl Cost {
+    fn outside(&self) -> Duration {
+        self.cpu[4].saturating_sub(self.cpu[..4].iter().sum())
+    }
+
+    fn cores(&self, time: Duration) -> f64 {
+        time.as_secs_f64() / self.wall.as_secs_f64().max(1e-9)
+    }
+}
+
+/// What one store did.
+struct StoreResult {
+    label: String,
+    layout: Option<Layout>,
+    ingest: IngestRun,
+    ingest_cost: Cost,
+    /// The index after the ingest (documents, chunks), the RSS of the server and its
+    /// nodes then, and the nodes' data on disk.
+    index: (u64, u64),
+    rss: u64,
+    data_bytes: Option<u64>,
+    search: LoadResult,
+    search_cost: Cost,
+}
+
+impl StoreResult {
+    /// CPU-ms of the server or the nodes per chunk ingested.
+    fn per_chunk(&self, part: usize) -> f64 {
+        ms(self.ingest_cost.cpu[part]) / self.index.1.max(1) as f64
+    }
+
+    fn per_search(&self, part: usize) -> f64 {
+        ms(self.search_cost.cpu[part]) / self.search.calls.max(1) as f64
+    }
+
+    /// The ingest and search rates relative to `base` if both were bound by CPU alone,
+    /// the nodes on the server's cores: the machine's other load does not move them.
+    fn cpu_bound_ratios(&self, base: &StoreResult) -> [f64; 2] {
+        let ratio = |per: fn(&StoreResult, usize) -> f64| {
+            (per(base, SERVER) + per(base, NODES)) / (per(self, SERVER) + per(self, NODES)).max(1e-9)
+        };
+        [ratio(StoreResult::per_chunk), ratio(StoreResult::per_search)]
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let common = &args.common;
+    let (documents, slices, rounds) = (args.documents, args.slices, args.rounds);
+    let counts = [args.queries, args.ingest_batch, args.clients, args.clients_per_connection, args.top_k as usize];
+    anyhow::ensure!(
+        counts.into_iter().chain([documents, slices, rounds].map(|n| n.unwrap_or(1))).all(|n| n > 0),
+        "--queries, --ingest-batch, --clients, --clients-per-connection, --top-k, --documents, --slices and --rounds \
+         must be at least 1"
+    );
+    anyhow::ensure!(args.nodes.iter().all(|n| (1..=9).contains(n)), "--nodes: cluster sizes from 1 to 9");
+    let mut report = Report::new(common.results("store"), "store_bench")?;
+    let mut nodes = if args.nodes.is_empty() { common.pick(vec![1, 3], vec![1]) } else { args.nodes.clone() };
+    nodes.sort_unstable();
+    nodes.dedup();
+    let (slices, rounds) = (slices.unwrap_or(common.pick(10, 1)), rounds.unwrap_or(common.pick(6, 1)));
+    let warmup_calls = common.pick(64, 16);
+    let binary = common.server_binary()?; // before measuring: a failed build should not come after minutes
+    let flags = std::iter::once("embedwire-server".to_string()).chain(common.server_args.iter().cloned());
+    let server = ServerConfig::try_parse_from(flags)?;
+    println!("store: embedded and Weaviate clusters of {nodes:?} nodes; load average {}", load_average());
+    // Warm-up texts: corpus-like paragraphs that are not in the corpus.
+    let corpus = args.corpus.select(documents.unwrap_or(common.pick(10_000, 200)), warmup_calls, args.queries)?;
+    let mut clusters = Vec::new();
+    for &n in &nodes {
+        let (cluster, took) = WeaviateCluster::start(n)?;
+        println!("weaviate {n} node(s) healthy after {:.1} s in {}", took.as_secs_f64(), cluster.state_dir().display());
+        clusters.push(cluster);
+    }
+    let runtime = tokio::runtime::Runtime::new()?;
+    let measured = async {
+        let mut stores = Vec::new();
+        for cluster in [None].into_iter().chain(clusters.iter().map(Some)) {
+            let n = cluster.map_or(0, |c| c.pids.len());
+            let layout = cluster.map(|_| Layout {
+                nodes: n,
+                shards: server.shards.unwrap_or(n),
+                replication: server.replication_factor.unwrap_or(n.min(3)),
+                write: format!("{:?}", server.write_consistency).to_uppercase(),
+                read: format!("{:?}", server.read_consistency).to_uppercase(),
+            });
+            let mut with_cluster = common.clone();
+            with_cluster.server_args =
+                [cluster.map(|c| c.server_args()).unwrap_or_default(), common.server_args.clone()].concat();
+            // Capacity with closed-loop clients, whose calls wait for full batches: the
+            // queue-time bound off.
+            let command = with_cluster.server_command(binary.clone(), vec![("--max-queue-ms", "0".into())]);
+            let (server, took) = ServerProcess::start(&command).await?;
+            let label =
+                if n == 0 { "embedded".into() } else { format!("weaviate {n} node{}", if n == 1 { "" } else { "s" }) };
+            println!("{label}: server pid {} SERVING after {:.2} s", server.pid, took.as_secs_f64());
+            let mut channels = Vec::new();
+            for _ in 0..args.clients.div_ceil(args.clients_per_connection) {
+                channels.push(server.connect().await?);
+            }
+            // One-text Embed calls, untimed: the model's first batches.
+            let texts: Arc<[String]> = corpus.second_ingest.iter().map(|p| p.text.clone()).collect();
+            let clients = 4.min(warmup_calls);
+            load::run(&channels, clients, texts, Rpc::Embed, Stop::Calls(warmup_calls / clients)).await?;
+            let (nodes, data_dir) =
+                (cluster.map(|c| c.pids.clone()).unwrap_or_default(), cluster.map(|c| c.state_dir().join("data")));
+            stores.push(Store { label, layout, server, nodes, data_dir, channels });
+        }
+        measure(&args, &corpus.documents, corpus.queries.clone().into(), stores, slices, rounds).await
+    };
+    // On SIGINT or SIGTERM everything started is stopped by pid: the servers as their
+    // handles drop, the clusters as `clusters` drops.
+    let stores = runtime.block_on(async {
+        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            stores = measured => stores,
+            _ = tokio::signal::ctrl_c() => anyhow::bail!("SIGINT: stopped"),
+            _ = terminate.recv() => anyhow::bail!("SIGTERM: stopped"),
+        }
+    })?;
+    let load_at_end = load_average();
+    for cluster in clusters {
+        cluster.stop()?;
+    }
+
+    let rows = figures(&args, corpus.documents.len(), corpus.queries.len(), &stores);
+    let load = load_at_end.split_whitespace().next().and_then(|l| l.parse().ok()).unwrap_or(f64::NAN);
+    let server_args = format!("server_args [{}]", common.server_args.join(" "));
+    let setup = [
+        ("quick".into(), f64::from(u8::from(common.quick)), "bool"),
+        ("slices".into(), slices as f64, "slices"),
+        ("rounds".into(), rounds as f64, "rounds"),
+        ("ingest_batch".into(), args.ingest_batch as f64, "documents"),
+        ("clients".into(), args.clients as f64, "clients"),
+        ("intra_op_threads".into(), common.intra_op_threads as f64, "threads"),
+        (server_args, common.server_args.len() as f64, "flags"),
+        (format!("load average at end [{load_at_end}]"), load, "1-min load"),
+    ]
+    .map(|(name, value, unit)| Row::info(format!("setup {name}"), value, unit, String::new()));
+    // store_bench.csv: every figure and the setup (which the printed table leaves out).
+    report.write("store_bench.csv", &targets::summary_csv(&[rows.clone(), setup.to_vec()].concat()))?;
+    rows.into_iter().for_each(|row| report.figure(row));
+    setup.into_iter().for_each(|row| report.detail(row));
+    report.table("store_bench_stores.csv", &stores_table(&stores))?;
+    report.finish()
+}
+
+/// The corpus into every store slice by slice, then Search rounds, the stores taking turns.
+async fn measure(
+    args: &Args,
+    documents: &[embedwire_bench::corpus::Paragraph],
+    queries: Arc<[String]>,
+    stores: Vec<Store>,
+    slices: usize,
+    rounds: usize,
+) -> anyhow::Result<Vec<StoreResult>> {
+    let slice_len = documents.len().div_ceil(slices);
+    let slices: Vec<_> = documents.chunks(slice_len).collect();
+    let batch = args.ingest_batch;
+    let ingests = in_turns(&stores, slices.len(), |slice, store| {
+        ingest::ingest(store.channels[0].clone(), slices[slice], ("doc-", slice * slice_len), batch)
+    })
+    .await?;
+    let mut counts = Vec::new();
+    for store in &stores {
+        let stats = ingest::index_stats(store.channels[0].clone()).await?;
+        let nodes = store.nodes.iter().map(|&pid| rss_bytes(pid)).sum::<anyhow::Result<u64>>()?;
+        let (documents, chunks, kind) = (stats.document_count, stats.chunk_count, stats.index_kind);
+        println!("  {}: index of {documents} documents, {chunks} chunks ({kind})", store.label);
+        counts.push((
+            (documents, chunks),
+            rss_bytes(store.server.pid)? + nodes,
+            store.data_dir.as_deref().map(dir_bytes),
+        ));
+    }
+    let (rpc, warmup) = (Rpc::Search { top_k: args.top_k }, args.common.warmup(2.0, 0.5));
+    for store in &stores {
+        load::run(&store.channels, args.clients, queries.clone(), rpc, Stop::After(warmup)).await?;
+    }
+    let round_time = args.common.duration(30.0, 2.0) / rounds as u32;
+    let searches = in_turns(&stores, rounds, |_, store| {
+        load::run(&store.channels, args.clients, queries.clone(), rpc, Stop::After(round_time))
+    })
+    .await?;
+    let mut results = Vec::new();
+    for (((store, (ingests, ingest_cost)), (searches, search_cost)), (index, rss, data_bytes)) in
+        stores.into_iter().zip(ingests).zip(searches).zip(counts)
+    {
+        for line in store.server.log_tail().iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")) {
+            println!("  {} server log: {line}", store.label);
+        }
+        store.server.stop().await?;
+        let (ingest, search) = (IngestRun::combine(&ingests), LoadResult::combine(&searches));
+        let (label, layout) = (store.label, store.layout);
+        results.push(StoreResult { label, layout, ingest, ingest_cost, index, rss, data_bytes, search, search_cost });
+    }
+    Ok(results)
+}
+
+/// `turns` turns of `work(turn, store)` on every store, the order rotating (so no store
+/// always follows the same one, whose background work, e.g. Weaviate compacting,
+/// would fall on it); each store's results, and their CPU summed.
+async fn in_turns<'a, T: Progress, F: Future<Output = anyhow::Result<T>> + 'a>(
+    stores: &'a [Store],
+    turns: usize,
+    mut work: impl FnMut(usize, &'a Store) -> F,
+) -> anyhow::Result<Vec<(Vec<T>, Cost)>> {
+    let mut done: Vec<(Vec<T>, Cost)> = stores.iter().map(|_| (Vec::new(), Cost::default())).collect();
+    for turn in 0..turns {
+        for i in (0..stores.len()).map(|k| (turn + k) % stores.len()) {
+            let others = stores.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, s)| s);
+            let others: Vec<u32> = others.flat_map(|s| s.nodes.iter().copied().chain([s.server.pid])).collect();
+            let groups = [vec![stores[i].server.pid], stores[i].nodes.clone(), others, vec![std::process::id()]];
+            let read = || -> anyhow::Result<Vec<Duration>> {
+                groups.iter().map(|pids| cpu_time_of(pids)).chain([machine_busy_time()]).collect()
+            };
+            let (before, started) = (read()?, Instant::now());
+            let run = work(turn, &stores[i]).await?;
+            let (after, wall) = (read()?, started.elapsed());
+            let cost = Cost { wall, cpu: std::array::from_fn(|k| after[k].saturating_sub(before[k])) };
+            let (server, nodes) = (cost.cores(cost.cpu[SERVER]), cost.cores(cost.cpu[NODES]));
+            let label = &stores[i].label;
+            println!(
+                "  {}/{turns} {label}: {}; server {server:.2} cores, weaviate {nodes:.2}",
+                turn + 1,
+                run.progress()
+            );
+            let (runs, total) = &mut done[i];
+            runs.push(run);
+            *total = Cost { wall: total.wall + cost.wall, cpu: std::array::from_fn(|k| total.cpu[k] + cost.cpu[k]) };
+        }
+    }
+    Ok(done)
+}
+
+trait Progress {
+    fn progress(&self) -> String;
+}
+
+impl Progress for IngestRun {
+    fn progress(&self) -> String {
+        format!("{:.1} docs/s", self.rate())
+    }
+}
+
+impl Progress for LoadResult {
+    fn progress(&self) -> String {
+        format!("{:.1} searches/s, p99 {:.1} ms", self.rate(), ms(self.latency.p99))
+    }
+}
+
+/// The bytes of the files under `dir` (the nodes' data); files gone while read (a
+/// compaction) are left out.
+fn dir_bytes(dir: &Path) -> u64 {
+    let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    let bytes = |entry: std::fs::DirEntry| match entry.file_type() {
+        Ok(kind) if kind.is_dir() => dir_bytes(&entry.path()),
+        Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |m| m.len()),
+        _ => 0,
+    };
+    entries.map(bytes).sum()
+}
+
+fn figures(args: &Args, documents: usize, queries: usize, stores: &[StoreResult]) -> Vec<Row> {
+    let base = &stores[0];
+    let largest = stores.iter().filter_map(|s| s.layout.as_ref()).map(|l| l.nodes).max();
+    let (c, k, batch) = (args.clients, args.top_k, args.ingest_batch);
+    let mut rows = vec![
+        Row::info("corpus documents", documents as f64, "docs", documents.to_string()),
+        Row::info("query texts", queries as f64, "queries", queries.to_string()),
+    ];
+    for s in stores {
+        let (label, ingest, search, latency) = (&s.label, s.ingest.rate(), s.search.rate(), &s.search.latency);
+        let (p50, p99, secs, calls) =
+            (ms(latency.p50), ms(latency.p99), s.ingest.completed.as_secs_f64(), s.search.calls);
+        let (rss, costs) = (mib(s.rss), [("ingest", &s.ingest_cost), ("search", &s.search_cost)]);
+        let mut info = vec![
+            ("index chunks".into(), s.index.1 as f64, "chunks", s.index.1.to_string()),
+            (
+                format!("ingest ({batch} docs/call, to COMPLETED)"),
+                ingest,
+                "docs/s",
+                format!("{ingest:.1} docs/s ({secs:.1} s)"),
+            ),
+            (format!("search c={c} (top_k {k})"), search, "searches/s", format!("{search:.1}/s ({calls} calls)")),
+            (format!("search c={c} p50 / p99"), p99, "ms", format!("{p50:.1} / {p99:.1} ms")),
+        ];
+        for (what, value) in [
+            ("CPU per chunk, embedwire", s.per_chunk(SERVER)),
+            ("CPU per chunk, weaviate", s.per_chunk(NODES)),
+            ("CPU per search, embedwire", s.per_search(SERVER)),
+            ("CPU per search, weaviate", s.per_search(NODES)),
+        ] {
+            info.push((what.into(), value, "CPU-ms", format!("{value:.2} ms")));
+        }
+        for (phase, cost) in costs {
+            let (outside, others) = (cost.cores(cost.outside()), cost.cores(cost.cpu[OTHERS]));
+            let measured = format!("{outside:.2} cores (other stores {others:.2})");
+            info.push((format!("load outside the bench during {phase}"), outside, "cores", measured));
+        }
+        info.push(("RSS after ingest (server + nodes)".into(), rss, "MiB", format!("{rss:.0} MiB")));
+        if let Some(data) = s.data_bytes.map(mib) {
+            info.push(("data on disk (all nodes)".into(), data, "MiB", format!("{data:.0} MiB")));
+        }
+        for (figure, value, unit, measured) in info {
+            rows.push(Row::info(format!("{label}: {figure}"), value, unit, measured));
+        }
+        let Some(layout) = &s.layout else { continue };
+        for (what, ratio) in ["ingest", "search"].into_iter().zip(s.cpu_bound_ratios(base)) {
+            let figure = format!("{label} / embedded: {what} if bound by CPU (ratio of CPU per unit)");
+            rows.push(Row::info(figure, ratio, "x", format!("{ratio:.2} x")));
+        }
+        let (chunk, per_search) =
+            ([s.per_chunk(SERVER), s.per_chunk(NODES)], [s.per_search(SERVER), s.per_search(NODES)]);
+        let ingest_note = format!("CPU-ms/chunk {:.2} + {:.2} vs {:.2}", chunk[0], chunk[1], base.per_chunk(SERVER));
+        let search_note =
+            format!("CPU-ms/search {:.2} + {:.2} vs {:.2}", per_search[0], per_search[1], base.per_search(SERVER));
+        for (what, ratio, limit, note) in [
+            ("ingest docs/s".to_string(), ingest / base.ingest.rate(), MIN_INGEST_RATIO, ingest_note),
+            (format!("search/s c={c}"), search / base.search.rate(), MIN_SEARCH_RATIO, search_note),
+        ] {
+            let (figure, measured) = (format!("{label} / embedded: {what}"), format!("{ratio:.2} x"));
+            rows.push(if Some(layout.nodes) == largest {
+                Row::judged(figure, ratio, "x", measured, Bound::AtLeast(limit), format!(">= {limit:.1} x"))
+                    .with_note(note)
+            } else {
+                Row::info(figure, ratio, "x", measured)
+            });
+        }
+    }
+    rows
+}
+
+/// One row per store: every figure the capacity model needs.
+fn stores_table(stores: &[StoreResult]) -> Table {
+    let columns = "store,nodes,shards,replication_factor,write_consistency,read_consistency,documents,chunks,ingest_s,\
+        ingest_docs_per_s,ingest_ratio,ingest_server_cpu_s,ingest_weaviate_cpu_s,ingest_server_cpu_ms_per_chunk,\
+        ingest_weaviate_cpu_ms_per_chunk,ingest_bench_cores,ingest_other_stores_cores,ingest_outside_cores,searches,\
+        search_s,search_per_s,search_ratio,search_p50_ms,search_p95_ms,search_p99_ms,search_server_cpu_ms_per_search,\
+        search_weaviate_cpu_ms_per_search,search_bench_cores,search_other_stores_cores,search_outside_cores,\
+        ingest_cpu_bound_ratio,search_cpu_bound_ratio,rss_after_ingest_mib,weaviate_data_mib";
+    let mut table = Table::new(&columns.split(',').collect::<Vec<_>>());
+    let (base, f3) = (&stores[0], |v: f64| format!("{v:.3}"));
+    for s in stores {
+        let (i, q, l) = (&s.ingest_cost, &s.search_cost, &s.search.latency);
+        let mut cells = vec![s.label.clone(), s.layout.as_ref().map_or(0, |l| l.nodes).to_string()];
+        let layout = s
+            .layout
+            .as_ref()
+            .map(|l| [l.shards.to_string(), l.replication.to_string(), l.write.clone(), l.read.clone()]);
+        cells.extend(layout.unwrap_or_default());
+        cells.extend([s.index.0.to_string(), s.index.1.to_string(), f3(s.ingest.completed.as_secs_f64())]);
+        cells.extend([format!("{:.2}", s.ingest.rate()), f3(s.ingest.rate() / base.ingest.rate())]);
+        let cpu_s = [i.cpu[SERVER], i.cpu[NODES]].map(|t| t.as_secs_f64());
+        cells.extend([cpu_s[0], cpu_s[1], s.per_chunk(SERVER), s.per_chunk(NODES)].map(f3));
+        cells.extend([i.cores(i.cpu[BENCH]), i.cores(i.cpu[OTHERS]), i.cores(i.outside())].map(f3));
+        let search_s = f3(s.search.elapsed.as_secs_f64());
+        cells.extend([s.search.calls.to_string(), search_s, format!("{:.2}", s.search.rate())]);
+        cells.extend([s.search.rate() / base.search.rate(), ms(l.p50), ms(l.p95), ms(l.p99)].map(f3));
+        cells.extend([s.per_search(SERVER), s.per_search(NODES)].map(f3));
+        cells.extend([q.cores(q.cpu[BENCH]), q.cores(q.cpu[OTHERS]), q.cores(q.outside())].map(f3));
+        cells.extend(s.cpu_bound_ratios(base).map(f3));
+        cells.extend([format!("{:.1}", mib(s.rss)), s.data_bytes.map_or(String::new(), |b| format!("{:.1}", mib(b)))]);
+        table.row(cells);
+    }
+    table
+}

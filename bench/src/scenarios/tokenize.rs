@@ -1,0 +1,103 @@
+//! tokenize: the `Tokenize` rpc, which runs the server's tokenizer and no model.
+//! It says what a call costs without inference (gRPC, admission, tokenization) next
+//! to an `Embed` of the same sentence, so a slow Embed can be told apart from a slow
+//! server: Tokenize at concurrency 1 should serve many times the calls of Embed.
+//! Written as the harness's example of a scenario: workload, targets, nothing else.
+
+use embedwire_bench::closed_loop::{self, Caller, ClosedLoopRun};
+use embedwire_bench::latency::ms;
+use embedwire_bench::load::Stop;
+use embedwire_bench::options::Common;
+use embedwire_bench::report::{Report, Table};
+use embedwire_bench::sentences::sentence;
+use embedwire_bench::server_process::ServerProcess;
+use embedwire_bench::targets::{Bound, Row};
+use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
+use embedwire_proto::v1::{EmbedRequest, TokenizeRequest};
+use tonic::transport::Channel;
+
+/// Tokenize calls/s at concurrency 1 at least this many times Embed's.
+const MIN_TOKENIZE_OVER_EMBED: f64 = 5.0;
+
+/// Options of the tokenize scenario.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// One client calling Tokenize (or Embed, for the comparison) with the next sentence.
+struct SentenceCaller {
+    client: EmbedServiceClient<Channel>,
+    embed: bool,
+}
+
+impl Caller for SentenceCaller {
+    async fn call(&mut self, n: usize) -> anyhow::Result<()> {
+        let inputs = vec![sentence(n)];
+        if self.embed {
+            self.client.embed(EmbedRequest { inputs, ..Default::default() }).await?;
+        } else {
+            self.client.tokenize(TokenizeRequest { inputs, truncate: None }).await?;
+        }
+        Ok(())
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let common = &args.common;
+    let mut report = Report::new(common.results("tokenize"), "tokenize")?;
+    let command = common.server_command(common.server_binary()?, vec![("--backend", "onnx".into())]);
+    let (duration, warmup) = (common.duration(5.0, 1.0), common.warmup(1.0, 0.2));
+    let runtime = tokio::runtime::Runtime::new()?;
+    let runs: Vec<(&str, usize, ClosedLoopRun)> = runtime.block_on(async {
+        let (server, _) = ServerProcess::start(&command).await?;
+        let mut runs = Vec::new();
+        let levels = common.sweep(&[1, 4, 16], &[1, 4]);
+        let plan = std::iter::once(("embed", 1)).chain(levels.iter().map(|&c| ("tokenize", c)));
+        for (rpc, concurrency) in plan {
+            let channel = server.connect().await?;
+            let callers = || {
+                (0..concurrency)
+                    .map(|_| SentenceCaller { client: EmbedServiceClient::new(channel.clone()), embed: rpc == "embed" })
+            };
+            closed_loop::run(callers().collect(), Stop::After(warmup)).await?;
+            let run = closed_loop::run(callers().collect(), Stop::After(duration)).await?;
+            anyhow::ensure!(run.errors() == 0, "{rpc} c={concurrency}: {:?}", run.first_error);
+            println!("{rpc} c={concurrency}: {:.0} calls/s, p50 {:.2} ms", run.rate(), ms(run.latency().p50));
+            runs.push((rpc, concurrency, run));
+        }
+        server.stop().await?;
+        anyhow::Ok(runs)
+    })?;
+
+    let mut table = Table::new(&["rpc", "concurrency", "calls_per_s", "p50_ms", "p99_ms", "calls"]);
+    for (rpc, concurrency, run) in &runs {
+        let latency = run.latency();
+        let rate = run.rate();
+        table.row(
+            [rpc.to_string(), concurrency.to_string(), format!("{rate:.1}"), format!("{:.3}", ms(latency.p50))]
+                .into_iter()
+                .chain([format!("{:.3}", ms(latency.p99)), run.ok().to_string()]),
+        );
+        report.figure(Row::info(
+            format!("{rpc} c={concurrency}"),
+            rate,
+            "calls/s",
+            format!("{rate:.0} calls/s, p50 {:.2} ms", ms(latency.p50)),
+        ));
+    }
+    let rate_at_one =
+        |name: &str| runs.iter().find(|(rpc, c, _)| *rpc == name && *c == 1).map_or(0.0, |(_, _, run)| run.rate());
+    let ratio = rate_at_one("tokenize") / rate_at_one("embed").max(1e-9);
+    report.figure(Row::judged(
+        "Tokenize vs Embed calls/s, c=1",
+        ratio,
+        "x",
+        format!("{ratio:.1} x"),
+        Bound::AtLeast(MIN_TOKENIZE_OVER_EMBED),
+        format!(">= {MIN_TOKENIZE_OVER_EMBED} x"),
+    ));
+    report.table("tokenize.csv", &table)?;
+    report.finish()
+}

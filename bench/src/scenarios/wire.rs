@@ -1,0 +1,516 @@
+//! wire: JSON against binary on one server, with the same texts (256 real query
+//! sentences per call) and the pseudo backend by default, so that the transport and
+//! the encodings are all that differ: gRPC Embed answering each dtype, against POST
+//! /v1/embeddings answering JSON floats, base64 and octet-stream, and the legacy POST
+//! /embed. For each: requests/s and latency at the same concurrency (one connection
+//! per worker on both sides), bytes per response counted on the sockets, the server's
+//! encode step (its own code, in-process), the client's decode in Rust and in Python
+//! (`bench/decode_bench.py`), and the server's CPU per call with one client. Every
+//! answer is decoded into vectors inside the timed call, as a real client would.
+//! `--duration-secs` is the load per variant, split over rounds the variants take in
+//! turn, so that a change in the machine's load hits them alike.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use base64::Engine;
+use bytes::Bytes;
+use embedwire_bench::closed_loop::{self, Caller, ClosedLoopRun};
+use embedwire_bench::cpu::{CpuUse, CpuWindow};
+use embedwire_bench::http_client::HttpConnection;
+use embedwire_bench::latency::{median_time, ms};
+use embedwire_bench::wire_count::{ByteCounters, PreEncoded, grpc_channel};
+use embedwire_bench::{corpus::CorpusOptions, load::Stop, options::Common, server_process::ServerProcess};
+use embedwire_bench::{report::Report, report::Table, targets::Bound, targets::Row};
+use embedwire_gateway_http::encoding::{FloatRow, FloatRows, binary_response, row_bytes};
+use embedwire_gateway_http::routes::openai::{EmbeddingItem, EmbeddingValue, EmbeddingsReply, UsageBody};
+use embedwire_proto::{v1::EmbedRequest, v1::EmbedResponse, v1::EmbeddingDtype as Dtype, vectors};
+use embedwire_server::config::BackendKind;
+use prost::Message;
+use serde::Deserialize;
+use serde_json::json;
+
+/// gRPC FLOAT32 requests/s at least this many times HTTP JSON floats'.
+const MIN_RPS_RATIO: f64 = 3.0;
+/// gRPC FLOAT32 bytes per response at most this fraction of HTTP JSON floats'.
+const MAX_BYTES_RATIO: f64 = 0.45;
+/// `wire_bench.csv`, one line per variant.
+const COLUMNS: &str = "variant,description,concurrency,requests,errors,seconds,rps,p50_ms,p95_ms,p99_ms,\
+    bytes_per_response,request_bytes,body_bytes,one_call_wire_bytes,one_call_request_bytes,server_encode_ms,\
+    rust_decode_ms,python_decode_ms,python_runs,python_max_abs_diff,server_cpu_ms_per_call_c1,c1_p50_ms,server_cores,\
+    bench_cores";
+/// Answers each variant gives before it is measured.
+const WARMUP_CALLS: usize = 3;
+
+/// Options of the wire scenario (`--concurrency`: one level, default 16).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: Common,
+    /// The server's backend: pseudo (the transport and encodings alone, the target's
+    /// setting) or onnx (what the encoding costs next to the model).
+    #[arg(long, env = "WIRE_BENCH_BACKEND", value_enum, default_value = "pseudo")]
+    pub backend: BackendKind,
+    /// Texts per call (real query sentences from the docstring corpus).
+    #[arg(long, env = "WIRE_BENCH_TEXTS", default_value_t = 256)]
+    pub texts: usize,
+    /// Variants to measure, by name (grpc_float32, http_octet_stream, ...) [default: all].
+    #[arg(long, env = "WIRE_BENCH_VARIANTS", value_delimiter = ',')]
+    pub variants: Vec<String>,
+    /// Rounds the variants take in turn [default: 2, --quick: 1].
+    #[arg(long, env = "WIRE_BENCH_ROUNDS")]
+    pub rounds: Option<usize>,
+    /// Seconds of the one-client run measuring server CPU per call [default: 1, --quick: 0.2].
+    #[arg(long, env = "WIRE_BENCH_PROBE_SECS")]
+    pub probe_secs: Option<f64>,
+    /// The Python decode benchmark script.
+    #[arg(long, env = "WIRE_BENCH_DECODE_SCRIPT", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/decode_bench.py"))]
+    pub decode_script: PathBuf,
+    /// The proto directory (for the decode benchmark's generated classes).
+    #[arg(long, env = "WIRE_BENCH_PROTO_DIR", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../proto"))]
+    pub proto_dir: PathBuf,
+    /// The corpus, and the Python the decode benchmark runs with.
+    #[command(flatten)]
+    pub corpus: CorpusOptions,
+}
+
+/// What a variant asks for: a gRPC dtype, or an HTTP body and how a client decodes it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Grpc(Dtype),
+    JsonFloat,
+    JsonBase64,
+    Octet,
+    EmbedJson,
+}
+
+/// Every variant in table order: name (tables, CSV, files), description, and the
+/// decoder `decode_bench.py` uses.
+const VARIANTS: [(Kind, &str, &str, &str); 9] = [
+    (Kind::Grpc(Dtype::Float32), "grpc_float32", "gRPC Embed, FLOAT32 bytes", "grpc"),
+    (Kind::Grpc(Dtype::Float16), "grpc_float16", "gRPC Embed, FLOAT16 bytes", "grpc"),
+    (Kind::Grpc(Dtype::Int8), "grpc_int8", "gRPC Embed, INT8 bytes + row scales", "grpc"),
+    (Kind::Grpc(Dtype::Ubinary), "grpc_ubinary", "gRPC Embed, UBINARY (1 bit/dim)", "grpc"),
+    (Kind::Grpc(Dtype::Float32List), "grpc_float32_list", "gRPC Embed, FLOAT32_LIST (repeated float)", "grpc"),
+    (Kind::JsonFloat, "http_json_float", "HTTP /v1/embeddings, JSON floats", "json_float"),
+    (Kind::JsonBase64, "http_json_base64", "HTTP /v1/embeddings, base64", "json_base64"),
+    (Kind::Octet, "http_octet_stream", "HTTP /v1/embeddings, octet-stream", "octet"),
+    (Kind::EmbedJson, "http_embed_json", "HTTP /embed, JSON floats", "embed_json"),
+];
+
+/// A decoded answer: count, dim and the vectors as f32 (FLOAT16 and INT8
+/// approximately; none for UBINARY, whose bits are used as they are).
+type Decoded = (usize, usize, Vec<f32>);
+
+#[derive(Deserialize)]
+struct OpenAi<T> {
+    data: Vec<Item<T>>,
+}
+
+#[derive(Deserialize)]
+struct Item<T> {
+    embedding: T,
+}
+
+#[derive(Deserialize)]
+struct EmbedJson {
+    embeddings: Vec<Vec<f32>>,
+}
+
+fn flatten(rows: impl IntoIterator<Item = Vec<f32>>) -> anyhow::Result<Decoded> {
+    let (mut values, mut dim, mut count) = (Vec::new(), None, 0);
+    for row in rows {
+        anyhow::ensure!(*dim.get_or_insert(row.len()) == row.len(), "row {count} has {} values", row.len());
+        values.extend_from_slice(&row);
+        count += 1;
+    }
+    Ok((count, dim.unwrap_or(0), values))
+}
+
+/// Decodes an HTTP body (the octet-stream's shape in its header) or the protobuf
+/// bytes of an `EmbedResponse`.
+fn decode(kind: Kind, body: &[u8], dim_header: Option<&str>) -> anyhow::Result<Decoded> {
+    match kind {
+        Kind::Grpc(_) => decode_grpc(&EmbedResponse::decode(body)?),
+        Kind::JsonFloat => {
+            flatten(serde_json::from_slice::<OpenAi<Vec<f32>>>(body)?.data.into_iter().map(|i| i.embedding))
+        }
+        Kind::EmbedJson => flatten(serde_json::from_slice::<EmbedJson>(body)?.embeddings),
+        Kind::JsonBase64 => flatten(
+            serde_json::from_slice::<OpenAi<String>>(body)?
+                .data
+                .iter()
+                .map(|i| {
+                    Ok(vectors::f32_from_le_bytes(&base64::engine::general_purpose::STANDARD.decode(&i.embedding)?))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?,
+        ),
+        Kind::Octet => {
+            let dim: usize = dim_header.context("no x-embedding-dimensions header")?.parse()?;
+            anyhow::ensure!(
+                dim > 0 && body.len().is_multiple_of(dim * 4),
+                "{} bytes are not rows of {dim} f32",
+                body.len()
+            );
+            Ok((body.len() / (dim * 4), dim, vectors::f32_from_le_bytes(body)))
+        }
+    }
+}
+
+fn decode_grpc(r: &EmbedResponse) -> anyhow::Result<Decoded> {
+    let (count, dim, dtype) = (r.count as usize, r.dim as usize, vectors::effective_dtype(r.dtype()));
+    if dtype == Dtype::Ubinary {
+        // The bits copied out, as a client keeping them does.
+        let bits = std::hint::black_box(r.embeddings.to_vec());
+        anyhow::ensure!(bits.len() == count * vectors::bytes_per_row(dtype, dim), "UBINARY of {} bytes", bits.len());
+        return Ok((count, dim, Vec::new()));
+    }
+    Ok((count, dim, vectors::decode_rows(&r.embeddings, &r.row_scales, &r.values, count, dim, dtype)?))
+}
+
+/// One worker: its own connection counted in shared counters, the same request
+/// (encoded once) every call, every answer decoded and its vector count checked.
+struct VariantCaller {
+    kind: Kind,
+    transport: Transport,
+    request: (&'static str, Bytes, Option<&'static str>),
+    texts: usize,
+}
+
+enum Transport {
+    Grpc(tonic::client::Grpc<tonic::transport::Channel>),
+    Http(HttpConnection),
+}
+
+impl VariantCaller {
+    async fn connect(kind: Kind, texts: &[String], at: SocketAddr, bytes: Arc<ByteCounters>) -> anyhow::Result<Self> {
+        let json = |value: serde_json::Value| serde_json::to_vec(&value).expect("plain JSON");
+        let openai = |format| json(json!({"input": texts, "model": "bench", "encoding_format": format}));
+        let (path, body, accept) = match kind {
+            Kind::Grpc(dtype) => {
+                let request = EmbedRequest { inputs: texts.to_vec(), dtype: dtype as i32, ..Default::default() };
+                ("/embedwire.v1.EmbedService/Embed", request.encode_to_vec(), None)
+            }
+            Kind::JsonFloat => ("/v1/embeddings", openai("float"), None),
+            Kind::JsonBase64 => ("/v1/embeddings", openai("base64"), None),
+            Kind::Octet => {
+                ("/v1/embeddings", json(json!({"input": texts, "model": "bench"})), Some("application/octet-stream"))
+            }
+            Kind::EmbedJson => ("/embed", json(json!({"texts": texts})), None),
+        };
+        let transport = match kind {
+            // The default 4 MiB limit is below a 1024-text FLOAT32_LIST answer.
+            Kind::Grpc(_) => Transport::Grpc(
+                tonic::client::Grpc::new(grpc_channel(at, bytes).await.context("gRPC connection")?)
+                    .max_decoding_message_size(64 << 20),
+            ),
+            _ => Transport::Http(HttpConnection::open(at, bytes).await?),
+        };
+        Ok(VariantCaller { kind, transport, request: (path, body.into(), accept), texts: texts.len() })
+    }
+
+    /// One call, decoded; with `keep`, the bytes that carried it (and the
+    /// octet-stream's dimensions header) too.
+    async fn fetch(&mut self, keep: bool) -> anyhow::Result<(Decoded, Vec<u8>, Option<String>)> {
+        let (path, body, accept) = self.request.clone();
+        let answer = match &mut self.transport {
+            Transport::Grpc(client) => {
+                client.ready().await.context("gRPC connection")?;
+                let path = http::uri::PathAndQuery::from_static(path);
+                let call = client.unary(tonic::Request::new(body), path, PreEncoded::default());
+                let response: EmbedResponse = call.await.context("Embed")?.into_inner();
+                (decode_grpc(&response)?, if keep { response.encode_to_vec() } else { Vec::new() }, None)
+            }
+            Transport::Http(connection) => {
+                let response =
+                    connection.send(http::Method::POST, path, Some((body, "application/json")), accept).await?;
+                response.ensure_success()?;
+                let dim_header = response.header("x-embedding-dimensions");
+                let decoded = decode(self.kind, &response.body, dim_header)?;
+                let kept = if keep { response.body.to_vec() } else { Vec::new() };
+                (decoded, kept, dim_header.filter(|_| keep).map(str::to_string))
+            }
+        };
+        anyhow::ensure!(answer.0.0 == self.texts, "{} vectors for {} inputs", answer.0.0, self.texts);
+        Ok(answer)
+    }
+}
+
+impl Caller for VariantCaller {
+    async fn call(&mut self, _n: usize) -> anyhow::Result<()> {
+        self.fetch(false).await.map(|_| ())
+    }
+}
+
+/// The server's encode step for `kind` from one answer's vectors, with the server's
+/// own code: embedwire-proto's dtype encodings and prost, or the HTTP layer's reply
+/// types and serializers on the FLOAT32 bytes it gets from the embed service.
+fn server_encode(kind: Kind, values: &[f32], dim: usize) -> usize {
+    let count = values.len() / dim;
+    let bytes = vectors::encode_rows(values, dim, if let Kind::Grpc(dtype) = kind { dtype } else { Dtype::Float32 });
+    let json = |body: serde_json::Result<Vec<u8>>| body.map_or(0, |body| body.len());
+    match kind {
+        Kind::Grpc(dtype) => EmbedResponse {
+            dim: dim as u32,
+            count: count as u32,
+            dtype: vectors::effective_dtype(dtype) as i32,
+            embeddings: bytes.bytes.into(),
+            row_scales: bytes.row_scales,
+            values: bytes.values,
+            ..Default::default()
+        }
+        .encode_to_vec()
+        .len(),
+        Kind::JsonFloat | Kind::JsonBase64 => {
+            let item = |index| {
+                let row = row_bytes(&bytes.bytes, dim, index);
+                let embedding = match kind {
+                    Kind::JsonFloat => EmbeddingValue::Float(FloatRow(row)),
+                    _ => EmbeddingValue::Base64(base64::engine::general_purpose::STANDARD.encode(row)),
+                };
+                EmbeddingItem { object: "embedding", index, embedding }
+            };
+            let (data, usage) = ((0..count).map(item).collect(), UsageBody { prompt_tokens: 0, total_tokens: 0 });
+            json(serde_json::to_vec(&EmbeddingsReply { object: "list", data, model: "bench".into(), usage }))
+        }
+        Kind::EmbedJson => {
+            #[derive(serde::Serialize)]
+            struct Reply<'a> {
+                embeddings: FloatRows<'a>,
+            }
+            json(serde_json::to_vec(&Reply { embeddings: FloatRows { bytes: &bytes.bytes, dim } }))
+        }
+        Kind::Octet => {
+            let length = bytes.bytes.len();
+            drop(binary_response(bytes.bytes.into(), count as u32, dim as u32));
+            length
+        }
+    }
+}
+
+/// What `decode_bench.py` measured for one variant.
+#[derive(Debug, Clone, Deserialize)]
+struct PythonDecode {
+    median_ms: f64,
+    runs: usize,
+    /// Largest difference from the gRPC FLOAT32 vectors (None for UBINARY bits).
+    max_abs_diff: Option<f64>,
+}
+
+/// Every figure of one variant.
+#[derive(Default)]
+struct Measured {
+    name: &'static str,
+    description: &'static str,
+    body: usize,
+    /// (received, sent) bytes of one call on an open connection, then under load.
+    wire: (u64, u64),
+    load_bytes: (u64, u64),
+    encode: Duration,
+    decode: Duration,
+    python: Option<PythonDecode>,
+    /// One client, for server CPU per call; then the concurrent load, rounds combined.
+    single: (ClosedLoopRun, CpuUse),
+    load: (ClosedLoopRun, CpuUse),
+}
+
+impl Measured {
+    fn per_call(&self, bytes: u64) -> f64 {
+        bytes as f64 / self.load.0.timings.len().max(1) as f64
+    }
+
+    fn server_cpu_ms(&self) -> f64 {
+        self.single.1.server_cores * self.single.1.wall.as_secs_f64() * 1e3 / self.single.0.ok().max(1) as f64
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(measure(args))
+}
+
+async fn measure(args: Args) -> anyhow::Result<()> {
+    let common = &args.common;
+    let &[concurrency] = common.sweep(&[16], &[16]).as_slice() else { anyhow::bail!("wire runs at one --concurrency") };
+    anyhow::ensure!(args.texts > 0 && args.rounds != Some(0), "--texts and --rounds must be at least 1");
+    let mut variants = VARIANTS.to_vec();
+    if !args.variants.is_empty() {
+        let find = |name: &String| VARIANTS.into_iter().find(|v| v.1 == name).context(format!("no variant {name}"));
+        variants = args.variants.iter().map(find).collect::<anyhow::Result<_>>()?;
+    }
+    let python = args.corpus.python()?;
+    let mut report = Report::new(common.results("wire"), "wire")?;
+    let binary = common.server_binary()?;
+    let texts = args.corpus.select(0, 0, args.texts)?.queries;
+    let backend = args.backend.name();
+    println!("wire: {backend} backend, {} texts per call, {concurrency} workers", texts.len());
+    // Admission raised to the offered load: the comparison measures encodings, not
+    // RESOURCE_EXHAUSTED.
+    let in_flight = (concurrency * args.texts).max(4096).to_string();
+    let flags = vec![("--backend", backend.into()), ("--max-in-flight-inputs", in_flight.into())];
+    let (server, _) = ServerProcess::start(&common.server_command(binary, flags)).await?;
+    let connect = |kind, bytes| VariantCaller::connect(kind, &texts, server.address, bytes);
+
+    // The HTTP variants need the server's HTTP layer; without it the gRPC ones still run.
+    let http = async { HttpConnection::open(server.address, ByteCounters::new()).await?.get("/healthz").await };
+    if let Err(why) = http.await.and_then(|answer| answer.ensure_success()) {
+        println!("skipping the HTTP variants: the server's HTTP layer does not answer: {why:#}");
+        variants.retain(|v| matches!(v.0, Kind::Grpc(_)));
+    }
+    // The vectors the server's encode step starts from: one real answer.
+    let ((_, dim, values), ..) = connect(Kind::Grpc(Dtype::Float32), ByteCounters::new()).await?.fetch(false).await?;
+    let micro_time = Duration::from_secs_f64(common.pick(0.3, 0.05));
+    let probe_time = Duration::from_secs_f64(args.probe_secs.unwrap_or(common.pick(1.0, 0.2)));
+    let (mut measured, mut manifest) = (Vec::new(), serde_json::Map::new());
+    std::fs::create_dir_all(report.dir().join("bodies"))?;
+    for &(kind, name, description, decoder) in &variants {
+        let counters = ByteCounters::new();
+        let mut caller = connect(kind, counters.clone()).await?;
+        for _ in 0..WARMUP_CALLS {
+            caller.fetch(false).await.with_context(|| format!("{name} warm-up"))?;
+        }
+        let before = counters.totals();
+        let ((count, _, _), body, header) = caller.fetch(true).await?;
+        let (after, cpu) = (counters.totals(), CpuWindow::start(server.pid)?);
+        let single = (closed_loop::run(vec![caller], Stop::After(probe_time)).await?, cpu.finish()?);
+        decode(kind, &body, header.as_deref())?;
+        let m = Measured {
+            name,
+            description,
+            body: body.len(),
+            wire: (after.0 - before.0, after.1 - before.1),
+            encode: median_time(micro_time, || server_encode(kind, &values, dim)),
+            decode: median_time(micro_time, || decode(kind, &body, header.as_deref())),
+            single,
+            ..Default::default()
+        };
+        println!("{name}: one call {} B on the wire, c=1 p50 {:.1} ms", m.wire.0, ms(m.single.0.latency().p50));
+        std::fs::write(report.dir().join(format!("bodies/{name}.bin")), body)?;
+        manifest.insert(name.into(), json!({"kind": decoder, "count": count, "dim": dim}));
+        measured.push(m);
+    }
+
+    // The Python side of the decode cost: json.loads against numpy.frombuffer on the
+    // answers just captured.
+    report.write("bodies/manifest.json", &serde_json::to_string_pretty(&manifest)?)?;
+    let (script, seconds) = (args.decode_script.display(), common.pick(0.3, 0.05).to_string());
+    let output = std::process::Command::new(&python)
+        .args([args.decode_script.as_os_str(), "--dir".as_ref(), report.dir().join("bodies").as_os_str()])
+        .args(["--proto-dir".as_ref(), args.proto_dir.as_os_str(), "--seconds".as_ref(), seconds.as_ref()])
+        .output()
+        .with_context(|| format!("running {} {script}", python.display()))?;
+    let failed = String::from_utf8_lossy(&output.stderr);
+    anyhow::ensure!(output.status.success(), "{script} failed ({}):\n{failed}", output.status);
+    let mut python: HashMap<String, PythonDecode> =
+        serde_json::from_slice(&output.stdout).context("decode_bench.py")?;
+
+    let rounds = args.rounds.unwrap_or(common.pick(2, 1));
+    let round_time = common.duration(5.0, 0.4) / rounds as u32;
+    let mut parts = vec![(Vec::new(), Vec::new()); variants.len()];
+    for round in 1..=rounds {
+        for (i, &(kind, name, ..)) in variants.iter().enumerate() {
+            let callers = async |bytes: &Arc<ByteCounters>| {
+                let mut workers = Vec::with_capacity(concurrency);
+                for _ in 0..concurrency {
+                    workers.push(connect(kind, bytes.clone()).await?);
+                }
+                anyhow::Ok(workers)
+            };
+            if round == 1 {
+                closed_loop::run(callers(&ByteCounters::new()).await?, Stop::After(common.warmup(0.5, 0.1))).await?;
+            }
+            let counters = ByteCounters::new();
+            let workers = callers(&counters).await?;
+            let (connected, cpu) = (counters.totals(), CpuWindow::start(server.pid)?);
+            let run = closed_loop::run(workers, Stop::After(round_time)).await?;
+            let (cpu, done, m) = (cpu.finish()?, counters.totals(), &mut measured[i]);
+            m.load_bytes = (m.load_bytes.0 + done.0 - connected.0, m.load_bytes.1 + done.1 - connected.1);
+            println!("{name} round {round}: {:.1} req/s, {} errors", run.rate(), run.errors());
+            if let Some(error) = &run.first_error {
+                println!("  first error: {error}");
+            }
+            parts[i].0.push(run);
+            parts[i].1.push(cpu);
+        }
+    }
+    server.stop().await?;
+    for (m, (runs, cpus)) in measured.iter_mut().zip(parts) {
+        m.load = (ClosedLoopRun::combine(&runs), CpuUse::combine(&cpus));
+        m.python = python.remove(m.name);
+    }
+    judge(&mut report, &args, concurrency, texts.len(), dim, &measured);
+    report.table("wire_bench.csv", &table(concurrency, &measured))?;
+    report.finish()
+}
+
+fn judge(report: &mut Report, args: &Args, concurrency: usize, texts: usize, dim: usize, measured: &[Measured]) {
+    for m in measured {
+        let (run, l, bytes) = (&m.load.0, m.load.0.latency(), m.per_call(m.load_bytes.0));
+        let errors = if run.errors() > 0 { format!(", {} errors", run.errors()) } else { String::new() };
+        let (p50, p95, p99) = (ms(l.p50), ms(l.p95), ms(l.p99));
+        let text =
+            format!("{:.1} req/s, p50/p95/p99 {p50:.1}/{p95:.1}/{p99:.1} ms, {bytes:.0} B/resp{errors}", run.rate());
+        report.figure(Row::info(format!("{} c={concurrency}", m.name), run.rate(), "requests/s", text));
+    }
+    let find = |name| measured.iter().find(|m| m.name == name);
+    if let (Some(grpc), Some(json)) = (find("grpc_float32"), find("http_json_float")) {
+        let (g, j) = (grpc.load.0.rate(), json.load.0.rate());
+        let (rps, target) = (g / j.max(1e-9), format!(">= {MIN_RPS_RATIO:.1} x"));
+        let figure = format!("gRPC bytes / HTTP JSON floats req/s ({texts} texts, {})", args.backend.name());
+        let row = Row::judged(figure, rps, "x", format!("{rps:.2} x"), Bound::AtLeast(MIN_RPS_RATIO), target);
+        report.figure(row.with_note(format!("{g:.1} vs {j:.1} req/s")));
+        let (g, j) = (grpc.per_call(grpc.load_bytes.0), json.per_call(json.load_bytes.0));
+        let (bytes, target) = (g / j.max(1e-9), format!("<= {MAX_BYTES_RATIO:.2} x"));
+        let figure = "gRPC bytes / HTTP JSON floats bytes per response";
+        let row = Row::judged(figure, bytes, "x", format!("{bytes:.3} x"), Bound::AtMost(MAX_BYTES_RATIO), target);
+        report.figure(row.with_note(format!("{g:.0} vs {j:.0} B")));
+    }
+    for m in measured {
+        let python = m.python.as_ref().map_or("-".to_string(), |p| format!("{:.2} ms", p.median_ms));
+        let (wire, encode, decode, cpu) = (m.wire.0, ms(m.encode), ms(m.decode), m.server_cpu_ms());
+        let text = format!(
+            "{wire} B wire, encode {encode:.3} ms, decode Rust {decode:.3} ms / Python {python}, server CPU {cpu:.2} ms/call"
+        );
+        report.figure(Row::info(format!("one call: {}", m.name), wire as f64, "bytes", text));
+    }
+    // In the files only: bench/report.py reads them.
+    for (figure, value, unit) in [
+        ("setup quick".to_string(), f64::from(u8::from(args.common.quick)), "bool"),
+        (format!("setup backend {}", args.backend.name()), 0.0, ""),
+        ("setup texts per call".to_string(), texts as f64, "texts"),
+        ("setup dim".to_string(), dim as f64, "dimensions"),
+        ("setup concurrency".to_string(), concurrency as f64, "workers"),
+    ] {
+        report.detail(Row::info(figure, value, unit, String::new()));
+    }
+}
+
+/// `wire_bench.csv`: one line per variant, every figure.
+fn table(concurrency: usize, measured: &[Measured]) -> Table {
+    let mut table = Table::new(&COLUMNS.split(',').collect::<Vec<_>>());
+    let fixed =
+        |decimals: usize, values: &[f64]| values.iter().map(move |v| format!("{v:.decimals$}")).collect::<Vec<_>>();
+    for m in measured {
+        let (run, cpu, l, py) = (&m.load.0, &m.load.1, m.load.0.latency(), m.python.as_ref());
+        let python = [
+            py.map_or(String::new(), |p| format!("{:.4}", p.median_ms)),
+            py.map_or(String::new(), |p| p.runs.to_string()),
+            py.and_then(|p| p.max_abs_diff).map_or(String::new(), |d| format!("{d:.3e}")),
+        ];
+        let cells = [m.name.to_string(), m.description.to_string()]
+            .into_iter()
+            .chain([concurrency, run.ok(), run.errors()].map(|n| n.to_string()))
+            .chain(fixed(3, &[run.elapsed.as_secs_f64(), run.rate(), ms(l.p50), ms(l.p95), ms(l.p99)]))
+            .chain(fixed(1, &[m.per_call(m.load_bytes.0), m.per_call(m.load_bytes.1)]))
+            .chain([m.body as u64, m.wire.0, m.wire.1].map(|n| n.to_string()))
+            .chain(fixed(4, &[ms(m.encode), ms(m.decode)]))
+            .chain(python)
+            .chain(fixed(4, &[m.server_cpu_ms()]))
+            .chain(fixed(3, &[ms(m.single.0.latency().p50), cpu.server_cores, cpu.bench_cores]));
+        table.row(cells);
+    }
+    table
+}
