@@ -109,3 +109,27 @@ def test_tls_to_a_plaintext_server_fails_clearly(pseudo_server: ServerProcess) -
     with Client(f"https://{pseudo_server.address}", timeout=5, retry=NO_RETRY) as client:
         with pytest.raises(UnavailableError, match=pseudo_server.address):
             client.info()
+
+
+class _Failure(grpc.RpcError):
+    """An RpcError as grpcio raises it, with a code and details."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+def test_a_deadline_grpcio_reports_as_cancelled_is_a_deadline() -> None:
+    from embedwire import DeadlineExceededError
+    from embedwire.errors import from_rpc_error
+
+    timed_out = _Failure(grpc.StatusCode.CANCELLED, "Timeout expired")
+    assert isinstance(from_rpc_error(timed_out, method="Embed", address="a"), DeadlineExceededError)
+    # A call cancelled for another reason stays a plain cancellation.
+    other = from_rpc_error(_Failure(grpc.StatusCode.CANCELLED, "Cancelled by the client"), method="Embed", address="a")
+    assert not isinstance(other, DeadlineExceededError)

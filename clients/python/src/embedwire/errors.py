@@ -91,6 +91,10 @@ def status_of(error: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
     """The status code and message of a ``grpc.RpcError`` (sync or aio)."""
     code = error.code() if callable(getattr(error, "code", None)) else grpc.StatusCode.UNKNOWN
     details = error.details() if callable(getattr(error, "details", None)) else str(error)
+    # grpcio reports a deadline that passes before the call reaches the wire (a very
+    # short timeout) as CANCELLED "Timeout expired"; to the caller it is a deadline.
+    if code == grpc.StatusCode.CANCELLED and details == "Timeout expired":
+        code = grpc.StatusCode.DEADLINE_EXCEEDED
     return code, details or ""
 
 
