@@ -59,6 +59,23 @@ pub struct Common {
     pub concurrency: Vec<usize>,
 }
 
+/// The shape of a closed-loop Search load, for the scenarios that ingest and search.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SearchLoad {
+    /// Documents per Ingest call (at most the server's --max-documents-per-request).
+    #[arg(long, default_value_t = 1000)]
+    pub ingest_batch: usize,
+    /// Concurrent clients of the Search runs (search: of its Embed runs too).
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
+    /// Clients sharing one HTTP/2 connection.
+    #[arg(long, default_value_t = 4)]
+    pub clients_per_connection: usize,
+    /// Hits asked of each Search.
+    #[arg(long, default_value_t = 5)]
+    pub top_k: u32,
+}
+
 /// The model files the server and an in-process ceiling both load.
 #[derive(Debug, Clone)]
 pub struct ModelPaths {

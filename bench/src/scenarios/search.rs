@@ -21,7 +21,7 @@ use embedwire_bench::cpu::{CpuUse, CpuWindow};
 use embedwire_bench::ingest::{self, IngestRun};
 use embedwire_bench::latency::{LatencySummary, ms};
 use embedwire_bench::load::{self, LoadResult, Rpc, Stop};
-use embedwire_bench::options::Common;
+use embedwire_bench::options::{Common, SearchLoad};
 use embedwire_bench::report::Report;
 use embedwire_bench::server_process::{ServerCommand, ServerProcess};
 use embedwire_bench::targets::{self, Bound, Row};
@@ -63,18 +63,8 @@ pub struct Args {
     /// Alternating slices of the Embed / Ingest comparison [default: 5, --quick: 2].
     #[arg(long)]
     pub slices: Option<usize>,
-    /// Documents per Ingest call (at most the server's --max-documents-per-request).
-    #[arg(long, default_value_t = 1000)]
-    pub ingest_batch: usize,
-    /// Concurrent clients of the Search and Embed runs.
-    #[arg(long, default_value_t = 16)]
-    pub clients: usize,
-    /// Clients sharing one HTTP/2 connection.
-    #[arg(long, default_value_t = 4)]
-    pub clients_per_connection: usize,
-    /// Hits asked of each Search.
-    #[arg(long, default_value_t = 5)]
-    pub top_k: u32,
+    #[command(flatten)]
+    pub load: SearchLoad,
     /// Alternating rounds the concurrent Search and Embed runs are split into.
     #[arg(long, default_value_t = 4)]
     pub rounds: usize,
@@ -86,8 +76,8 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let common = &args.common;
     let optional = [args.documents, args.second_ingest_documents, args.slices].map(|n| n.unwrap_or(1));
-    let counts = [args.queries, args.embed_batch, args.embed_clients, args.ingest_batch, args.clients, args.rounds];
-    let more = [args.clients_per_connection, args.top_k as usize, args.latency_interval_ms as usize];
+    let counts = [args.queries, args.embed_batch, args.embed_clients, args.load.ingest_batch, args.load.clients, args.rounds];
+    let more = [args.load.clients_per_connection, args.load.top_k as usize, args.latency_interval_ms as usize];
     anyhow::ensure!(![&optional[..], &counts, &more].concat().contains(&0), "counts must be at least 1");
     // Before measuring anything: a failed build should not come after minutes.
     let command = common.server_command(common.server_binary()?, vec![("--max-queue-ms", "0".into())]);
@@ -115,7 +105,7 @@ async fn measure(
         corpus.second_ingest.iter().cycle().take(common.pick(512, 128)).map(|p| p.text.clone()).collect();
     let embed_server = start_warm(args, command, &warmup).await?;
     let server = start_warm(args, command, &warmup).await?;
-    let embed_channels = connect(&embed_server, args.embed_clients, args.clients_per_connection).await?;
+    let embed_channels = connect(&embed_server, args.embed_clients, args.load.clients_per_connection).await?;
     let ingest_channel = server.connect().await?;
     let (mut embeds, mut ingests) = (Vec::new(), Vec::new());
     let slice_len = corpus.documents.len().div_ceil(args.slices.unwrap_or(common.pick(5, 2)));
@@ -124,7 +114,7 @@ async fn measure(
         let embedding = embed_all(&embed_channels, args.embed_clients, texts, args.embed_batch);
         let (embed, embed_cpu) = CpuWindow::around(embed_server.pid, embedding).await?;
         let ingesting =
-            ingest::ingest(ingest_channel.clone(), paragraphs, ("doc-", slice * slice_len), args.ingest_batch);
+            ingest::ingest(ingest_channel.clone(), paragraphs, ("doc-", slice * slice_len), args.load.ingest_batch);
         let (ingest, ingest_cpu) = CpuWindow::around(server.pid, ingesting).await?;
         let (a, b) = (embed.rate(), ingest.rate());
         println!("slice {}: Embed {a:.1} texts/s, Ingest {b:.1} docs/s: {:.2} x", slice + 1, b / a);
@@ -144,22 +134,22 @@ async fn measure(
         model_work(lengths, group, true, limits.max_batch_size, limits.max_bulk_batch_tokens),
     ];
 
-    let channels = connect(&server, args.clients, args.clients_per_connection).await?;
+    let channels = connect(&server, args.load.clients, args.load.clients_per_connection).await?;
     let queries: Arc<[String]> = corpus.queries.clone().into();
-    let search_rpc = Rpc::Search { top_k: args.top_k };
+    let search_rpc = Rpc::Search { top_k: args.load.top_k };
     for rpc in [search_rpc, Rpc::Embed] {
-        load::run(&channels, args.clients, queries.clone(), rpc, Stop::After(common.warmup(2.0, 0.5))).await?;
+        load::run(&channels, args.load.clients, queries.clone(), rpc, Stop::After(common.warmup(2.0, 0.5))).await?;
     }
     let round = common.duration(10.0, 2.0) / args.rounds as u32;
     let mut sides: [Vec<(LoadResult, CpuUse)>; 2] = Default::default();
     for _ in 0..args.rounds {
         for (rpc, side) in [search_rpc, Rpc::Embed].into_iter().zip(&mut sides) {
-            let running = load::run(&channels, args.clients, queries.clone(), rpc, Stop::After(round));
+            let running = load::run(&channels, args.load.clients, queries.clone(), rpc, Stop::After(round));
             side.push(CpuWindow::around(server.pid, running).await?);
         }
     }
     let [search, embed_queries] = sides.map(|side| combine(side, LoadResult::combine));
-    println!("Search {:.1} /s, Embed {:.1} /s at c={}", search.0.rate(), embed_queries.0.rate(), args.clients);
+    println!("Search {:.1} /s, Embed {:.1} /s at c={}", search.0.rate(), embed_queries.0.rate(), args.load.clients);
 
     let single = std::slice::from_ref(&control);
     load::run(single, 1, queries.clone(), search_rpc, Stop::Calls(common.pick(50, 10))).await?;
@@ -170,7 +160,7 @@ async fn measure(
     let ingest_done = Arc::new(AtomicBool::new(false));
     let (ingest_channel, cpu) = (server.connect().await?, CpuWindow::start(server.pid)?);
     let ingesting = async {
-        let result = ingest::ingest(ingest_channel, &corpus.second_ingest, ("second-", 0), args.ingest_batch).await;
+        let result = ingest::ingest(ingest_channel, &corpus.second_ingest, ("second-", 0), args.load.ingest_batch).await;
         ingest_done.store(true, Ordering::Release);
         result
     };
@@ -179,7 +169,7 @@ async fn measure(
     println!("search during ingest: p99 {:.1} ms, idle p99 {:.1} ms", ms(busy.0.latency.p99), ms(idle.latency.p99));
     finish(server).await?;
 
-    let c = args.clients;
+    let c = args.load.clients;
     let (embed_rate, ingest_rate) = (embed.0.rate(), ingest.0.rate());
     let (search_rate, embed_one) = (search.0.rate(), embed_queries.0.rate());
     let (idle_l, busy_l) = (&idle.latency, &busy.0.latency);
@@ -198,8 +188,8 @@ async fn measure(
     let latency_row = |figure: String, l: &LatencySummary| Row::info(figure, ms(l.p50), "ms", latency_text(l));
     let index_text = format!("{} chunks / {} docs", stats.chunk_count, stats.document_count);
     let second_text = format!("{:.1} docs/s ({:.1} s)", second.rate(), second.completed.as_secs_f64());
-    let ingested = format!("Ingest corpus ({} docs/call, to COMPLETED)", args.ingest_batch);
-    let searched = format!("Search c={c} (top_k {})", args.top_k);
+    let ingested = format!("Ingest corpus ({} docs/call, to COMPLETED)", args.load.ingest_batch);
+    let searched = format!("Search c={c} (top_k {})", args.load.top_k);
     let figures = [
         Row::info("corpus documents", documents as f64, "documents", docs_text),
         Row::info(
@@ -244,7 +234,7 @@ async fn measure(
         ("intra_op_threads", common.intra_op_threads as f64, "threads"),
         ("embed_batch", args.embed_batch as f64, "texts"),
         ("embed_clients", args.embed_clients as f64, "clients"),
-        ("ingest_batch", args.ingest_batch as f64, "documents"),
+        ("ingest_batch", args.load.ingest_batch as f64, "documents"),
         ("clients", c as f64, "clients"),
     ];
     for (name, value, unit) in setup {
@@ -319,7 +309,7 @@ async fn measure(
 async fn start_warm(args: &Args, command: &ServerCommand, warmup: &Arc<[String]>) -> anyhow::Result<ServerProcess> {
     let (server, took) = ServerProcess::start(command).await?;
     println!("server pid {} SERVING after {:.2} s", server.pid, took.as_secs_f64());
-    let channels = connect(&server, args.embed_clients, args.clients_per_connection).await?;
+    let channels = connect(&server, args.embed_clients, args.load.clients_per_connection).await?;
     embed_all(&channels, args.embed_clients, warmup.clone(), args.embed_batch).await?;
     Ok(server)
 }

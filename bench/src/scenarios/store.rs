@@ -26,7 +26,7 @@ use embedwire_bench::report::{Report, Table, load_average};
 use embedwire_bench::server_process::ServerProcess;
 use embedwire_bench::targets::{self, Bound, Row};
 use embedwire_bench::{
-    latency::ms, memory::mib, memory::rss_bytes, options::Common, weaviate_cluster::WeaviateCluster,
+    latency::ms, memory::mib, memory::rss_bytes, options::{Common, SearchLoad}, weaviate_cluster::WeaviateCluster,
 };
 use embedwire_server::ServerConfig;
 use tonic::transport::Channel;
@@ -58,18 +58,8 @@ pub struct Args {
     /// [default: 10, --quick: 1].
     #[arg(long)]
     pub slices: Option<usize>,
-    /// Documents per Ingest call (at most the server's --max-documents-per-request).
-    #[arg(long, default_value_t = 1000)]
-    pub ingest_batch: usize,
-    /// Concurrent clients of the Search runs.
-    #[arg(long, default_value_t = 16)]
-    pub clients: usize,
-    /// Clients sharing one HTTP/2 connection.
-    #[arg(long, default_value_t = 4)]
-    pub clients_per_connection: usize,
-    /// Hits asked of each Search.
-    #[arg(long, default_value_t = 5)]
-    pub top_k: u32,
+    #[command(flatten)]
+    pub load: SearchLoad,
     /// Rounds the stores' Search runs alternate in, as for --slices [default: 6, --quick: 1].
     #[arg(long)]
     pub rounds: Option<usize>,
@@ -156,7 +146,7 @@ impl StoreResult {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let common = &args.common;
     let (documents, slices, rounds) = (args.documents, args.slices, args.rounds);
-    let counts = [args.queries, args.ingest_batch, args.clients, args.clients_per_connection, args.top_k as usize];
+    let counts = [args.queries, args.load.ingest_batch, args.load.clients, args.load.clients_per_connection, args.load.top_k as usize];
     anyhow::ensure!(
         counts.into_iter().chain([documents, slices, rounds].map(|n| n.unwrap_or(1))).all(|n| n > 0),
         "--queries, --ingest-batch, --clients, --clients-per-connection, --top-k, --documents, --slices and --rounds \
@@ -204,7 +194,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 if n == 0 { "embedded".into() } else { format!("weaviate {n} node{}", if n == 1 { "" } else { "s" }) };
             println!("{label}: server pid {} SERVING after {:.2} s", server.pid, took.as_secs_f64());
             let mut channels = Vec::new();
-            for _ in 0..args.clients.div_ceil(args.clients_per_connection) {
+            for _ in 0..args.load.clients.div_ceil(args.load.clients_per_connection) {
                 channels.push(server.connect().await?);
             }
             // One-text Embed calls, untimed: the model's first batches.
@@ -239,8 +229,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ("quick".into(), f64::from(u8::from(common.quick)), "bool"),
         ("slices".into(), slices as f64, "slices"),
         ("rounds".into(), rounds as f64, "rounds"),
-        ("ingest_batch".into(), args.ingest_batch as f64, "documents"),
-        ("clients".into(), args.clients as f64, "clients"),
+        ("ingest_batch".into(), args.load.ingest_batch as f64, "documents"),
+        ("clients".into(), args.load.clients as f64, "clients"),
         ("intra_op_threads".into(), common.intra_op_threads as f64, "threads"),
         (server_args, common.server_args.len() as f64, "flags"),
         (format!("load average at end [{load_at_end}]"), load, "1-min load"),
@@ -265,7 +255,7 @@ async fn measure(
 ) -> anyhow::Result<Vec<StoreResult>> {
     let slice_len = documents.len().div_ceil(slices);
     let slices: Vec<_> = documents.chunks(slice_len).collect();
-    let batch = args.ingest_batch;
+    let batch = args.load.ingest_batch;
     let ingests = in_turns(&stores, slices.len(), |slice, store| {
         ingest::ingest(store.channels[0].clone(), slices[slice], ("doc-", slice * slice_len), batch)
     })
@@ -282,13 +272,13 @@ async fn measure(
             store.data_dir.as_deref().map(dir_bytes),
         ));
     }
-    let (rpc, warmup) = (Rpc::Search { top_k: args.top_k }, args.common.warmup(2.0, 0.5));
+    let (rpc, warmup) = (Rpc::Search { top_k: args.load.top_k }, args.common.warmup(2.0, 0.5));
     for store in &stores {
-        load::run(&store.channels, args.clients, queries.clone(), rpc, Stop::After(warmup)).await?;
+        load::run(&store.channels, args.load.clients, queries.clone(), rpc, Stop::After(warmup)).await?;
     }
     let round_time = args.common.duration(30.0, 2.0) / rounds as u32;
     let searches = in_turns(&stores, rounds, |_, store| {
-        load::run(&store.channels, args.clients, queries.clone(), rpc, Stop::After(round_time))
+        load::run(&store.channels, args.load.clients, queries.clone(), rpc, Stop::After(round_time))
     })
     .await?;
     let mut results = Vec::new();
@@ -373,7 +363,7 @@ fn dir_bytes(dir: &Path) -> u64 {
 fn figures(args: &Args, documents: usize, queries: usize, stores: &[StoreResult]) -> Vec<Row> {
     let base = &stores[0];
     let largest = stores.iter().filter_map(|s| s.layout.as_ref()).map(|l| l.nodes).max();
-    let (c, k, batch) = (args.clients, args.top_k, args.ingest_batch);
+    let (c, k, batch) = (args.load.clients, args.load.top_k, args.load.ingest_batch);
     let mut rows = vec![
         Row::info("corpus documents", documents as f64, "docs", documents.to_string()),
         Row::info("query texts", queries as f64, "queries", queries.to_string()),
