@@ -48,6 +48,18 @@ pub enum StoreChoice {
     /// A Weaviate cluster (--weaviate-http, --weaviate-grpc) shared by any number of
     /// servers.
     Weaviate,
+    /// A PostgreSQL database with pgvector (--postgres-url, --postgres-read-url)
+    /// shared by any number of servers.
+    Postgres,
+}
+
+/// How the PostgreSQL store keeps chunk vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PostgresVector {
+    /// 4 bytes a dimension.
+    Vector,
+    /// 2 bytes a dimension: half the index size and faster at the same recall.
+    Halfvec,
 }
 
 /// How many replicas of a shard must answer a Weaviate read or acknowledge a write.
@@ -188,7 +200,7 @@ pub struct ServerConfig {
     pub pseudo_dim: usize,
 
     /// Where documents, vectors and jobs live: embedded (this server's own file and
-    /// in-memory index, the default) or weaviate (a cluster shared by many servers).
+    /// in-memory index, the default), weaviate or postgres (shared by many servers).
     #[arg(long, env = "EMBEDWIRE_STORE", value_enum, default_value = "embedded")]
     pub store: StoreChoice,
 
@@ -202,8 +214,9 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_WEAVIATE_GRPC", value_delimiter = ',')]
     pub weaviate_grpc: Vec<String>,
 
-    /// Weaviate: the collection name; every server sharing an index uses the same one.
-    /// Its first letter is upper-cased (Weaviate's rule for class names).
+    /// Weaviate and PostgreSQL: the index's name; every server sharing an index uses
+    /// the same one. Weaviate upper-cases its first letter (its rule for class
+    /// names); PostgreSQL keeps the index in a schema of this name, lower-cased.
     #[arg(long, env = "EMBEDWIRE_COLLECTION", default_value = "embedwire")]
     pub collection: String,
 
@@ -228,10 +241,43 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_WEAVIATE_TIMEOUT_SECS", default_value_t = 10.0)]
     pub weaviate_timeout_secs: f64,
 
-    /// Weaviate: how long a server holds a job before another may take it over when
-    /// it stops renewing (it died), in seconds.
+    /// Weaviate and PostgreSQL: how long a server holds a job before another may take
+    /// it over when it stops renewing (it died), in seconds.
     #[arg(long, env = "EMBEDWIRE_JOB_LEASE_SECS", default_value_t = 15.0)]
     pub job_lease_secs: f64,
+
+    /// PostgreSQL: the primary, as a URL (postgres://user:password@host:port/db); every
+    /// write goes there. The database needs the pgvector extension (created if the
+    /// user may); the index lives in the schema named by --collection (lower-cased).
+    #[arg(long, env = "EMBEDWIRE_POSTGRES_URL")]
+    pub postgres_url: Option<String>,
+
+    /// PostgreSQL: replicas for searches and document reads, comma-separated URLs. A
+    /// replica that fails or lags more than --postgres-max-replica-lag-secs is skipped
+    /// and the primary reads instead.
+    #[arg(long, env = "EMBEDWIRE_POSTGRES_READ_URL", value_delimiter = ',')]
+    pub postgres_read_url: Vec<String>,
+
+    /// PostgreSQL: how chunk vectors are stored and indexed, fixed when the index is
+    /// created: halfvec (2 bytes a dimension) or vector (4).
+    #[arg(long, env = "EMBEDWIRE_POSTGRES_VECTOR", value_enum, default_value = "halfvec")]
+    pub postgres_vector: PostgresVector,
+
+    /// PostgreSQL: connections per database server.
+    #[arg(long, env = "EMBEDWIRE_POSTGRES_POOL_SIZE", default_value_t = 16)]
+    pub postgres_pool_size: usize,
+
+    /// PostgreSQL: deadline of one statement (and of getting a connection), in seconds.
+    #[arg(long, env = "EMBEDWIRE_POSTGRES_TIMEOUT_SECS", default_value_t = 10.0)]
+    pub postgres_timeout_secs: f64,
+
+    /// PostgreSQL: hnsw.ef_search of searches (higher: better recall, slower).
+    #[arg(long, env = "EMBEDWIRE_POSTGRES_EF_SEARCH", default_value_t = 100)]
+    pub postgres_ef_search: usize,
+
+    /// PostgreSQL: a replica further behind the primary than this is not read from.
+    #[arg(long, env = "EMBEDWIRE_POSTGRES_MAX_REPLICA_LAG_SECS", default_value_t = 2.0)]
+    pub postgres_max_replica_lag_secs: f64,
 
     /// Search index: exact (exhaustive SIMD scan) or hnsw (approximate, for large
     /// corpora).
@@ -509,6 +555,37 @@ impl ServerConfig {
         {
             return Err("--rate-limit-rps limits each API key: configure keys (--api-keys, ...) too".into());
         }
+        if self.store != StoreChoice::Embedded {
+            if self.collection.is_empty()
+                || !self.collection.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                || !self.collection.starts_with(|c: char| c.is_ascii_alphabetic())
+            {
+                return Err(format!("--collection {:?} must be a letter then letters, digits or _", self.collection));
+            }
+            if !(self.job_lease_secs.is_finite() && self.job_lease_secs >= 1.0) {
+                return Err("--job-lease-secs must be at least 1".into());
+            }
+        }
+        if self.store == StoreChoice::Postgres {
+            let Some(url) = &self.postgres_url else {
+                return Err("--store postgres needs --postgres-url (postgres://user@host:port/database)".into());
+            };
+            for (flag, url) in std::iter::once(("--postgres-url", url))
+                .chain(self.postgres_read_url.iter().map(|u| ("--postgres-read-url", u)))
+            {
+                if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+                    return Err(format!("{flag} must be a URL like postgres://user@127.0.0.1:5432/db"));
+                }
+            }
+            if self.postgres_pool_size == 0 || !(1..=1000).contains(&self.postgres_ef_search) {
+                return Err("--postgres-pool-size must be at least 1 and --postgres-ef-search 1 to 1000".into());
+            }
+            if !(self.postgres_timeout_secs.is_finite() && self.postgres_timeout_secs > 0.0)
+                || !(self.postgres_max_replica_lag_secs.is_finite() && self.postgres_max_replica_lag_secs >= 0.0)
+            {
+                return Err("--postgres-timeout-secs and --postgres-max-replica-lag-secs must be positive".into());
+            }
+        }
         if self.store == StoreChoice::Weaviate {
             if self.weaviate_http.is_empty() || self.weaviate_grpc.is_empty() {
                 return Err("--store weaviate needs --weaviate-http and --weaviate-grpc addresses".into());
@@ -521,20 +598,11 @@ impl ServerConfig {
             if let Some(bad) = self.weaviate_grpc.iter().find(|a| a.contains("://") || !a.contains(':')) {
                 return Err(format!("--weaviate-grpc {bad:?} must be HOST:PORT"));
             }
-            if self.collection.is_empty()
-                || !self.collection.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                || !self.collection.starts_with(|c: char| c.is_ascii_alphabetic())
-            {
-                return Err(format!("--collection {:?} must be a letter then letters, digits or _", self.collection));
-            }
             if self.shards == Some(0) || self.replication_factor == Some(0) {
                 return Err("--shards and --replication-factor must be at least 1".into());
             }
             if !(self.weaviate_timeout_secs.is_finite() && self.weaviate_timeout_secs > 0.0) {
                 return Err("--weaviate-timeout-secs must be a positive number".into());
-            }
-            if !(self.job_lease_secs.is_finite() && self.job_lease_secs >= 1.0) {
-                return Err("--job-lease-secs must be at least 1".into());
             }
         }
         if self.backend == BackendKind::Remote && self.upstream.is_empty() {

@@ -208,9 +208,9 @@ impl StoreMetrics {
         })
     }
 
-    /// Records one call of `operation` to the Weaviate store.
-    pub fn observe(&self, operation: &'static str, elapsed: Duration, ok: bool) {
-        let labels = StoreCall { store: "weaviate", operation };
+    /// Records one call of `operation` to `store` ("weaviate", "postgres").
+    pub fn observe(&self, store: &'static str, operation: &'static str, elapsed: Duration, ok: bool) {
+        let labels = StoreCall { store, operation };
         self.seconds.get_or_create(&labels).observe(elapsed.as_secs_f64());
         if !ok {
             self.errors.get_or_create(&labels).inc();

@@ -45,6 +45,7 @@ use crate::service::search::SearchApi;
 use crate::stats::Stats;
 use crate::store::CorpusStore;
 use crate::store::embedded::{EmbeddedSettings, EmbeddedStore};
+use crate::store::postgres::{PostgresSettings, PostgresStore};
 use crate::store::weaviate::{WeaviateSettings, WeaviateStore};
 use crate::wire;
 
@@ -358,6 +359,10 @@ async fn open_store(config: &ServerConfig, model: &ModelInfo) -> Result<Arc<dyn 
         StoreChoice::Weaviate => {
             let settings = WeaviateSettings::from_config(config);
             Ok(Arc::new(WeaviateStore::connect(settings, &model.model_id, model.dim).await?))
+        }
+        StoreChoice::Postgres => {
+            let settings = PostgresSettings::from_config(config);
+            Ok(PostgresStore::connect(settings, &model.model_id, model.dim).await?)
         }
     }
 }

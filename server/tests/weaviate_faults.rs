@@ -25,13 +25,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::weaviate::WeaviateCluster;
-use common::{ServerProcess, health_status, sentences, wait_health, wait_serving};
-use embedwire_proto::v1::search_service_client::SearchServiceClient;
-use embedwire_proto::v1::{
-    Document, GetDocumentsRequest, GetIndexStatsRequest, GetJobRequest, InfoRequest, IngestRequest, Job, JobStatus,
-    SearchQuery, SearchRequest, SearchResponse, search_query,
+use common::store_faults::{
+    self, JOB_TIMEOUT, assert_exactly_once, assert_finds, blocking, documents, index_of, ingest, job, search_client,
+    search_until, text_query, wait_completed,
 };
+use common::weaviate::WeaviateCluster;
+use common::{ServerProcess, health_status, wait_health};
+use embedwire_proto::v1::{InfoRequest, JobStatus};
 use tokio::sync::{Mutex, MutexGuard};
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -41,9 +41,6 @@ static SERIAL: Mutex<()> = Mutex::const_new(());
 
 /// Nodes of the cluster; replication factor 3 (min(3, nodes)), QUORUM writes survive one down.
 const NODES: usize = 3;
-
-/// Longest wait for a job to complete (the real model on 2 shared cores).
-const JOB_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Longest wait for a restarted Weaviate node to catch up by async replication, which
 /// only copies objects older than its propagation delay (30 s by default).
@@ -63,144 +60,16 @@ async fn exclusive_cluster() -> (MutexGuard<'static, ()>, &'static WeaviateClust
     (serial, cluster)
 }
 
-/// Runs a blocking cluster call (seconds long) off the runtime's workers, so that the
-/// tasks of the test (searches, log readers) keep running meanwhile.
-async fn blocking<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
-    tokio::task::spawn_blocking(call).await.expect("cluster call")
+/// Flags of a server on the cluster's `collection`.
+fn weaviate_flags(cluster: &WeaviateCluster, collection: &str) -> Vec<String> {
+    let (http, grpc) = (cluster.http_urls().join(","), cluster.grpc_addrs().join(","));
+    ["--store", "weaviate", "--weaviate-http", &http, "--weaviate-grpc", &grpc, "--collection", collection]
+        .map(String::from)
+        .to_vec()
 }
 
-/// Starts the real binary on the cluster's `collection` and waits until it serves.
 async fn start_server(cluster: &WeaviateCluster, collection: &str, extra: &[&str]) -> ServerProcess {
-    let http = cluster.http_urls().join(",");
-    let grpc = cluster.grpc_addrs().join(",");
-    let mut args = vec![
-        "--backend",
-        "onnx",
-        "--store",
-        "weaviate",
-        "--weaviate-http",
-        &http,
-        "--weaviate-grpc",
-        &grpc,
-        "--collection",
-        collection,
-        "--max-documents-per-request",
-        "5000",
-    ];
-    args.extend_from_slice(extra);
-    let server = ServerProcess::spawn(&args).await;
-    wait_serving(&server.address).await;
-    server
-}
-
-async fn search_client(address: &str) -> SearchServiceClient<Channel> {
-    let channel = Channel::from_shared(address.to_string()).unwrap().connect().await.expect("connect");
-    SearchServiceClient::new(channel).max_decoding_message_size(64 << 20).max_encoding_message_size(64 << 20)
-}
-
-/// `count` short documents (one chunk each) with ids `<prefix>-<i>`.
-fn documents(prefix: &str, count: usize) -> Vec<Document> {
-    sentences(count, 8)
-        .into_iter()
-        .enumerate()
-        .map(|(i, text)| Document {
-            id: format!("{prefix}-{i}"),
-            text: format!("{prefix} {text}"),
-            ..Default::default()
-        })
-        .collect()
-}
-
-/// Ingests `documents` in one request; returns the acknowledged job.
-async fn ingest(client: &mut SearchServiceClient<Channel>, documents: Vec<Document>) -> Job {
-    let count = documents.len();
-    let job = client.ingest(IngestRequest { documents }).await.expect("ingest").into_inner().job.unwrap();
-    assert_eq!(job.total_documents as usize, count, "every document acknowledged");
-    job
-}
-
-async fn job(client: &mut SearchServiceClient<Channel>, id: &str) -> Job {
-    client.get_job(GetJobRequest { job_id: id.to_string() }).await.expect("get job").into_inner().job.unwrap()
-}
-
-/// Polls GetJob until the job completes; panics on failure or after [`JOB_TIMEOUT`].
-async fn wait_completed(client: &mut SearchServiceClient<Channel>, id: &str) -> Job {
-    let deadline = Instant::now() + JOB_TIMEOUT;
-    loop {
-        let now = job(client, id).await;
-        assert_ne!(now.status, JobStatus::Failed as i32, "job {id} failed: {now:?}");
-        if now.status == JobStatus::Completed as i32 {
-            return now;
-        }
-        assert!(Instant::now() < deadline, "job {id} not completed within {JOB_TIMEOUT:?}: {now:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Every id in `ids` is stored exactly once, as one chunk, and the index holds nothing
-/// else: no acknowledged document lost, none doubled. Err says what is off.
-async fn exactly_once(client: &mut SearchServiceClient<Channel>, ids: &[String]) -> Result<(), String> {
-    for batch in ids.chunks(1000) {
-        let got = client
-            .get_documents(GetDocumentsRequest { ids: batch.to_vec() })
-            .await
-            .map_err(|status| format!("GetDocuments: {status:?}"))?
-            .into_inner();
-        if !got.missing_ids.is_empty() {
-            return Err(format!(
-                "{} of {} acknowledged documents missing, e.g. {:?}",
-                got.missing_ids.len(),
-                batch.len(),
-                &got.missing_ids[..got.missing_ids.len().min(3)]
-            ));
-        }
-        let found: Vec<&str> = got.documents.iter().map(|d| d.id.as_str()).collect();
-        if found != batch {
-            return Err("documents not in request order, or repeated".into());
-        }
-        if let Some(document) = got.documents.iter().find(|d| d.chunks.len() != 1) {
-            return Err(format!("{} has {} chunks, not 1", document.id, document.chunks.len()));
-        }
-    }
-    let stats = client
-        .get_index_stats(GetIndexStatsRequest {})
-        .await
-        .map_err(|status| format!("GetIndexStats: {status:?}"))?
-        .into_inner();
-    let expected = ids.len() as u64;
-    let counts = (stats.document_count, stats.chunk_count, stats.pending_documents);
-    if counts != (expected, expected, 0) {
-        return Err(format!("(documents, chunks, pending) = {counts:?}, expected ({expected}, {expected}, 0)"));
-    }
-    Ok(())
-}
-
-async fn assert_exactly_once(client: &mut SearchServiceClient<Channel>, ids: &[String], when: &str) {
-    if let Err(problem) = exactly_once(client, ids).await {
-        panic!("{when}: {problem}");
-    }
-}
-
-fn text_query(text: &str) -> SearchRequest {
-    SearchRequest {
-        queries: vec![SearchQuery { query: Some(search_query::Query::Text(text.to_string())) }],
-        top_k: Some(3),
-        ..Default::default()
-    }
-}
-
-/// The index a search answer names (`x-embedwire-index`).
-fn index_of(response: &tonic::Response<SearchResponse>) -> String {
-    response.metadata().get("x-embedwire-index").expect("search answers name their index").to_str().unwrap().to_string()
-}
-
-/// The document `text` was taken from is the best hit for it, once.
-async fn assert_finds(client: &mut SearchServiceClient<Channel>, document: &Document) {
-    let response = client.search(text_query(&document.text)).await.expect("search");
-    let hits = &response.get_ref().results[0].hits;
-    assert_eq!(hits[0].document_id, document.id, "best hit for its own text");
-    assert!(hits[0].score > 0.99, "score {} for its own text", hits[0].score);
-    assert_ne!(hits[1].document_id, document.id, "{} found twice", document.id);
+    store_faults::start_server(&weaviate_flags(cluster, collection), extra).await
 }
 
 /// (chunks, documents, pending documents) in `collection` as node `via` counts them in
@@ -255,81 +124,8 @@ async fn wait_replicas_agree(cluster: &WeaviateCluster, collection: &str, docume
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkilled_server_job_finishes_on_another_server() {
-    const DOCUMENTS: usize = 3000;
     let (_serial, cluster) = exclusive_cluster().await;
-    let started = Instant::now();
-    // A short lease so that B takes over soon after A stops renewing it.
-    let lease = ["--job-lease-secs", "3"];
-    let mut a = start_server(cluster, "FaultServerKill", &lease).await;
-    let b = start_server(cluster, "FaultServerKill", &lease).await;
-    let mut via_a = search_client(&a.address).await;
-    let mut via_b = search_client(&b.address).await;
-    assert_exactly_once(&mut via_b, &[], "before the ingest").await;
-
-    let documents = documents("kill", DOCUMENTS);
-    let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
-    let acknowledged = ingest(&mut via_a, documents.clone()).await;
-    let job_id = acknowledged.job_id;
-
-    // Kill A once it has indexed some, but not all, of the job.
-    let deadline = Instant::now() + JOB_TIMEOUT;
-    let before_kill = loop {
-        let now = job(&mut via_a, &job_id).await;
-        assert_ne!(now.status, JobStatus::Completed as i32, "the job finished before the kill: make it larger");
-        if now.processed_documents > 0 {
-            break now;
-        }
-        assert!(Instant::now() < deadline, "A indexed nothing within {JOB_TIMEOUT:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    a.child.start_kill().unwrap(); // SIGKILL
-    a.child.wait().await.unwrap();
-    let killed = Instant::now();
-    eprintln!("killed A with SIGKILL at {}/{DOCUMENTS} processed", before_kill.processed_documents);
-    assert!((before_kill.processed_documents as usize) < DOCUMENTS);
-
-    let done = wait_completed(&mut via_b, &job_id).await;
-    eprintln!("B completed the job {:.1?} after the kill", killed.elapsed());
-    assert_eq!((done.processed_documents as usize, done.failed_documents), (DOCUMENTS, 0));
-    assert_exactly_once(&mut via_b, &ids, "after B took over").await;
-    for probe in [0, DOCUMENTS / 2, DOCUMENTS - 1] {
-        assert_finds(&mut via_b, &documents[probe]).await;
-    }
-
-    // A again, from an empty data directory: everything it knows comes from the cluster.
-    let a = start_server(cluster, "FaultServerKill", &lease).await;
-    let mut via_a = search_client(&a.address).await;
-    let seen_by_a = job(&mut via_a, &job_id).await;
-    assert_eq!(seen_by_a.status, JobStatus::Completed as i32, "restarted A: {seen_by_a:?}");
-    assert_eq!((seen_by_a.processed_documents as usize, seen_by_a.failed_documents), (DOCUMENTS, 0));
-    assert_exactly_once(&mut via_a, &ids, "via the restarted A").await;
-    eprintln!("sigkilled_server_job_finishes_on_another_server took {:.1?}", started.elapsed());
-}
-
-/// Searches through every client in turn until `stop`, counting answers and failures.
-async fn search_until(
-    clients: Vec<SearchServiceClient<Channel>>,
-    query: String,
-    stop: Arc<AtomicBool>,
-    answered: Arc<AtomicUsize>,
-) -> Vec<String> {
-    let mut failures = Vec::new();
-    let mut clients = clients;
-    let mut turn = 0;
-    while !stop.load(Ordering::Relaxed) {
-        let count = clients.len();
-        let client = &mut clients[turn % count];
-        turn += 1;
-        match client.search(text_query(&query)).await {
-            Ok(response) if !response.get_ref().results[0].hits.is_empty() => {
-                answered.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(_) => failures.push("search answered without hits".to_string()),
-            Err(status) => failures.push(format!("{:?}: {}", status.code(), status.message())),
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    failures
+    store_faults::sigkilled_server_job_finishes_on_another_server(&weaviate_flags(cluster, "FaultServerKill")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -9,12 +9,15 @@
 //!   private to this server.
 //! - [`weaviate`]: a Weaviate cluster over its gRPC API, shared by any number of
 //!   servers.
+//! - [`postgres`]: a PostgreSQL database with pgvector (a primary and its replicas),
+//!   shared by any number of servers.
 //!
 //! Failures an engine cannot hide come back as the server's [`Error`]: a store that
 //! cannot be reached is `Unavailable` naming the store, a request the engine cannot
 //! express is `InvalidArgument` naming the field.
 
 pub mod embedded;
+pub mod postgres;
 pub mod records;
 pub mod weaviate;
 
@@ -34,7 +37,7 @@ pub type JobChange = Box<dyn FnOnce(&mut JobRecord) + Send>;
 /// What a store is, fixed for its lifetime (Info and `/healthz` report it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreDescription {
-    /// "embedded" or "weaviate".
+    /// "embedded", "weaviate" or "postgres".
     pub kind: &'static str,
     /// Whether other servers read and write the same index.
     pub shared: bool,

@@ -84,7 +84,7 @@ impl Connection {
     {
         let started = Instant::now();
         let result = self.call_any_node(operation, call).await;
-        self.metrics.observe(operation, started.elapsed(), result.is_ok());
+        self.metrics.observe("weaviate", operation, started.elapsed(), result.is_ok());
         result
     }
 
@@ -131,7 +131,7 @@ impl Connection {
     pub async fn get_json(&self, path: &str) -> Result<Option<serde_json::Value>> {
         let started = Instant::now();
         let result = self.get_json_any(path).await;
-        self.metrics.observe("http_get", started.elapsed(), result.is_ok());
+        self.metrics.observe("weaviate", "http_get", started.elapsed(), result.is_ok());
         result
     }
 
