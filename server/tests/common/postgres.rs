@@ -1,0 +1,623 @@
+//! A real PostgreSQL (with pgvector) for the `--store postgres` tests: a primary and one
+//! hot-standby replica that streams its WAL, both on 127.0.0.1 on free ports, run from the
+//! binaries `make setup` installs (`$EMBEDWIRE_CACHE/bin/pg`, see scripts/setup-postgres.sh).
+//!
+//! Everything here is blocking (std processes, `psql` for SQL), like `common::weaviate`:
+//! a shared cluster outlives the tokio runtime of the `#[tokio::test]` that started it.
+//!
+//! PostgreSQL refuses to run as root. When the tests run as root, `initdb`, `postgres`
+//! and `pg_basebackup` run as the system user `embedwire-pg` (created by the setup
+//! script) and the cluster's directory belongs to it; otherwise they run as the test.
+//! `psql` (a client) always runs as the test. The binaries are reached through the
+//! canonical path of the `bin/pg` link, so that user never has to traverse `/root`.
+//!
+//! The servers die with the test binary although statics are never dropped: each
+//! postmaster is spawned from one thread that lives as long as the process, with
+//! `PR_SET_PDEATHSIG = SIGKILL`; its backends and workers notice its death and exit.
+//! Every one of them leads its own session (PostgreSQL calls `setsid`), so killing a
+//! server like a crash means killing each of its processes, and a new postmaster on the
+//! same data refuses to start until the last of them has let go of the old shared
+//! memory: [`PostgresCluster::kill_primary`] does both before it returns. The primary
+//! runs with `fsync = on`: a killed primary restarts from its WAL with every committed row.
+//!
+//! Data and logs live under `$TMPDIR/embedwire-postgres/<pid>-<n>/` (`primary/`,
+//! `replica/`, `primary.log`, `replica.log`, and the Unix sockets); directories of test
+//! processes that are no longer alive are removed when the next cluster starts.
+
+use std::ffi::CString;
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long a test waits for a server to accept connections, a replica to stream or
+/// catch up (a cold start of both takes a few seconds).
+pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a server may take to exit after a fast shutdown request before it gets SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// The user the servers run as when the tests run as root (scripts/setup-postgres.sh
+/// creates it).
+const SERVER_USER: &str = "embedwire-pg";
+
+/// Settings of both servers (the replica gets the primary's `postgresql.conf` through
+/// `pg_basebackup`). The port and the socket directory differ per server and are given
+/// on the command line instead.
+const SETTINGS: &str = "
+# embedwire test cluster (server/tests/common/postgres.rs)
+listen_addresses = '127.0.0.1'
+wal_level = replica
+max_wal_senders = 4
+hot_standby = on
+# Small: a test database holds a few thousand rows at most.
+shared_buffers = 32MB
+# Connection pools of several servers, from tests running in parallel.
+max_connections = 200
+# The durability tests kill the primary and expect every committed row back.
+fsync = on
+synchronous_commit = on
+full_page_writes = on
+# A replica reconnects to a restarted primary within this (default 5 s).
+wal_retrieve_retry_interval = '200ms'
+";
+
+/// Which of the two servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Primary,
+    Replica,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::Primary => "primary",
+            Role::Replica => "replica",
+        }
+    }
+
+    /// What `pg_is_in_recovery()` answers on this server once it is up.
+    fn in_recovery(self) -> &'static str {
+        match self {
+            Role::Primary => "f",
+            Role::Replica => "t",
+        }
+    }
+}
+
+/// One server: what it needs to be started again the same way, and the running process.
+#[derive(Debug)]
+struct Server {
+    role: Role,
+    port: u16,
+    /// Its data directory (`PGDATA`).
+    data: PathBuf,
+    /// Its stdout and stderr, appended to on every start.
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+/// A PostgreSQL primary and one streaming hot-standby replica on loopback.
+#[derive(Debug)]
+pub struct PostgresCluster {
+    /// Holds both data directories, their logs and the Unix sockets.
+    dir: PathBuf,
+    /// `.../pginstall/bin`, canonical (not through `/root`).
+    bin: PathBuf,
+    /// `(uid, gid)` of [`SERVER_USER`] when the tests run as root; `None` runs the
+    /// servers as the test itself.
+    owner: Option<(u32, u32)>,
+    /// `[primary, replica]`, behind a mutex so that a `&'static` shared cluster can
+    /// still be faulted.
+    servers: Mutex<[Server; 2]>,
+}
+
+impl PostgresCluster {
+    /// A cluster that this test owns: the primary accepts connections and the replica
+    /// streams from it on return; both are killed (and the directory removed unless the
+    /// test panicked) when dropped. Use it for tests that kill or stop a server, so that
+    /// they do not disturb other tests.
+    pub fn start() -> PostgresCluster {
+        let link = super::cache_dir().join("bin/pg");
+        let bin = link
+            .canonicalize()
+            .unwrap_or_else(|e| panic!("{}: {e}: run `make setup` (scripts/setup-postgres.sh)", link.display()))
+            .join("bin");
+        // SAFETY: geteuid has no preconditions.
+        let owner = (unsafe { libc::geteuid() } == 0).then(|| user_ids(SERVER_USER));
+        let dir = fresh_dir();
+        if let Some((uid, gid)) = owner {
+            // initdb and pg_basebackup create the data directories in it, the servers
+            // their sockets.
+            std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
+        }
+        let [primary_port, replica_port] = free_ports();
+        let server = |role: Role, port| Server {
+            role,
+            port,
+            data: dir.join(role.name()),
+            log: dir.join(format!("{}.log", role.name())),
+            child: None,
+        };
+        let cluster = PostgresCluster {
+            servers: Mutex::new([server(Role::Primary, primary_port), server(Role::Replica, replica_port)]),
+            dir,
+            bin,
+            owner,
+        };
+        cluster.init_primary();
+        cluster.spawn(Role::Primary);
+        cluster.wait_up(Role::Primary);
+        cluster.init_replica();
+        cluster.spawn(Role::Replica);
+        cluster.wait_up(Role::Replica);
+        cluster
+    }
+
+    /// The cluster shared by every test of this binary that asks for it, started by the
+    /// first one. Do not kill or stop its servers: other tests are using it at the same
+    /// time (use [`PostgresCluster::start`] for that). Give each test its own database.
+    pub fn shared() -> &'static PostgresCluster {
+        static SHARED: OnceLock<PostgresCluster> = OnceLock::new();
+        // A start that panicked leaves it empty; the next caller simply tries again.
+        SHARED.get_or_init(PostgresCluster::start)
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/db` of the primary (trust authentication).
+    pub fn primary_url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port(Role::Primary))
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/db` of the replica (read-only).
+    pub fn replica_url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port(Role::Replica))
+    }
+
+    /// The directory holding both data directories and `primary.log` / `replica.log`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Creates database `name` on the primary and, when the replica runs, waits until
+    /// the replica has it too, so [`PostgresCluster::replica_url`] works at once.
+    pub fn create_database(&self, name: &str) {
+        self.sql("postgres", &format!("CREATE DATABASE \"{name}\""));
+        if self.is_running(Role::Replica) {
+            self.wait_replica_caught_up();
+        }
+    }
+
+    /// Runs `statement` (one or more SQL statements) in database `db` on the primary
+    /// and returns what psql prints unaligned: one line per row, columns separated by
+    /// `|`, no headers; panics with psql's error and the server's log on failure.
+    pub fn sql(&self, db: &str, statement: &str) -> String {
+        self.try_sql(db, statement).unwrap_or_else(|error| panic!("{error}\n{}", self.logs()))
+    }
+
+    /// [`PostgresCluster::sql`] on the replica.
+    pub fn replica_sql(&self, db: &str, statement: &str) -> String {
+        self.try_replica_sql(db, statement).unwrap_or_else(|error| panic!("{error}\n{}", self.logs()))
+    }
+
+    /// [`PostgresCluster::sql`] that returns psql's error instead of panicking (for a
+    /// primary that is down, or a statement that should fail).
+    pub fn try_sql(&self, db: &str, statement: &str) -> Result<String, String> {
+        self.psql(Role::Primary, db, statement)
+    }
+
+    /// [`PostgresCluster::try_sql`] on the replica.
+    pub fn try_replica_sql(&self, db: &str, statement: &str) -> Result<String, String> {
+        self.psql(Role::Replica, db, statement)
+    }
+
+    /// Kills the primary's postmaster and every process it started with SIGKILL (no
+    /// shutdown, like a crash) and waits until they are gone, so that open connections
+    /// fail at once and [`PostgresCluster::start_primary`] can follow.
+    pub fn kill_primary(&self) {
+        self.kill(Role::Primary);
+    }
+
+    /// Starts the primary again on its port and data (it replays its WAL), and waits
+    /// until it accepts connections. Does nothing to a primary that runs.
+    pub fn start_primary(&self) {
+        self.start_server(Role::Primary);
+    }
+
+    /// Stops the primary cleanly (fast shutdown: sessions are cut, a checkpoint is written).
+    pub fn stop_primary(&self) {
+        self.stop(Role::Primary);
+    }
+
+    /// Kills the replica like [`PostgresCluster::kill_primary`] kills the primary.
+    pub fn kill_replica(&self) {
+        self.kill(Role::Replica);
+    }
+
+    /// Stops the replica cleanly (fast shutdown).
+    pub fn stop_replica(&self) {
+        self.stop(Role::Replica);
+    }
+
+    /// Starts the replica again on its port and data and waits until it accepts
+    /// connections and streams from the primary (so the primary must run).
+    pub fn start_replica(&self) {
+        self.start_server(Role::Replica);
+    }
+
+    /// Waits until the replica has replayed everything the primary had written when
+    /// this was called (both must run; the replica reconnects to a restarted primary
+    /// within a fraction of a second).
+    pub fn wait_replica_caught_up(&self) {
+        let lsn = self.sql("postgres", "SELECT pg_current_wal_lsn()");
+        self.wait_for(&format!("the replica to replay the primary's WAL up to {lsn}"), || {
+            self.try_replica_sql("postgres", &format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn")).as_deref()
+                == Ok("t")
+        });
+    }
+
+    /// Whether the primary's process runs (it may not accept connections yet).
+    pub fn primary_running(&self) -> bool {
+        self.is_running(Role::Primary)
+    }
+
+    /// Whether the replica's process runs.
+    pub fn replica_running(&self) -> bool {
+        self.is_running(Role::Replica)
+    }
+
+    /// The last lines of both servers' logs, for assertion messages.
+    pub fn logs(&self) -> String {
+        const LINES: usize = 30;
+        let mut out = String::new();
+        for role in [Role::Primary, Role::Replica] {
+            let path = self.dir.join(format!("{}.log", role.name()));
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out += &format!("--- last lines of {}:\n", path.display());
+            for line in &lines[lines.len().saturating_sub(LINES)..] {
+                out += line;
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    fn servers(&self) -> std::sync::MutexGuard<'_, [Server; 2]> {
+        self.servers.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn port(&self, role: Role) -> u16 {
+        self.servers()[role as usize].port
+    }
+
+    fn is_running(&self, role: Role) -> bool {
+        let mut servers = self.servers();
+        servers[role as usize].child.as_mut().is_some_and(|child| child.try_wait().unwrap().is_none())
+    }
+
+    /// A command for one of the PostgreSQL binaries with nothing of the test's
+    /// environment (no `PG*` variables, no `HOME` that the server user cannot read).
+    fn command(&self, binary: &str) -> Command {
+        let mut command = Command::new(self.bin.join(binary));
+        command.env_clear().env("PATH", "/usr/bin:/bin").env("LC_ALL", "C").stdin(Stdio::null());
+        command
+    }
+
+    /// [`PostgresCluster::command`] running as the servers' owner.
+    fn owned_command(&self, binary: &str) -> Command {
+        let mut command = self.command(binary);
+        if let Some((uid, gid)) = self.owner {
+            command.uid(uid).gid(gid);
+        }
+        command
+    }
+
+    /// Runs a setup step (initdb, pg_basebackup) to completion; panics with its output.
+    fn run_step(&self, mut command: Command) {
+        let output = command.output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
+        assert!(
+            output.status.success(),
+            "{command:?} failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    fn init_primary(&self) {
+        let data = self.servers()[Role::Primary as usize].data.clone();
+        let mut initdb = self.owned_command("initdb");
+        // --no-sync: the files only have to outlive a killed server, not a crashed
+        // machine (the servers themselves run with fsync on); syncing them costs 1-4 s.
+        initdb.arg("-D").arg(&data).args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
+        self.run_step(initdb);
+        append(&data.join("postgresql.conf"), SETTINGS);
+        append(&data.join("pg_hba.conf"), "host replication all 127.0.0.1/32 trust\n");
+    }
+
+    /// Copies the running primary into the replica's data directory; `-R` writes its
+    /// `primary_conninfo` and `standby.signal`. `--checkpoint=fast`: the default spread
+    /// checkpoint makes the copy wait about 90 s. `--no-sync` as for initdb.
+    fn init_replica(&self) {
+        let data = self.servers()[Role::Replica as usize].data.clone();
+        let mut basebackup = self.owned_command("pg_basebackup");
+        basebackup
+            .args(["-h", "127.0.0.1", "-p", &self.port(Role::Primary).to_string(), "-U", "postgres", "-D"])
+            .arg(&data)
+            .args(["-R", "-X", "stream", "--checkpoint=fast", "--no-sync"]);
+        self.run_step(basebackup);
+    }
+
+    /// Starts `postgres` itself as the child (no pg_ctl), so its pid is the postmaster's.
+    /// The sockets go to the cluster directory, not into the data directories, where
+    /// pg_basebackup would warn about them.
+    fn spawn(&self, role: Role) {
+        let mut servers = self.servers();
+        let server = &mut servers[role as usize];
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&server.log).unwrap();
+        let mut command = self.owned_command("postgres");
+        command
+            .arg("-D")
+            .arg(&server.data)
+            .args(["-p", &server.port.to_string(), "-c"])
+            .arg(format!("unix_socket_directories={}", self.dir.display()))
+            .current_dir(&self.dir)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        server.child = Some(spawn_tied_to_process(command));
+    }
+
+    /// Waits until `role` accepts connections in its role; a replica also has to stream.
+    fn wait_up(&self, role: Role) {
+        self.wait_for(&format!("the {} to accept connections", role.name()), || {
+            assert!(self.is_running(role), "the {} exited\n{}", role.name(), self.logs());
+            self.psql(role, "postgres", "SELECT pg_is_in_recovery()").as_deref() == Ok(role.in_recovery())
+        });
+        if role == Role::Replica {
+            self.wait_for("the replica to stream from the primary", || {
+                self.try_replica_sql("postgres", "SELECT status FROM pg_stat_wal_receiver").as_deref()
+                    == Ok("streaming")
+            });
+        }
+    }
+
+    fn start_server(&self, role: Role) {
+        if !self.is_running(role) {
+            self.spawn(role);
+        }
+        self.wait_up(role);
+    }
+
+    fn kill(&self, role: Role) {
+        let mut servers = self.servers();
+        let server = &mut servers[role as usize];
+        if let Some(mut child) = server.child.take() {
+            kill_server(&mut child);
+            let data = server.data.clone();
+            drop(servers);
+            self.wait_for(&format!("the killed {}'s processes to release its shared memory", role.name()), || {
+                shared_memory_released(&data)
+            });
+        }
+    }
+
+    /// SIGINT is PostgreSQL's fast shutdown (SIGTERM would wait for every session to end).
+    fn stop(&self, role: Role) {
+        let mut servers = self.servers();
+        let Some(mut child) = servers[role as usize].child.take() else { return };
+        signal_postmaster(&mut child, libc::SIGINT);
+        let deadline = Instant::now() + STOP_GRACE;
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                eprintln!("the {} did not stop within {STOP_GRACE:?}; killing it", role.name());
+                kill_server(&mut child);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn psql(&self, role: Role, db: &str, statement: &str) -> Result<String, String> {
+        let port = self.port(role).to_string();
+        let output = self
+            .command("psql")
+            .env("PGCONNECT_TIMEOUT", "5")
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &port])
+            .args(["-U", "postgres", "-d", db, "-c", statement])
+            .output()
+            .map_err(|e| format!("psql: {e}"))?;
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).trim_end().to_string())
+        } else {
+            Err(format!(
+                "psql on the {} ({db}) failed ({}) on {statement:?}: {}",
+                role.name(),
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim_end()
+            ))
+        }
+    }
+
+    /// Polls `done` every 100 ms; after [`CLUSTER_TIMEOUT`] panics with the logs.
+    fn wait_for(&self, what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + CLUSTER_TIMEOUT;
+        while !done() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {CLUSTER_TIMEOUT:?} waiting for {what}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for PostgresCluster {
+    fn drop(&mut self) {
+        self.kill(Role::Replica);
+        self.kill(Role::Primary);
+        if std::thread::panicking() {
+            eprintln!("postgres cluster data and logs kept in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn append(path: &Path, text: &str) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+}
+
+/// `(uid, gid)` of `user`; panics with the way to create it.
+fn user_ids(user: &str) -> (u32, u32) {
+    let name = CString::new(user).unwrap();
+    // SAFETY: a valid C string; the entry is copied out at once. getpwnam is not
+    // thread-safe, but this runs once per cluster start and nothing else in the tests
+    // reads the user database.
+    unsafe {
+        let entry = libc::getpwnam(name.as_ptr());
+        assert!(
+            !entry.is_null(),
+            "the tests run as root and PostgreSQL does not: user {user} is missing, run `make setup` \
+             (scripts/setup-postgres.sh creates it)"
+        );
+        ((*entry).pw_uid, (*entry).pw_gid)
+    }
+}
+
+/// Two distinct free loopback ports, both held until both are picked.
+fn free_ports() -> [u16; 2] {
+    let a = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let b = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    [a.local_addr().unwrap().port(), b.local_addr().unwrap().port()]
+}
+
+/// A new directory for one cluster, after removing those of test processes that ended.
+fn fresh_dir() -> PathBuf {
+    static CREATED: AtomicUsize = AtomicUsize::new(0);
+    let base = std::env::temp_dir().join("embedwire-postgres");
+    for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = name.split('-').next().and_then(|p| p.parse::<libc::pid_t>().ok());
+        if pid.is_some_and(|pid| !process_alive(pid)) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let n = CREATED.fetch_add(1, Ordering::Relaxed);
+    let dir = base.join(format!("{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn process_alive(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) }
+}
+
+/// Sends `signal` to the postmaster, unless it has exited: once reaped, its pid may
+/// belong to someone else.
+fn signal_postmaster(child: &mut Child, signal: libc::c_int) {
+    if child.try_wait().unwrap().is_some() {
+        return;
+    }
+    // SAFETY: the child is not reaped, so its pid is still ours.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, signal);
+    }
+}
+
+/// SIGKILL to the postmaster and to every process it started (found before the
+/// postmaster dies: afterwards they belong to init), then reaps the postmaster.
+fn kill_server(child: &mut Child) {
+    if child.try_wait().unwrap().is_none() {
+        let children = children_of(child.id() as libc::pid_t);
+        signal_postmaster(child, libc::SIGKILL);
+        for pid in children {
+            // SAFETY: at worst a pid reused since the scan (a backend that exited in
+            // between), a risk a test machine can take.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+    let _ = child.wait();
+}
+
+/// The processes whose parent is `parent` (from `/proc/<pid>/stat`).
+fn children_of(parent: libc::pid_t) -> Vec<libc::pid_t> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<libc::pid_t>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok());
+        if ppid == Some(parent) {
+            children.push(pid);
+        }
+    }
+    children
+}
+
+/// Whether no process is attached to the shared memory named in the data directory's
+/// `postmaster.pid` (line 7: "key id") any more: what a new postmaster checks before it
+/// agrees to start there.
+fn shared_memory_released(data: &Path) -> bool {
+    let Ok(pid_file) = std::fs::read_to_string(data.join("postmaster.pid")) else { return true };
+    let Some(id) = pid_file.lines().nth(6).and_then(|l| l.split_whitespace().nth(1)?.parse::<libc::c_int>().ok())
+    else {
+        return true;
+    };
+    // SAFETY: IPC_STAT only fills the struct; a removed segment makes it fail.
+    unsafe {
+        let mut stat: libc::shmid_ds = std::mem::zeroed();
+        libc::shmctl(id, libc::IPC_STAT, &mut stat) != 0 || stat.shm_nattch == 0
+    }
+}
+
+/// Spawns `command` from a thread that lives as long as the process, with
+/// `PR_SET_PDEATHSIG = SIGKILL` in its own process group, so the child dies with the
+/// test binary even when it never drops the handle. The signal follows the spawning
+/// *thread*, hence the one long-lived thread. std runs `pre_exec` after switching to
+/// `uid`/`gid`, which matters: a credential change clears the death signal.
+fn spawn_tied_to_process(command: Command) -> Child {
+    type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("postgres-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    let parent = std::process::id() as libc::pid_t;
+                    command.process_group(0);
+                    // SAFETY: only async-signal-safe calls between fork and exec.
+                    unsafe {
+                        command.pre_exec(move || {
+                            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                                return Err(std::io::Error::last_os_error());
+                            }
+                            // The parent may have died before prctl took effect.
+                            if libc::getppid() != parent {
+                                libc::_exit(1);
+                            }
+                            Ok(())
+                        });
+                    }
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .unwrap();
+        Mutex::new(tx)
+    });
+    let (reply, answer) = mpsc::channel();
+    spawner.lock().unwrap_or_else(|p| p.into_inner()).send((command, reply)).unwrap();
+    answer.recv().unwrap().expect("spawn postgres")
+}
