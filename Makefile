@@ -3,6 +3,8 @@
 CACHE ?= $(or $(EMBEDWIRE_CACHE),$(HOME)/.cache/embedwire)
 BIN := $(CACHE)/bin
 ARGS ?=
+# The store of `make cluster`: weaviate or postgres.
+STORE ?= weaviate
 
 .PHONY: setup run test lint bench bench-long cluster cluster-down
 
@@ -16,9 +18,11 @@ run: setup
 
 ## cluster: a local split deployment on free loopback ports: a 3-node Weaviate cluster,
 ## two embedwire-server processes on it (--store weaviate) and embedwire-gateway in front;
-## prints the addresses (`bash scripts/cluster.sh status` shows them again)
+## with STORE=postgres a PostgreSQL primary and one streaming replica instead (the servers
+## write to the primary, read from the replica); prints the addresses
+## (`bash scripts/cluster.sh status` shows them again)
 cluster: setup
-	bash scripts/cluster.sh up
+	bash scripts/cluster.sh up --store $(STORE)
 
 ## cluster-down: stop what `make cluster` started (its data and logs are kept)
 cluster-down:

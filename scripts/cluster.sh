@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # A local split deployment on loopback: a 3-node Weaviate cluster, two embedwire-server
 # processes storing into it (--store weaviate) and one embedwire-gateway in front of both.
+# With --store postgres: a PostgreSQL primary and one streaming hot-standby replica
+# instead, the servers writing to the primary and reading from the replica.
 #
-#   cluster.sh up [--nodes N] [--weaviate-only]   start everything (or only Weaviate), wait until ready
-#   cluster.sh status                             what runs, and whether each part is healthy
-#   cluster.sh down                               stop everything by pid (TERM, then KILL after a grace period)
+#   cluster.sh up [--store S] [--nodes N] [--weaviate-only]   start everything (or only Weaviate), wait until ready
+#   cluster.sh status                                         what runs, and whether each part is healthy
+#   cluster.sh down                                           stop everything by pid (TERM, INT to PostgreSQL, then KILL after a grace period)
+#
+# --store weaviate|postgres: the servers' store (default: as saved, else weaviate). A
+# different store than the saved cluster's starts on new ports with empty data.
 #
 # --nodes N: Weaviate nodes (default: as saved, else 3); the servers' collection gets N shards and
 # min(2, N) replicas. `--nodes N --weaviate-only` is the way to get a Weaviate cluster of
@@ -16,18 +21,30 @@
 # (${EMBEDWIRE_CLUSTER_DIR:-$EMBEDWIRE_CACHE/cluster}) with the pids, logs and data, so
 # `down` then `up` brings the same cluster back on its data. If a saved port has been
 # taken meanwhile, `up` picks new ports and starts from empty data (and says so).
-# Needs `make setup` (weaviate-server in $EMBEDWIRE_CACHE/bin, the release binaries).
+#
+# PostgreSQL (pgvector included) runs from $EMBEDWIRE_CACHE/bin/pg. It refuses to run as
+# root: as root, its servers run as the system user embedwire-pg and their data lives
+# outside root's home (mode 700, which that user cannot traverse), in
+# /var/lib/embedwire-pg/cluster-<hash of the state dir>/, linked as $STATE/data/postgres.
+# The servers use the database `embedwire` (created at the first `up`).
+# Needs `make setup` (weaviate-server and pg in $EMBEDWIRE_CACHE/bin, the release binaries).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 CACHE="${EMBEDWIRE_CACHE:-$HOME/.cache/embedwire}"
 STATE="${EMBEDWIRE_CLUSTER_DIR:-$CACHE/cluster}"
 WEAVIATE_BIN="$CACHE/bin/weaviate-server"
+PG_LINK="$CACHE/bin/pg"
+PG_USER=embedwire-pg
+PG_DB=embedwire
 SERVER_BIN="$PWD/target/release/embedwire-server"
 GATEWAY_BIN="$PWD/target/release/embedwire-gateway"
 # The nodes of the cluster in the state dir (`up --nodes` may change it).
 WEAVIATE_NODES=3
 [[ -f "$STATE/nodes" ]] && WEAVIATE_NODES="$(cat "$STATE/nodes")"
+# The store of the cluster in the state dir (`up --store` may change it).
+STORE=weaviate
+[[ -f "$STATE/store" ]] && STORE="$(cat "$STATE/store")"
 SERVERS=2
 # How long to wait for readiness: a cold Weaviate cluster takes ~15 s, a server loads its model.
 READY_TIMEOUT_SECS=120
@@ -43,8 +60,13 @@ die() { log "ERROR: $*"; exit 1; }
 # The processes, in start order (stopped in reverse).
 process_names() {
   local i
-  for ((i = 0; i < WEAVIATE_NODES; i++)); do echo "weaviate-$i"; done
-  [[ -f "$STATE/weaviate-only" ]] && return
+  if [[ "$STORE" == postgres ]]; then
+    echo postgres-primary
+    echo postgres-replica
+  else
+    for ((i = 0; i < WEAVIATE_NODES; i++)); do echo "weaviate-$i"; done
+    [[ -f "$STATE/weaviate-only" ]] && return
+  fi
   for ((i = 0; i < SERVERS; i++)); do echo "server-$i"; done
   echo gateway
 }
@@ -56,10 +78,11 @@ alive() { local pid; pid="$(pid_of "$1")"; [[ -n "$pid" ]] && kill -0 "$pid" 2>/
 # are picked. Weaviate needs two pairs per node: the intra-cluster data port is taken to
 # be gossip + 1 (its fallback for a peer whose metadata has not arrived) and, with
 # CLUSTER_IN_LOCALHOST, a peer's Raft RPC port is always computed as its Raft port + 1.
+# With --store postgres: one port each for the primary and the replica instead.
 pick_ports() {
-  python3 - "$WEAVIATE_NODES" "$SERVERS" <<'EOF'
+  python3 - "$WEAVIATE_NODES" "$SERVERS" "$STORE" <<'EOF'
 import socket, sys
-nodes, servers = int(sys.argv[1]), int(sys.argv[2])
+nodes, servers, store = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 held = []
 def bind(port, kind=socket.SOCK_STREAM):
     s = socket.socket(socket.AF_INET, kind)
@@ -76,6 +99,10 @@ def pair(udp):
             return first
         except OSError:
             continue
+if store == "postgres":
+    nodes = 0
+    print(f"POSTGRES_PRIMARY_PORT={bind(0)}")
+    print(f"POSTGRES_REPLICA_PORT={bind(0)}")
 for i in range(nodes):
     print(f"WEAVIATE_HTTP_{i}={bind(0)}")
     print(f"WEAVIATE_GRPC_{i}={bind(0)}")
@@ -182,16 +209,119 @@ wait_listening() {
   done
 }
 
+# PostgreSQL's binaries through the link's target, so that embedwire-pg never has to
+# traverse /root to reach them.
+pg_bin() { echo "$(readlink -f "$PG_LINK")/bin/$1"; }
+
+# Where the PostgreSQL data lives (see the header): the primary's and the replica's data
+# directories and the servers' Unix sockets.
+pg_dir() {
+  if [[ "$(id -u)" == 0 ]]; then
+    echo "/var/lib/embedwire-pg/cluster-$(printf '%s' "$STATE" | sha256sum | cut -c1-12)"
+  else
+    echo "$STATE/data/postgres"
+  fi
+}
+
+# The prefix that runs a command as the PostgreSQL user (as root: embedwire-pg;
+# otherwise as we are), with nothing of our environment (no PG* variables, no HOME that
+# user cannot read).
+PG_AS=(env -i PATH=/usr/bin:/bin LC_ALL=C)
+[[ "$(id -u)" == 0 ]] && PG_AS+=(setpriv "--reuid=$PG_USER" "--regid=$PG_USER" --init-groups)
+
+# psql on PORT, database DB: rows one per line, columns separated by |.
+pg_sql() {
+  env -i PATH=/usr/bin:/bin LC_ALL=C PGCONNECT_TIMEOUT=2 PGOPTIONS="-c client_min_messages=warning" \
+    "$(pg_bin psql)" -X -q -A -t -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$1" -U postgres -d "$2" -c "$3"
+}
+
+# Both servers read it (the replica gets it with pg_basebackup); the port and the
+# socket directory differ and are given on the command line.
+PG_SETTINGS="
+# embedwire local cluster (scripts/cluster.sh)
+listen_addresses = '127.0.0.1'
+wal_level = replica
+max_wal_senders = 4
+hot_standby = on
+fsync = on
+# WAL the primary keeps for a replica that was down a while (down, then up).
+wal_keep_size = '256MB'
+# A replica reconnects to a restarted primary within this (default 5 s).
+wal_retrieve_retry_interval = '1s'
+"
+
+# The postmaster itself runs (no pg_ctl), so its pid is the one in pids/.
+launch_postgres() {
+  local role="$1" port="$2" dir
+  dir="$(pg_dir)"
+  launch "postgres-$role" "${PG_AS[@]}" "$(pg_bin postgres)" -D "$dir/$role" -p "$port" \
+    -c "unix_socket_directories=$dir"
+}
+
+# The primary (initdb on first use), then the replica (a copy of the running primary,
+# -R: it streams from it), then the database and pgvector in it, once the replica has them.
+start_postgres() {
+  local dir log="$STATE/logs/postgres-primary.log"
+  dir="$(pg_dir)"
+  [[ -x "$(pg_bin postgres)" ]] || die "$PG_LINK/bin/postgres not found: run \`make setup\`"
+  mkdir -p "$dir" "$STATE/logs" "$STATE/data"
+  if [[ "$(id -u)" == 0 ]]; then
+    getent passwd "$PG_USER" >/dev/null || die "user $PG_USER missing: run \`make setup\`"
+    chown "$PG_USER:" "$dir"
+    chmod 700 "$dir"
+    ln -sfn "$dir" "$STATE/data/postgres"
+  fi
+  if [[ ! -f "$dir/primary/PG_VERSION" ]]; then
+    rm -rf "$dir/primary" "$dir/replica"
+    log "initdb of the primary in $dir/primary"
+    "${PG_AS[@]}" "$(pg_bin initdb)" -D "$dir/primary" -U postgres --auth=trust -E UTF8 --locale=C >>"$log" 2>&1 ||
+      { log "initdb failed; see $log"; return 1; }
+    echo "$PG_SETTINGS" >>"$dir/primary/postgresql.conf"
+    echo "host replication all 127.0.0.1/32 trust" >>"$dir/primary/pg_hba.conf"
+  fi
+  launch_postgres primary "$POSTGRES_PRIMARY_PORT"
+  wait_ready postgres-primary || return 1
+  if [[ ! -f "$dir/replica/PG_VERSION" ]]; then
+    rm -rf "$dir/replica"
+    log="$STATE/logs/postgres-replica.log"
+    log "pg_basebackup of the primary into $dir/replica"
+    # --checkpoint=fast: the default spread checkpoint makes it wait about 90 s.
+    "${PG_AS[@]}" "$(pg_bin pg_basebackup)" -h 127.0.0.1 -p "$POSTGRES_PRIMARY_PORT" -U postgres -D "$dir/replica" \
+      -R -X stream --checkpoint=fast >>"$log" 2>&1 || { log "pg_basebackup failed; see $log"; return 1; }
+  fi
+  launch_postgres replica "$POSTGRES_REPLICA_PORT"
+  wait_ready postgres-replica || return 1
+  if [[ -z "$(pg_sql "$POSTGRES_PRIMARY_PORT" postgres "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'")" ]]; then
+    pg_sql "$POSTGRES_PRIMARY_PORT" postgres "CREATE DATABASE $PG_DB" || return 1
+  fi
+  # Here rather than by two servers starting at once (CREATE EXTENSION IF NOT EXISTS races).
+  pg_sql "$POSTGRES_PRIMARY_PORT" "$PG_DB" "CREATE EXTENSION IF NOT EXISTS vector" || return 1
+  local deadline=$((SECONDS + READY_TIMEOUT_SECS))
+  until [[ "$(pg_sql "$POSTGRES_REPLICA_PORT" "$PG_DB" "SELECT 1 FROM pg_extension WHERE extname = 'vector'" 2>/dev/null)" == 1 ]]; do
+    ((SECONDS < deadline)) || { log "the replica did not receive database $PG_DB"; return 1; }
+    sleep 0.2
+  done
+}
+
+postgres_url() { echo "postgres://postgres@127.0.0.1:$1/$PG_DB"; }
+
 start_servers() {
-  local i
+  local i store_args
+  if [[ "$STORE" == postgres ]]; then
+    store_args=(--store postgres
+      --postgres-url "$(postgres_url "$POSTGRES_PRIMARY_PORT")"
+      --postgres-read-url "$(postgres_url "$POSTGRES_REPLICA_PORT")")
+  else
+    store_args=(--store weaviate
+      --weaviate-http "$(weaviate_http_urls)"
+      --weaviate-grpc "$(weaviate_grpc_addrs)"
+      --replication-factor "$((WEAVIATE_NODES < 2 ? WEAVIATE_NODES : 2))"
+      --shards "$WEAVIATE_NODES")
+  fi
   for ((i = 0; i < SERVERS; i++)); do
     mkdir -p "$STATE/data/server-$i"
     launch "server-$i" "$SERVER_BIN" \
-      --store weaviate \
-      --weaviate-http "$(weaviate_http_urls)" \
-      --weaviate-grpc "$(weaviate_grpc_addrs)" \
-      --replication-factor "$((WEAVIATE_NODES < 2 ? WEAVIATE_NODES : 2))" \
-      --shards "$WEAVIATE_NODES" \
+      "${store_args[@]}" \
       --listen "127.0.0.1:$(port "SERVER_PORT_$i")" \
       --data-dir "$STATE/data/server-$i"
   done
@@ -232,6 +362,12 @@ ready() {
       local i="${1#weaviate-}"
       http_ok "http://127.0.0.1:$(port "WEAVIATE_HTTP_$i")/v1/.well-known/ready" && weaviate_settled "$i"
       ;;
+    postgres-primary) [[ "$(pg_sql "$POSTGRES_PRIMARY_PORT" postgres "SELECT pg_is_in_recovery()" 2>/dev/null)" == f ]] ;;
+    postgres-replica)
+      # In recovery and streaming from the primary.
+      [[ "$(pg_sql "$POSTGRES_REPLICA_PORT" postgres "SELECT pg_is_in_recovery() AND EXISTS (
+          SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming')" 2>/dev/null)" == t ]]
+      ;;
     server-*) http_ok "http://127.0.0.1:$(port "SERVER_PORT_${1#server-}")/readyz" ;;
     gateway) http_ok "http://127.0.0.1:$GATEWAY_PORT/readyz" ;;
   esac
@@ -261,10 +397,15 @@ wait_ready() {
 
 print_addresses() {
   local i
-  for ((i = 0; i < WEAVIATE_NODES; i++)); do
-    echo "weaviate-$i  http://127.0.0.1:$(port "WEAVIATE_HTTP_$i")  grpc 127.0.0.1:$(port "WEAVIATE_GRPC_$i")"
-  done
-  [[ -f "$STATE/weaviate-only" ]] && return
+  if [[ "$STORE" == postgres ]]; then
+    echo "postgres-primary  $(postgres_url "$POSTGRES_PRIMARY_PORT")  (data in $(pg_dir)/primary)"
+    echo "postgres-replica  $(postgres_url "$POSTGRES_REPLICA_PORT")  (hot standby, streaming)"
+  else
+    for ((i = 0; i < WEAVIATE_NODES; i++)); do
+      echo "weaviate-$i  http://127.0.0.1:$(port "WEAVIATE_HTTP_$i")  grpc 127.0.0.1:$(port "WEAVIATE_GRPC_$i")"
+    done
+    [[ -f "$STATE/weaviate-only" ]] && return
+  fi
   for ((i = 0; i < SERVERS; i++)); do
     echo "server-$i    127.0.0.1:$(port "SERVER_PORT_$i") (gRPC and HTTP)"
   done
@@ -293,22 +434,34 @@ cmd_status() {
 }
 
 cmd_up() {
-  # Without --nodes: the saved cluster's size (3 for a new one), so `down` then `up`
-  # brings back the same cluster.
-  local weaviate_only=false nodes="$WEAVIATE_NODES"
+  # Without --store and --nodes: the saved cluster's store and size (weaviate and 3 for a
+  # new one), so `down` then `up` brings back the same cluster.
+  local weaviate_only=false nodes="$WEAVIATE_NODES" nodes_given=false store="$STORE"
   while (($# > 0)); do
     case "$1" in
       --weaviate-only) weaviate_only=true ;;
       --nodes)
         [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || die "--nodes needs a number of nodes (1 or more)"
         nodes="$2"
+        nodes_given=true
         shift
         ;;
-      *) die "unknown option $1 (usage: $0 up [--nodes N] [--weaviate-only])" ;;
+      --store)
+        [[ "${2:-}" == weaviate || "${2:-}" == postgres ]] || die "--store needs weaviate or postgres"
+        store="$2"
+        shift
+        ;;
+      *) die "unknown option $1 (usage: $0 up [--store weaviate|postgres] [--nodes N] [--weaviate-only])" ;;
     esac
     shift
   done
-  [[ -x "$WEAVIATE_BIN" ]] || die "$WEAVIATE_BIN not found: run \`make setup\`"
+  if [[ "$store" == postgres ]]; then
+    $weaviate_only && die "--weaviate-only goes with --store weaviate"
+    $nodes_given && die "--nodes is the size of a Weaviate cluster; --store postgres runs a primary and one replica"
+    [[ -x "$PG_LINK/bin/postgres" ]] || die "$PG_LINK/bin/postgres not found: run \`make setup\`"
+  else
+    [[ -x "$WEAVIATE_BIN" ]] || die "$WEAVIATE_BIN not found: run \`make setup\`"
+  fi
   if ! $weaviate_only; then
     [[ -x "$SERVER_BIN" && -x "$GATEWAY_BIN" ]] || die "release binaries missing: run \`make setup\`"
   fi
@@ -324,7 +477,11 @@ cmd_up() {
         log "partly up (not running: ${dead[*]}); \`$0 down\`, then \`$0 up\` starts it all again"
         return 1
       fi
-      ((nodes == WEAVIATE_NODES)) || log "it has $WEAVIATE_NODES Weaviate nodes, not $nodes"
+      if [[ "$store" != "$STORE" ]]; then
+        log "it stores in $STORE, not $store"
+      elif [[ "$STORE" == weaviate ]] && ((nodes != WEAVIATE_NODES)); then
+        log "it has $WEAVIATE_NODES Weaviate nodes, not $nodes"
+      fi
       log "already up (\`$0 down\` first to start again)"
       return 0
     fi
@@ -332,31 +489,43 @@ cmd_up() {
 
   mkdir -p "$STATE"
   rm -rf "$STATE/pids"
-  local saved_nodes="$WEAVIATE_NODES"
+  local saved_nodes="$WEAVIATE_NODES" saved_store="$STORE"
   WEAVIATE_NODES="$nodes"
-  if [[ -f "$STATE/ports.env" ]] && ((saved_nodes == nodes)) && saved_ports_free; then
+  STORE="$store"
+  if [[ -f "$STATE/ports.env" && "$saved_store" == "$store" ]] &&
+    { [[ "$store" == postgres ]] || ((saved_nodes == nodes)); } && saved_ports_free; then
     log "starting on the saved ports and data in $STATE"
   else
     if [[ -d "$STATE/data" ]]; then
-      if ((saved_nodes != nodes)); then
+      if [[ "$saved_store" != "$store" ]]; then
+        log "the saved cluster stored in $saved_store, not $store; starting on new ports with empty data"
+      elif ((saved_nodes != nodes)); then
         log "the saved cluster had $saved_nodes nodes, not $nodes; starting on new ports with empty data"
       else
         log "saved ports are taken; starting on new ports with empty data"
       fi
     fi
+    # As root, PostgreSQL's data is outside the state dir (see the header).
+    [[ "$(id -u)" == 0 ]] && rm -rf "$(pg_dir)"
     rm -rf "$STATE/data"
     pick_ports >"$STATE/ports.env.new"
     mv "$STATE/ports.env.new" "$STATE/ports.env"
     echo "$nodes" >"$STATE/nodes"
+    echo "$store" >"$STATE/store"
   fi
   if $weaviate_only; then touch "$STATE/weaviate-only"; else rm -f "$STATE/weaviate-only"; fi
   source "$STATE/ports.env"
 
   local started=$SECONDS weaviate=()
-  mapfile -t weaviate < <(process_names | grep '^weaviate-')
-  start_weaviate || { cmd_down; die "the Weaviate cluster did not come up"; }
-  wait_ready "${weaviate[@]}" || { cmd_down; die "the Weaviate cluster did not come up"; }
-  log "Weaviate cluster of $WEAVIATE_NODES nodes healthy after $((SECONDS - started)) s"
+  if [[ "$STORE" == postgres ]]; then
+    start_postgres || { cmd_down; die "PostgreSQL did not come up"; }
+    log "PostgreSQL primary and streaming replica ready after $((SECONDS - started)) s"
+  else
+    mapfile -t weaviate < <(process_names | grep '^weaviate-')
+    start_weaviate || { cmd_down; die "the Weaviate cluster did not come up"; }
+    wait_ready "${weaviate[@]}" || { cmd_down; die "the Weaviate cluster did not come up"; }
+    log "Weaviate cluster of $WEAVIATE_NODES nodes healthy after $((SECONDS - started)) s"
+  fi
   if ! $weaviate_only; then
     local servers=()
     mapfile -t servers < <(process_names | grep '^server-')
@@ -369,13 +538,18 @@ cmd_up() {
   print_addresses
 }
 
-# TERM to everything (reverse start order), then KILL whatever outlives the grace period.
+# SIGTERM is a smart shutdown to PostgreSQL, which waits for every session to end;
+# SIGINT is its fast shutdown (sessions are cut, a checkpoint is written).
+stop_signal() { [[ "$1" == postgres-* ]] && echo INT || echo TERM; }
+
+# TERM (INT to PostgreSQL) to everything (reverse start order), then KILL whatever
+# outlives the grace period.
 cmd_down() {
   [[ -d "$STATE/pids" ]] || { log "nothing is up"; return 0; }
   local names=() name pid
   mapfile -t names < <(process_names | tac)
   for name in "${names[@]}"; do
-    alive "$name" && kill -TERM "$(pid_of "$name")" 2>/dev/null || true
+    alive "$name" && kill "-$(stop_signal "$name")" "$(pid_of "$name")" 2>/dev/null || true
   done
   local deadline=$((SECONDS + STOP_GRACE_SECS))
   for name in "${names[@]}"; do
@@ -395,5 +569,5 @@ case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up [--nodes N] [--weaviate-only] | down | status" >&2; exit 2 ;;
+  *) echo "usage: $0 up [--store weaviate|postgres] [--nodes N] [--weaviate-only] | down | status" >&2; exit 2 ;;
 esac

@@ -223,3 +223,40 @@ async fn whole_store_down_then_back_without_a_server_restart() {
     assert_finds(&mut client, &documents[0]).await;
     assert_exactly_once(&mut client, &ids, "after the store came back").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lagging_replica_is_skipped() {
+    const DOCUMENTS: usize = 100;
+    let (_serial, cluster, flags) = exclusive_cluster("replica_lag").await;
+    let lag = ["--postgres-max-replica-lag-secs", "1"];
+    let writer = start_server(&flags, &lag).await;
+    let reader = start_server(&flags, &lag).await;
+    let mut via_writer = search_client(&writer.address).await;
+    let mut via_reader = search_client(&reader.address).await;
+    let first = documents("before", DOCUMENTS);
+    let job_id = ingest(&mut via_writer, first.clone()).await.job_id;
+    wait_completed(&mut via_writer, &job_id).await;
+    blocking(move || cluster.wait_replica_caught_up()).await;
+
+    // The replica stops replaying: it answers, but falls behind every write.
+    blocking(move || cluster.replica_sql("replica_lag", "SELECT pg_wal_replay_pause()")).await;
+    let second = documents("after", DOCUMENTS);
+    let job_id = ingest(&mut via_writer, second.clone()).await.job_id;
+    wait_completed(&mut via_writer, &job_id).await;
+    let on_replica =
+        blocking(move || cluster.replica_sql("replica_lag", "SELECT count(*) FROM faults.documents")).await;
+    assert_eq!(on_replica, DOCUMENTS.to_string(), "the paused replica has only the first documents");
+    // Past the lag bound (and a check of the WAL positions), the other server reads
+    // from the primary and finds what the replica does not have.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let ids: Vec<String> = first.iter().chain(&second).map(|d| d.id.clone()).collect();
+    assert_exactly_once(&mut via_reader, &ids, "with the replica paused").await;
+    assert_finds(&mut via_reader, &second[DOCUMENTS - 1]).await;
+
+    blocking(move || {
+        cluster.replica_sql("replica_lag", "SELECT pg_wal_replay_resume()");
+        cluster.wait_replica_caught_up();
+    })
+    .await;
+    assert_finds(&mut via_reader, &second[0]).await;
+}

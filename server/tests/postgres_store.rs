@@ -139,6 +139,20 @@ async fn filters_with_hostile_keys_and_values_are_only_data() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn servers_starting_together_migrate_once() {
+    let flags = postgres_flags("migrate", "together");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let args = [&["--backend", "pseudo"][..], &flags].concat();
+    let servers = futures::future::join_all((0..4).map(|_| InProcessServer::start(&args))).await;
+    let cluster = PostgresCluster::shared();
+    assert_eq!(cluster.sql("migrate", "SELECT count(*) FROM together.migrations"), "1");
+    assert_eq!(cluster.sql("migrate", "SELECT value FROM together.settings WHERE key = 'vector'"), "halfvec");
+    for server in servers {
+        server.stop().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn bad_configuration_is_refused_with_a_clear_message() {
     let data = TempDir::new("pg-bad-config");
     let cluster = PostgresCluster::shared();
