@@ -4,7 +4,7 @@
 # With --store postgres: a PostgreSQL primary and one streaming hot-standby replica
 # instead, the servers writing to the primary and reading from the replica.
 #
-#   cluster.sh up [--store S] [--nodes N] [--weaviate-only]   start everything (or only Weaviate), wait until ready
+#   cluster.sh up [--store S] [--nodes N] [--store-only]   start everything (or only the store), wait until ready
 #   cluster.sh status                                         what runs, and whether each part is healthy
 #   cluster.sh down                                           stop everything by pid (TERM, INT to PostgreSQL, then KILL after a grace period)
 #
@@ -12,10 +12,13 @@
 # different store than the saved cluster's starts on new ports with empty data.
 #
 # --nodes N: Weaviate nodes (default: as saved, else 3); the servers' collection gets N shards and
-# min(2, N) replicas. `--nodes N --weaviate-only` is the way to get a Weaviate cluster of
-# any size for a program of your own (embedwire-bench store does): the addresses are in
-# $STATE/ports.env (WEAVIATE_HTTP_i, WEAVIATE_GRPC_i) and the node pids in
-# $STATE/pids/weaviate-i.pid.
+# min(2, N) replicas.
+#
+# --store-only (or its older name --weaviate-only): the store alone, no servers or gateway,
+# for a program of your own (embedwire-bench store does). The addresses are in
+# $STATE/ports.env (WEAVIATE_HTTP_i, WEAVIATE_GRPC_i; POSTGRES_PRIMARY_PORT,
+# POSTGRES_REPLICA_PORT with the database `embedwire`) and the pids in $STATE/pids/
+# (weaviate-i.pid; postgres-primary.pid, postgres-replica.pid).
 #
 # Every port is a free loopback port, picked at the first `up` and kept in the state dir
 # (${EMBEDWIRE_CLUSTER_DIR:-$EMBEDWIRE_CACHE/cluster}) with the pids, logs and data, so
@@ -63,9 +66,10 @@ process_names() {
   if [[ "$STORE" == postgres ]]; then
     echo postgres-primary
     echo postgres-replica
+    [[ -f "$STATE/store-only" ]] && return
   else
     for ((i = 0; i < WEAVIATE_NODES; i++)); do echo "weaviate-$i"; done
-    [[ -f "$STATE/weaviate-only" ]] && return
+    [[ -f "$STATE/store-only" ]] && return
   fi
   for ((i = 0; i < SERVERS; i++)); do echo "server-$i"; done
   echo gateway
@@ -400,11 +404,12 @@ print_addresses() {
   if [[ "$STORE" == postgres ]]; then
     echo "postgres-primary  $(postgres_url "$POSTGRES_PRIMARY_PORT")  (data in $(pg_dir)/primary)"
     echo "postgres-replica  $(postgres_url "$POSTGRES_REPLICA_PORT")  (hot standby, streaming)"
+    [[ -f "$STATE/store-only" ]] && return
   else
     for ((i = 0; i < WEAVIATE_NODES; i++)); do
       echo "weaviate-$i  http://127.0.0.1:$(port "WEAVIATE_HTTP_$i")  grpc 127.0.0.1:$(port "WEAVIATE_GRPC_$i")"
     done
-    [[ -f "$STATE/weaviate-only" ]] && return
+    [[ -f "$STATE/store-only" ]] && return
   fi
   for ((i = 0; i < SERVERS; i++)); do
     echo "server-$i    127.0.0.1:$(port "SERVER_PORT_$i") (gRPC and HTTP)"
@@ -436,10 +441,10 @@ cmd_status() {
 cmd_up() {
   # Without --store and --nodes: the saved cluster's store and size (weaviate and 3 for a
   # new one), so `down` then `up` brings back the same cluster.
-  local weaviate_only=false nodes="$WEAVIATE_NODES" nodes_given=false store="$STORE"
+  local store_only=false nodes="$WEAVIATE_NODES" nodes_given=false store="$STORE"
   while (($# > 0)); do
     case "$1" in
-      --weaviate-only) weaviate_only=true ;;
+      --store-only | --weaviate-only) store_only=true ;;
       --nodes)
         [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || die "--nodes needs a number of nodes (1 or more)"
         nodes="$2"
@@ -451,18 +456,17 @@ cmd_up() {
         store="$2"
         shift
         ;;
-      *) die "unknown option $1 (usage: $0 up [--store weaviate|postgres] [--nodes N] [--weaviate-only])" ;;
+      *) die "unknown option $1 (usage: $0 up [--store weaviate|postgres] [--nodes N] [--store-only])" ;;
     esac
     shift
   done
   if [[ "$store" == postgres ]]; then
-    $weaviate_only && die "--weaviate-only goes with --store weaviate"
     $nodes_given && die "--nodes is the size of a Weaviate cluster; --store postgres runs a primary and one replica"
     [[ -x "$PG_LINK/bin/postgres" ]] || die "$PG_LINK/bin/postgres not found: run \`make setup\`"
   else
     [[ -x "$WEAVIATE_BIN" ]] || die "$WEAVIATE_BIN not found: run \`make setup\`"
   fi
-  if ! $weaviate_only; then
+  if ! $store_only; then
     [[ -x "$SERVER_BIN" && -x "$GATEWAY_BIN" ]] || die "release binaries missing: run \`make setup\`"
   fi
   if [[ -f "$STATE/ports.env" ]]; then
@@ -513,7 +517,7 @@ cmd_up() {
     echo "$nodes" >"$STATE/nodes"
     echo "$store" >"$STATE/store"
   fi
-  if $weaviate_only; then touch "$STATE/weaviate-only"; else rm -f "$STATE/weaviate-only"; fi
+  if $store_only; then touch "$STATE/store-only"; else rm -f "$STATE/store-only"; fi
   source "$STATE/ports.env"
 
   local started=$SECONDS weaviate=()
@@ -526,7 +530,7 @@ cmd_up() {
     wait_ready "${weaviate[@]}" || { cmd_down; die "the Weaviate cluster did not come up"; }
     log "Weaviate cluster of $WEAVIATE_NODES nodes healthy after $((SECONDS - started)) s"
   fi
-  if ! $weaviate_only; then
+  if ! $store_only; then
     local servers=()
     mapfile -t servers < <(process_names | grep '^server-')
     start_servers
@@ -569,5 +573,5 @@ case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up [--store weaviate|postgres] [--nodes N] [--weaviate-only] | down | status" >&2; exit 2 ;;
+  *) echo "usage: $0 up [--store weaviate|postgres] [--nodes N] [--store-only] | down | status" >&2; exit 2 ;;
 esac

@@ -67,6 +67,28 @@ pub struct JobRecord {
     pub revision: u64,
 }
 
+impl JobState {
+    /// The state's name where a store keeps it as text.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Running => "running",
+            JobState::Completed => "completed",
+            JobState::Failed => "failed",
+        }
+    }
+
+    /// The state of a [`JobState::name`] (an unknown name reads as pending).
+    pub fn from_name(name: &str) -> JobState {
+        match name {
+            "running" => JobState::Running,
+            "completed" => JobState::Completed,
+            "failed" => JobState::Failed,
+            _ => JobState::Pending,
+        }
+    }
+}
+
 impl JobRecord {
     /// Whether the job has ended.
     pub fn is_finished(&self) -> bool {

@@ -24,29 +24,11 @@ use crate::store::{Claim, JobChange, JobRecord, JobState, NewDocument};
 pub const JOB_COLUMNS: &str =
     "job_id, state, total, processed, failed, error, started_at, finished_at, next_sequence, receiving, revision";
 
-fn state_name(state: JobState) -> &'static str {
-    match state {
-        JobState::Pending => "pending",
-        JobState::Running => "running",
-        JobState::Completed => "completed",
-        JobState::Failed => "failed",
-    }
-}
-
-fn state_of(name: &str) -> JobState {
-    match name {
-        "running" => JobState::Running,
-        "completed" => JobState::Completed,
-        "failed" => JobState::Failed,
-        _ => JobState::Pending,
-    }
-}
-
 pub fn job_from_row(row: &Row) -> JobRecord {
     let count = |i: usize| row.get::<_, i64>(i).max(0) as u64;
     JobRecord {
         id: row.get(0),
-        state: state_of(row.get(1)),
+        state: JobState::from_name(row.get(1)),
         total: count(2),
         processed: count(3),
         failed: count(4),
@@ -71,7 +53,7 @@ async fn write_job(tx: &Transaction<'_>, s: &str, job: &JobRecord) -> std::resul
         &sql,
         &[
             &job.id,
-            &state_name(job.state),
+            &job.state.name(),
             &n(job.total),
             &n(job.processed),
             &n(job.failed),

@@ -100,15 +100,6 @@ impl JobParts {
     }
 }
 
-fn state_name(state: JobState) -> &'static str {
-    match state {
-        JobState::Pending => "pending",
-        JobState::Running => "running",
-        JobState::Completed => "completed",
-        JobState::Failed => "failed",
-    }
-}
-
 /// Job and pending reads see every acknowledged write: they use the write level.
 fn job_consistency(store: &WeaviateStore) -> Consistency {
     store.settings.write_consistency
@@ -140,7 +131,7 @@ fn progress_object(store: &WeaviateStore, id: &str, progress: &Progress, owner: 
             PropertiesBuilder::default()
                 .text("job_id", id)
                 .text("part", PROGRESS)
-                .text("state", state_name(progress.state))
+                .text("state", progress.state.name())
                 .text("record_json", serde_json::to_string(progress).expect("progress serializes"))
                 .text("lease_owner", owner)
                 .number("lease_until", until)
