@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Instant;
 
-use common::postgres::PostgresCluster;
+use common::postgres::{PostgresCluster, Role};
 
 const DB: &str = "cluster_probe";
 
@@ -48,11 +48,11 @@ async fn replica_streams_and_a_killed_primary_keeps_its_rows() {
     let refused = cluster.try_replica_sql(DB, "INSERT INTO probe VALUES (2, '[1,1,1]')").unwrap_err();
     assert!(refused.contains("read-only transaction"), "{refused}");
 
-    cluster.kill_primary();
-    assert!(!cluster.primary_running());
+    cluster.kill(Role::Primary);
+    assert!(!cluster.is_running(Role::Primary));
     assert!(cluster.try_sql(DB, "SELECT 1").is_err());
     let restarted = Instant::now();
-    cluster.start_primary();
+    cluster.start_server(Role::Primary);
     eprintln!("primary restarted after SIGKILL, accepting connections after {:.1?}", restarted.elapsed());
     assert_eq!(cluster.sql(DB, "SELECT id, embedding FROM probe"), row);
     cluster.sql(DB, "INSERT INTO probe VALUES (2, '[1,1,1]')");
@@ -61,11 +61,11 @@ async fn replica_streams_and_a_killed_primary_keeps_its_rows() {
     eprintln!("replica caught up with the restarted primary after {:.1?}", caught_up.elapsed());
     assert_eq!(cluster.replica_sql(DB, "SELECT count(*) FROM probe"), "2");
 
-    cluster.stop_replica();
-    assert!(!cluster.replica_running());
+    cluster.stop(Role::Replica);
+    assert!(!cluster.is_running(Role::Replica));
     cluster.sql(DB, "INSERT INTO probe VALUES (3, '[2,2,2]')");
     let restarted = Instant::now();
-    cluster.start_replica();
+    cluster.start_server(Role::Replica);
     cluster.wait_replica_caught_up();
     eprintln!("replica restarted and caught up after {:.1?}", restarted.elapsed());
     assert_eq!(cluster.replica_sql(DB, "SELECT count(*) FROM probe"), "3");

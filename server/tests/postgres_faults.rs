@@ -22,15 +22,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::postgres::PostgresCluster;
+use common::postgres::{PostgresCluster, Role};
 use common::store_faults::{
-    self, JOB_TIMEOUT, assert_exactly_once, assert_finds, blocking, documents, ingest, job, search_client,
-    search_until, start_server, text_query, wait_completed,
+    self, assert_exactly_once, assert_finds, blocking, documents, ingest, ingest_completed, search_client,
+    search_until, start_server, wait_completed, wait_indexing,
 };
-use common::{health_status, wait_health};
 use embedwire_proto::v1::InfoRequest;
 use tokio::sync::{Mutex, MutexGuard};
-use tonic_health::pb::health_check_response::ServingStatus;
 
 /// One test at a time: they share the cluster and stop its servers.
 static SERIAL: Mutex<()> = Mutex::const_new(());
@@ -41,27 +39,16 @@ async fn exclusive_cluster(db: &'static str) -> (MutexGuard<'static, ()>, &'stat
     let serial = SERIAL.lock().await;
     let cluster = blocking(move || {
         let cluster = PostgresCluster::shared();
-        cluster.start_primary();
-        cluster.start_replica();
+        cluster.start_server(Role::Primary);
+        cluster.start_server(Role::Replica);
         cluster.create_database(db);
         cluster
     })
     .await;
-    let flags = [
-        "--store",
-        "postgres",
-        "--postgres-url",
-        &cluster.primary_url(db),
-        "--postgres-read-url",
-        &cluster.replica_url(db),
-        "--collection",
-        "faults",
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut flags = cluster.server_flags(db, "faults");
     // These tests are about the store: searches that overlap the checks must not be
     // refused by admission control (its queue-time bound is a few ms here).
-    let flags = [flags, vec!["--max-queue-ms".into(), "10000".into()]].concat();
+    flags.extend(["--max-queue-ms".into(), "10000".into()]);
     (serial, cluster, flags)
 }
 
@@ -94,10 +81,7 @@ async fn killed_primary_during_ingest_and_search() {
     let started = Instant::now();
     let server = start_server(&flags, &[]).await;
     let mut client = search_client(&server.address).await;
-    let seed = documents("seed", SEED);
-    let seeded = ingest(&mut client, seed.clone()).await;
-    wait_completed(&mut client, &seeded.job_id).await;
-    let mut ids: Vec<String> = seed.iter().map(|d| d.id.clone()).collect();
+    let (seed, mut ids) = ingest_completed(&mut client, "seed", SEED).await;
     assert_exactly_once(&mut client, &ids, "seeded").await;
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -107,20 +91,16 @@ async fn killed_primary_during_ingest_and_search() {
     let documents = documents("primary", DOCUMENTS);
     ids.extend(documents.iter().map(|d| d.id.clone()));
     let acknowledged = ingest(&mut client, documents.clone()).await;
-    let deadline = Instant::now() + JOB_TIMEOUT;
-    while job(&mut client, &acknowledged.job_id).await.processed_documents == 0 {
-        assert!(Instant::now() < deadline, "nothing indexed within {JOB_TIMEOUT:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_indexing(&mut client, &acknowledged.job_id).await;
     let answered_before = answered.load(Ordering::Relaxed);
-    blocking(move || cluster.kill_primary()).await;
+    blocking(move || cluster.kill(Role::Primary)).await;
     eprintln!("killed the primary with SIGKILL during the ingest");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let answered_while_down = answered.load(Ordering::Relaxed) - answered_before;
     wait_nodes(&server.address, [false, true]).await;
 
     let restarting = Instant::now();
-    blocking(move || cluster.start_primary()).await;
+    blocking(move || cluster.start_server(Role::Primary)).await;
     eprintln!("primary back after {:.1?}", restarting.elapsed());
     let done = wait_completed(&mut client, &acknowledged.job_id).await;
     eprintln!("job completed {:.1?} after the primary came back", restarting.elapsed());
@@ -147,17 +127,14 @@ async fn stopped_replica_is_skipped_then_used_again() {
     let (_serial, cluster, flags) = exclusive_cluster("replica_stop").await;
     let server = start_server(&flags, &[]).await;
     let mut client = search_client(&server.address).await;
-    let documents = documents("replica", DOCUMENTS);
-    let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
-    let acknowledged = ingest(&mut client, documents.clone()).await;
-    wait_completed(&mut client, &acknowledged.job_id).await;
+    let (documents, ids) = ingest_completed(&mut client, "replica", DOCUMENTS).await;
     wait_nodes(&server.address, [true, true]).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let answered = Arc::new(AtomicUsize::new(0));
     let searches =
         tokio::spawn(search_until(vec![client.clone()], documents[3].text.clone(), stop.clone(), answered.clone()));
-    blocking(move || cluster.stop_replica()).await;
+    blocking(move || cluster.stop(Role::Replica)).await;
     wait_nodes(&server.address, [true, false]).await;
     let answered_before = answered.load(Ordering::Relaxed);
     assert_exactly_once(&mut client, &ids, "with the replica down").await;
@@ -165,7 +142,7 @@ async fn stopped_replica_is_skipped_then_used_again() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let answered_while_down = answered.load(Ordering::Relaxed) - answered_before;
 
-    blocking(move || cluster.start_replica()).await;
+    blocking(move || cluster.start_server(Role::Replica)).await;
     wait_nodes(&server.address, [true, true]).await;
     stop.store(true, Ordering::Relaxed);
     let failures = searches.await.unwrap();
@@ -177,51 +154,16 @@ async fn stopped_replica_is_skipped_then_used_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn whole_store_down_then_back_without_a_server_restart() {
-    const DOCUMENTS: usize = 300;
     let (_serial, cluster, flags) = exclusive_cluster("store_down").await;
-    let server = start_server(&flags, &[]).await;
-    let mut client = search_client(&server.address).await;
-    let documents = documents("down", DOCUMENTS);
-    let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
-    let acknowledged = ingest(&mut client, documents.clone()).await;
-    wait_completed(&mut client, &acknowledged.job_id).await;
-    assert_exactly_once(&mut client, &ids, "before the stop").await;
-
-    blocking(move || {
-        cluster.stop_replica();
-        cluster.stop_primary();
-    })
-    .await;
-    let stopped = Instant::now();
-    let status = client.search(text_query(&documents[0].text)).await.expect_err("search with the store down");
-    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
-    assert!(status.message().contains("postgres store"), "names the store: {}", status.message());
-    let http = reqwest::Client::new();
-    let response = http
-        .post(format!("{}/v1/search", server.address))
-        .json(&serde_json::json!({"query": documents[0].text}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 503);
-    let body = response.text().await.unwrap();
-    assert!(body.contains("postgres store"), "names the store: {body}");
-    let deadline = stopped + Duration::from_secs(5);
-    while health_status(&server.address).await != Some(ServingStatus::NotServing) {
-        assert!(Instant::now() < deadline, "still {:?} 5 s after the stop", health_status(&server.address).await);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let readyz = http.get(format!("{}/readyz", server.address)).send().await.unwrap();
-    assert_eq!(readyz.status().as_u16(), 503, "/readyz with the store down");
-
-    blocking(move || {
-        cluster.start_primary();
-        cluster.start_replica();
-    })
-    .await;
-    wait_health(&server.address, ServingStatus::Serving).await;
-    assert_finds(&mut client, &documents[0]).await;
-    assert_exactly_once(&mut client, &ids, "after the store came back").await;
+    let stop = move || {
+        cluster.stop(Role::Replica);
+        cluster.stop(Role::Primary);
+    };
+    let start = move || {
+        cluster.start_server(Role::Primary);
+        cluster.start_server(Role::Replica);
+    };
+    store_faults::whole_store_down_then_back_without_a_server_restart(&flags, "postgres store", stop, start).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -233,16 +175,12 @@ async fn lagging_replica_is_skipped() {
     let reader = start_server(&flags, &lag).await;
     let mut via_writer = search_client(&writer.address).await;
     let mut via_reader = search_client(&reader.address).await;
-    let first = documents("before", DOCUMENTS);
-    let job_id = ingest(&mut via_writer, first.clone()).await.job_id;
-    wait_completed(&mut via_writer, &job_id).await;
+    let (first, _) = ingest_completed(&mut via_writer, "before", DOCUMENTS).await;
     blocking(move || cluster.wait_replica_caught_up()).await;
 
     // The replica stops replaying: it answers, but falls behind every write.
     blocking(move || cluster.replica_sql("replica_lag", "SELECT pg_wal_replay_pause()")).await;
-    let second = documents("after", DOCUMENTS);
-    let job_id = ingest(&mut via_writer, second.clone()).await.job_id;
-    wait_completed(&mut via_writer, &job_id).await;
+    let (second, _) = ingest_completed(&mut via_writer, "after", DOCUMENTS).await;
     let on_replica =
         blocking(move || cluster.replica_sql("replica_lag", "SELECT count(*) FROM faults.documents")).await;
     assert_eq!(on_replica, DOCUMENTS.to_string(), "the paused replica has only the first documents");

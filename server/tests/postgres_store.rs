@@ -7,7 +7,6 @@
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::postgres::PostgresCluster;
@@ -17,7 +16,6 @@ use common::store_contract::{
 };
 use common::{InProcessServer, ONNX, TempDir};
 use embedwire_proto::v1::{DeleteDocumentsRequest, Document, Filter, JobStatus, SearchRequest};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Flags of a server on `collection` in database `db` (created if missing), reading
 /// from the replica.
@@ -26,18 +24,7 @@ fn postgres_flags(db: &str, collection: &str) -> Vec<String> {
     if cluster.sql("postgres", &format!("SELECT count(*) FROM pg_database WHERE datname = '{db}'")) == "0" {
         cluster.create_database(db);
     }
-    [
-        "--store",
-        "postgres",
-        "--postgres-url",
-        &cluster.primary_url(db),
-        "--postgres-read-url",
-        &cluster.replica_url(db),
-        "--collection",
-        collection,
-    ]
-    .map(String::from)
-    .to_vec()
+    cluster.server_flags(db, collection)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -185,30 +172,6 @@ async fn bad_configuration_is_refused_with_a_clear_message() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 
     // An index made for another model's dimension.
-    let mut args = with_data(postgres_flags("dimension", "dimension"));
-    args.extend(["--backend".into(), "pseudo".into(), "--pseudo-dim".into(), "8".into()]);
-    let mut first = tokio::process::Command::new(env!("CARGO_BIN_EXE_embedwire-server"))
-        .args(["--listen", "127.0.0.1:0"])
-        .args(&args)
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(first.stderr.take().unwrap()).lines();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains("serving") {
-                return;
-            }
-        }
-        panic!("the pseudo server exited");
-    })
-    .await
-    .expect("pseudo server ready");
-    first.kill().await.unwrap();
-    let mut args = with_data(postgres_flags("dimension", "dimension"));
-    args.extend(["--backend".into(), "onnx".into()]);
-    let (ok, stderr) = start_and_expect_exit(&args).await;
-    assert!(!ok && stderr.contains("dim=8") && stderr.contains("--collection"), "{stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    let stderr = store_contract::refuses_another_dimension(&with_data(postgres_flags("dimension", "dimension"))).await;
+    assert!(stderr.contains("dim=8") && stderr.contains("--collection"), "{stderr}");
 }

@@ -25,15 +25,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use common::ServerProcess;
 use common::store_faults::{
-    self, JOB_TIMEOUT, assert_exactly_once, assert_finds, blocking, documents, index_of, ingest, job, search_client,
-    search_until, text_query, wait_completed,
+    self, assert_exactly_once, assert_finds, blocking, documents, index_of, ingest, ingest_completed, search_client,
+    search_until, text_query, wait_completed, wait_indexing,
 };
 use common::weaviate::WeaviateCluster;
-use common::{ServerProcess, health_status, wait_health};
 use embedwire_proto::v1::InfoRequest;
 use tokio::sync::{Mutex, MutexGuard};
-use tonic_health::pb::health_check_response::ServingStatus;
 
 /// One test at a time: they share the cluster and kill its nodes.
 static SERIAL: Mutex<()> = Mutex::const_new(());
@@ -59,16 +58,8 @@ async fn exclusive_cluster() -> (MutexGuard<'static, ()>, &'static WeaviateClust
     (serial, cluster)
 }
 
-/// Flags of a server on the cluster's `collection`.
-fn weaviate_flags(cluster: &WeaviateCluster, collection: &str) -> Vec<String> {
-    let (http, grpc) = (cluster.http_urls().join(","), cluster.grpc_addrs().join(","));
-    ["--store", "weaviate", "--weaviate-http", &http, "--weaviate-grpc", &grpc, "--collection", collection]
-        .map(String::from)
-        .to_vec()
-}
-
 async fn start_server(cluster: &WeaviateCluster, collection: &str, extra: &[&str]) -> ServerProcess {
-    store_faults::start_server(&weaviate_flags(cluster, collection), extra).await
+    store_faults::start_server(&cluster.server_flags(collection), extra).await
 }
 
 /// (chunks, documents, pending documents) in `collection` as node `via` counts them in
@@ -124,7 +115,7 @@ async fn wait_replicas_agree(cluster: &WeaviateCluster, collection: &str, docume
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkilled_server_job_finishes_on_another_server() {
     let (_serial, cluster) = exclusive_cluster().await;
-    store_faults::sigkilled_server_job_finishes_on_another_server(&weaviate_flags(cluster, "FaultServerKill")).await;
+    store_faults::sigkilled_server_job_finishes_on_another_server(&cluster.server_flags("FaultServerKill")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -139,10 +130,7 @@ async fn killed_weaviate_node_during_ingest_and_search() {
     let mut via_a = search_client(&a.address).await;
     let mut via_b = search_client(&b.address).await;
 
-    let seed = documents("seed", SEED);
-    let seeded = ingest(&mut via_a, seed.clone()).await;
-    wait_completed(&mut via_a, &seeded.job_id).await;
-    let mut ids: Vec<String> = seed.iter().map(|d| d.id.clone()).collect();
+    let (seed, mut ids) = ingest_completed(&mut via_a, "seed", SEED).await;
     assert_exactly_once(&mut via_b, &ids, "seeded").await;
     let index = index_of(&via_a.search(text_query("seed")).await.unwrap());
     assert_eq!(index_of(&via_b.search(text_query("seed")).await.unwrap()), index, "one shared index");
@@ -160,11 +148,7 @@ async fn killed_weaviate_node_during_ingest_and_search() {
     let documents = documents("node", DOCUMENTS);
     ids.extend(documents.iter().map(|d| d.id.clone()));
     let acknowledged = ingest(&mut via_a, documents.clone()).await;
-    let deadline = Instant::now() + JOB_TIMEOUT;
-    while job(&mut via_a, &acknowledged.job_id).await.processed_documents == 0 {
-        assert!(Instant::now() < deadline, "nothing indexed within {JOB_TIMEOUT:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_indexing(&mut via_a, &acknowledged.job_id).await;
     let answered_before_kill = answered.load(Ordering::Relaxed);
     blocking(move || cluster.kill_node(KILLED)).await;
     let killed = Instant::now();
@@ -230,55 +214,12 @@ async fn killed_weaviate_node_during_ingest_and_search() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn whole_cluster_down_then_back_without_a_server_restart() {
-    const DOCUMENTS: usize = 300;
     let (_serial, cluster) = exclusive_cluster().await;
-    let started = Instant::now();
-    let server = start_server(cluster, "FaultClusterDown", &[]).await;
-    let mut client = search_client(&server.address).await;
-    let documents = documents("down", DOCUMENTS);
-    let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
-    let acknowledged = ingest(&mut client, documents.clone()).await;
-    wait_completed(&mut client, &acknowledged.job_id).await;
-    assert_exactly_once(&mut client, &ids, "before the stop").await;
-
-    let stopping = Instant::now();
-    blocking(move || cluster.stop_all()).await;
-    let stopped = Instant::now();
-    eprintln!("stopped every weaviate node in {:.1?}", stopping.elapsed());
-
-    let status = client.search(text_query(&documents[0].text)).await.expect_err("search with the store down");
-    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
-    assert!(status.message().contains("weaviate store"), "names the store: {}", status.message());
-
-    let http = reqwest::Client::new();
-    let response = http
-        .post(format!("{}/v1/search", server.address))
-        .json(&serde_json::json!({"query": documents[0].text}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 503);
-    let body = response.text().await.unwrap();
-    assert!(body.contains("weaviate store"), "names the store: {body}");
-
-    // The store is checked every second: NOT_SERVING within a few.
-    let deadline = stopped + Duration::from_secs(5);
-    while health_status(&server.address).await != Some(ServingStatus::NotServing) {
-        assert!(Instant::now() < deadline, "still {:?} 5 s after the stop", health_status(&server.address).await);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    eprintln!("NOT_SERVING {:.1?} after the stop", stopped.elapsed());
-    let readyz = http.get(format!("{}/readyz", server.address)).send().await.unwrap();
-    assert_eq!(readyz.status().as_u16(), 503, "/readyz with the store down");
-
-    let restarting = Instant::now();
-    blocking(move || cluster.start_all()).await;
-    eprintln!("cluster back after {:.1?}", restarting.elapsed());
-    wait_health(&server.address, ServingStatus::Serving).await;
-    eprintln!("SERVING again {:.1?} after the cluster start", restarting.elapsed());
-    let readyz = http.get(format!("{}/readyz", server.address)).send().await.unwrap();
-    assert_eq!(readyz.status().as_u16(), 200, "/readyz with the store back");
-    assert_finds(&mut client, &documents[0]).await;
-    assert_exactly_once(&mut client, &ids, "after the cluster came back").await;
-    eprintln!("whole_cluster_down_then_back_without_a_server_restart took {:.1?}", started.elapsed());
+    store_faults::whole_store_down_then_back_without_a_server_restart(
+        &cluster.server_flags("FaultClusterDown"),
+        "weaviate store",
+        move || cluster.stop_all(),
+        move || cluster.start_all(),
+    )
+    .await;
 }

@@ -5,13 +5,11 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::TempDir;
 use common::store_contract::{self, SharedStore, free_port, start_and_expect_exit};
 use common::weaviate::WeaviateCluster;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Tests share one cluster; each uses its own collection.
 fn cluster() -> &'static WeaviateCluster {
@@ -19,17 +17,7 @@ fn cluster() -> &'static WeaviateCluster {
 }
 
 fn weaviate_flags(collection: &str) -> Vec<String> {
-    let cluster = cluster();
-    vec![
-        "--store".into(),
-        "weaviate".into(),
-        "--weaviate-http".into(),
-        cluster.http_urls().join(","),
-        "--weaviate-grpc".into(),
-        cluster.grpc_addrs().join(","),
-        "--collection".into(),
-        collection.into(),
-    ]
+    cluster().server_flags(collection)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -76,35 +64,6 @@ async fn bad_configuration_is_refused_with_a_clear_message() {
     assert!(!ok && stderr.contains("--read-consistency") && stderr.contains("QUORUM"), "{stderr}");
 
     // A collection made for another model's dimension.
-    let mut args = base("dimension");
-    args.extend(["--backend".into(), "pseudo".into(), "--pseudo-dim".into(), "8".into()]);
-    let first = tokio::process::Command::new(env!("CARGO_BIN_EXE_embedwire-server"))
-        .args(["--listen", "127.0.0.1:0"])
-        .args(&args)
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    // The pseudo server creates the collection; wait until it says it is serving.
-    let mut first = first;
-    let mut lines = BufReader::new(first.stderr.take().unwrap()).lines();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains("serving") {
-                return;
-            }
-        }
-        panic!("the pseudo server exited");
-    })
-    .await
-    .expect("pseudo server ready");
-    first.kill().await.unwrap();
-    let mut args = base("dimension");
-    args.extend(["--backend".into(), "onnx".into()]);
-    let (ok, stderr) = start_and_expect_exit(&args).await;
-    assert!(
-        !ok && stderr.contains("Dimension") && stderr.contains("dim=8") && stderr.contains("--collection"),
-        "{stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    let stderr = store_contract::refuses_another_dimension(&base("dimension")).await;
+    assert!(stderr.contains("Dimension") && stderr.contains("dim=8") && stderr.contains("--collection"), "{stderr}");
 }

@@ -12,12 +12,12 @@
 //! canonical path of the `bin/pg` link, so that user never has to traverse `/root`.
 //!
 //! The servers die with the test binary although statics are never dropped: each
-//! postmaster is spawned from one thread that lives as long as the process, with
-//! `PR_SET_PDEATHSIG = SIGKILL`; its backends and workers notice its death and exit.
+//! postmaster is spawned by [`child::spawn_tied_to_process`]; its backends and workers
+//! notice its death and exit.
 //! Every one of them leads its own session (PostgreSQL calls `setsid`), so killing a
 //! server like a crash means killing each of its processes, and a new postmaster on the
 //! same data refuses to start until the last of them has let go of the old shared
-//! memory: [`PostgresCluster::kill_primary`] does both before it returns. The primary
+//! memory: [`PostgresCluster::kill`] does both before it returns. The primary
 //! runs with `fsync = on`: a killed primary restarts from its WAL with every committed row.
 //!
 //! Data and logs live under `$TMPDIR/embedwire-postgres/<pid>-<n>/` (`primary/`,
@@ -29,17 +29,14 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use super::child::{self, STOP_GRACE};
 
 /// How long a test waits for a server to accept connections, a replica to stream or
 /// catch up (a cold start of both takes a few seconds).
 pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// How long a server may take to exit after a fast shutdown request before it gets SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// The user the servers run as when the tests run as root (scripts/setup-postgres.sh
 /// creates it).
@@ -68,7 +65,7 @@ wal_retrieve_retry_interval = '200ms'
 
 /// Which of the two servers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
+pub enum Role {
     Primary,
     Replica,
 }
@@ -130,7 +127,7 @@ impl PostgresCluster {
             .join("bin");
         // SAFETY: geteuid has no preconditions.
         let owner = (unsafe { libc::geteuid() } == 0).then(|| user_ids(SERVER_USER));
-        let dir = fresh_dir();
+        let dir = child::fresh_dir("postgres");
         if let Some((uid, gid)) = owner {
             // initdb and pg_basebackup create the data directories in it, the servers
             // their sockets.
@@ -178,6 +175,15 @@ impl PostgresCluster {
         format!("postgres://postgres@127.0.0.1:{}/{db}", self.port(Role::Replica))
     }
 
+    /// Flags of a server on `collection` in database `db` (which must exist), writing to
+    /// the primary and reading from the replica.
+    pub fn server_flags(&self, db: &str, collection: &str) -> Vec<String> {
+        let (write, read) = (self.primary_url(db), self.replica_url(db));
+        ["--store", "postgres", "--postgres-url", &write, "--postgres-read-url", &read, "--collection", collection]
+            .map(String::from)
+            .to_vec()
+    }
+
     /// The directory holding both data directories and `primary.log` / `replica.log`.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -215,38 +221,45 @@ impl PostgresCluster {
         self.psql(Role::Replica, db, statement)
     }
 
-    /// Kills the primary's postmaster and every process it started with SIGKILL (no
-    /// shutdown, like a crash) and waits until they are gone, so that open connections
-    /// fail at once and [`PostgresCluster::start_primary`] can follow.
-    pub fn kill_primary(&self) {
-        self.kill(Role::Primary);
+    /// Kills `role`'s postmaster and every process it started with SIGKILL (no shutdown,
+    /// like a crash) and waits until they are gone, so that open connections fail at
+    /// once and [`PostgresCluster::start_server`] can follow.
+    pub fn kill(&self, role: Role) {
+        let mut servers = self.servers();
+        let server = &mut servers[role as usize];
+        if let Some(mut child) = server.child.take() {
+            kill_server(&mut child);
+            let data = server.data.clone();
+            drop(servers);
+            self.wait_for(&format!("the killed {}'s processes to release its shared memory", role.name()), || {
+                shared_memory_released(&data)
+            });
+        }
     }
 
-    /// Starts the primary again on its port and data (it replays its WAL), and waits
-    /// until it accepts connections. Does nothing to a primary that runs.
-    pub fn start_primary(&self) {
-        self.start_server(Role::Primary);
+    /// Stops `role` cleanly with a fast shutdown (sessions are cut, a checkpoint is
+    /// written): SIGINT, where SIGTERM would wait for every session to end.
+    pub fn stop(&self, role: Role) {
+        let mut servers = self.servers();
+        let Some(mut child) = servers[role as usize].child.take() else { return };
+        child::signal(&mut child, libc::SIGINT);
+        let deadline = Instant::now() + STOP_GRACE;
+        child::wait_exit_or_kill(&mut child, &format!("the {}", role.name()), deadline, kill_server);
     }
 
-    /// Stops the primary cleanly (fast shutdown: sessions are cut, a checkpoint is written).
-    pub fn stop_primary(&self) {
-        self.stop(Role::Primary);
+    /// Starts `role` again on its port and data (a primary replays its WAL) and waits
+    /// until it accepts connections; a replica also has to stream from the primary (so
+    /// the primary must run). A server that runs is only waited for.
+    pub fn start_server(&self, role: Role) {
+        if !self.is_running(role) {
+            self.spawn(role);
+        }
+        self.wait_up(role);
     }
 
-    /// Kills the replica like [`PostgresCluster::kill_primary`] kills the primary.
-    pub fn kill_replica(&self) {
-        self.kill(Role::Replica);
-    }
-
-    /// Stops the replica cleanly (fast shutdown).
-    pub fn stop_replica(&self) {
-        self.stop(Role::Replica);
-    }
-
-    /// Starts the replica again on its port and data and waits until it accepts
-    /// connections and streams from the primary (so the primary must run).
-    pub fn start_replica(&self) {
-        self.start_server(Role::Replica);
+    /// Whether `role`'s process runs (it may not accept connections yet).
+    pub fn is_running(&self, role: Role) -> bool {
+        child::is_running(&mut self.servers()[role as usize].child)
     }
 
     /// Waits until the replica has replayed everything the primary had written when
@@ -258,16 +271,6 @@ impl PostgresCluster {
             self.try_replica_sql("postgres", &format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn")).as_deref()
                 == Ok("t")
         });
-    }
-
-    /// Whether the primary's process runs (it may not accept connections yet).
-    pub fn primary_running(&self) -> bool {
-        self.is_running(Role::Primary)
-    }
-
-    /// Whether the replica's process runs.
-    pub fn replica_running(&self) -> bool {
-        self.is_running(Role::Replica)
     }
 
     /// The last lines of both servers' logs, for assertion messages.
@@ -293,11 +296,6 @@ impl PostgresCluster {
 
     fn port(&self, role: Role) -> u16 {
         self.servers()[role as usize].port
-    }
-
-    fn is_running(&self, role: Role) -> bool {
-        let mut servers = self.servers();
-        servers[role as usize].child.as_mut().is_some_and(|child| child.try_wait().unwrap().is_none())
     }
 
     /// A command for one of the PostgreSQL binaries with nothing of the test's
@@ -359,17 +357,15 @@ impl PostgresCluster {
     fn spawn(&self, role: Role) {
         let mut servers = self.servers();
         let server = &mut servers[role as usize];
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&server.log).unwrap();
         let mut command = self.owned_command("postgres");
         command
             .arg("-D")
             .arg(&server.data)
             .args(["-p", &server.port.to_string(), "-c"])
             .arg(format!("unix_socket_directories={}", self.dir.display()))
-            .current_dir(&self.dir)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        server.child = Some(spawn_tied_to_process(command));
+            .current_dir(&self.dir);
+        child::log_to(&mut command, &server.log);
+        server.child = Some(child::spawn_tied_to_process(command));
     }
 
     /// Waits until `role` accepts connections in its role; a replica also has to stream.
@@ -383,42 +379,6 @@ impl PostgresCluster {
                 self.try_replica_sql("postgres", "SELECT status FROM pg_stat_wal_receiver").as_deref()
                     == Ok("streaming")
             });
-        }
-    }
-
-    fn start_server(&self, role: Role) {
-        if !self.is_running(role) {
-            self.spawn(role);
-        }
-        self.wait_up(role);
-    }
-
-    fn kill(&self, role: Role) {
-        let mut servers = self.servers();
-        let server = &mut servers[role as usize];
-        if let Some(mut child) = server.child.take() {
-            kill_server(&mut child);
-            let data = server.data.clone();
-            drop(servers);
-            self.wait_for(&format!("the killed {}'s processes to release its shared memory", role.name()), || {
-                shared_memory_released(&data)
-            });
-        }
-    }
-
-    /// SIGINT is PostgreSQL's fast shutdown (SIGTERM would wait for every session to end).
-    fn stop(&self, role: Role) {
-        let mut servers = self.servers();
-        let Some(mut child) = servers[role as usize].child.take() else { return };
-        signal_postmaster(&mut child, libc::SIGINT);
-        let deadline = Instant::now() + STOP_GRACE;
-        while child.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                eprintln!("the {} did not stop within {STOP_GRACE:?}; killing it", role.name());
-                kill_server(&mut child);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
@@ -444,16 +404,8 @@ impl PostgresCluster {
     }
 
     /// Polls `done` every 100 ms; after [`CLUSTER_TIMEOUT`] panics with the logs.
-    fn wait_for(&self, what: &str, mut done: impl FnMut() -> bool) {
-        let deadline = Instant::now() + CLUSTER_TIMEOUT;
-        while !done() {
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {CLUSTER_TIMEOUT:?} waiting for {what}\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    fn wait_for(&self, what: &str, done: impl FnMut() -> bool) {
+        child::poll_until(what, CLUSTER_TIMEOUT, || format!("\n{}", self.logs()), done);
     }
 }
 
@@ -461,11 +413,7 @@ impl Drop for PostgresCluster {
     fn drop(&mut self) {
         self.kill(Role::Replica);
         self.kill(Role::Primary);
-        if std::thread::panicking() {
-            eprintln!("postgres cluster data and logs kept in {}", self.dir.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
+        child::remove_dir_unless_panicking(&self.dir, "postgres cluster");
     }
 }
 
@@ -499,47 +447,12 @@ fn free_ports() -> [u16; 2] {
     [a.local_addr().unwrap().port(), b.local_addr().unwrap().port()]
 }
 
-/// A new directory for one cluster, after removing those of test processes that ended.
-fn fresh_dir() -> PathBuf {
-    static CREATED: AtomicUsize = AtomicUsize::new(0);
-    let base = std::env::temp_dir().join("embedwire-postgres");
-    for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let pid = name.split('-').next().and_then(|p| p.parse::<libc::pid_t>().ok());
-        if pid.is_some_and(|pid| !process_alive(pid)) {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-    let n = CREATED.fetch_add(1, Ordering::Relaxed);
-    let dir = base.join(format!("{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn process_alive(pid: libc::pid_t) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) }
-}
-
-/// Sends `signal` to the postmaster, unless it has exited: once reaped, its pid may
-/// belong to someone else.
-fn signal_postmaster(child: &mut Child, signal: libc::c_int) {
-    if child.try_wait().unwrap().is_some() {
-        return;
-    }
-    // SAFETY: the child is not reaped, so its pid is still ours.
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, signal);
-    }
-}
-
 /// SIGKILL to the postmaster and to every process it started (found before the
 /// postmaster dies: afterwards they belong to init), then reaps the postmaster.
 fn kill_server(child: &mut Child) {
     if child.try_wait().unwrap().is_none() {
         let children = children_of(child.id() as libc::pid_t);
-        signal_postmaster(child, libc::SIGKILL);
+        child::signal(child, libc::SIGKILL);
         for pid in children {
             // SAFETY: at worst a pid reused since the scan (a backend that exited in
             // between), a risk a test machine can take.
@@ -580,44 +493,4 @@ fn shared_memory_released(data: &Path) -> bool {
         let mut stat: libc::shmid_ds = std::mem::zeroed();
         libc::shmctl(id, libc::IPC_STAT, &mut stat) != 0 || stat.shm_nattch == 0
     }
-}
-
-/// Spawns `command` from a thread that lives as long as the process, with
-/// `PR_SET_PDEATHSIG = SIGKILL` in its own process group, so the child dies with the
-/// test binary even when it never drops the handle. The signal follows the spawning
-/// *thread*, hence the one long-lived thread. std runs `pre_exec` after switching to
-/// `uid`/`gid`, which matters: a credential change clears the death signal.
-fn spawn_tied_to_process(command: Command) -> Child {
-    type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
-    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
-    let spawner = SPAWNER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Request>();
-        std::thread::Builder::new()
-            .name("postgres-spawner".into())
-            .spawn(move || {
-                for (mut command, reply) in rx {
-                    let parent = std::process::id() as libc::pid_t;
-                    command.process_group(0);
-                    // SAFETY: only async-signal-safe calls between fork and exec.
-                    unsafe {
-                        command.pre_exec(move || {
-                            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                                return Err(std::io::Error::last_os_error());
-                            }
-                            // The parent may have died before prctl took effect.
-                            if libc::getppid() != parent {
-                                libc::_exit(1);
-                            }
-                            Ok(())
-                        });
-                    }
-                    let _ = reply.send(command.spawn());
-                }
-            })
-            .unwrap();
-        Mutex::new(tx)
-    });
-    let (reply, answer) = mpsc::channel();
-    spawner.lock().unwrap_or_else(|p| p.into_inner()).send((command, reply)).unwrap();
-    answer.recv().unwrap().expect("spawn postgres")
 }

@@ -1,6 +1,7 @@
 //! The cases every shared store passes the same way (run by `weaviate_store.rs` and
 //! `postgres_store.rs` against real clusters): the embedded store's answers, one
-//! index shared by two servers and the gateway, and the helpers they use.
+//! index shared by two servers and the gateway, an index of another dimension refused
+//! at start, and the helpers they use.
 
 use std::collections::{BTreeMap, HashSet};
 use std::process::Stdio;
@@ -15,7 +16,7 @@ use embedwire_proto::v1::{
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tonic::transport::Channel;
 
-use super::{InProcessServer, ONNX, TempDir, sentences};
+use super::{InProcessServer, ONNX, ServerProcess, TempDir, sentences, wait_serving};
 
 pub async fn search_client(address: &str) -> SearchServiceClient<Channel> {
     let channel = Channel::from_shared(address.to_string()).unwrap().connect().await.unwrap();
@@ -338,4 +339,19 @@ pub async fn start_and_expect_exit(args: &[String]) -> (bool, String) {
     .expect("the server exits on bad configuration")
     .unwrap();
     (output.status.success(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// A server with the pseudo backend at dim 8 on the index `flags` name creates it and
+/// serves; then a server with the real model on the same flags must refuse to start,
+/// without a panic. Returns what it printed, for the store's test to check the message.
+pub async fn refuses_another_dimension(flags: &[String]) -> String {
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut pseudo = ServerProcess::spawn(&[&flags[..], &["--backend", "pseudo", "--pseudo-dim", "8"]].concat()).await;
+    wait_serving(&pseudo.address).await;
+    pseudo.child.kill().await.unwrap();
+    let onnx = [&flags[..], ONNX].concat().into_iter().map(String::from).collect::<Vec<_>>();
+    let (ok, stderr) = start_and_expect_exit(&onnx).await;
+    assert!(!ok, "the real model started on an index of dim 8: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
 }

@@ -1,6 +1,7 @@
 //! What the fault tests of every shared store share: documents that are one chunk
 //! each, ingest and job polling, the exactly-once check of acknowledged documents,
-//! searches kept running through a fault, and the SIGKILLed-server case.
+//! searches kept running through a fault, and the cases every store passes the same
+//! way: a SIGKILLed server, and the whole store down then back.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -12,8 +13,9 @@ use embedwire_proto::v1::{
     SearchRequest, SearchResponse, search_query,
 };
 use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
 
-use super::{ServerProcess, sentences, wait_serving};
+use super::{ServerProcess, health_status, sentences, wait_health, wait_serving};
 
 /// Longest wait for a job to complete (the real model on 2 shared cores).
 pub const JOB_TIMEOUT: Duration = Duration::from_secs(120);
@@ -63,6 +65,30 @@ pub async fn ingest(client: &mut SearchServiceClient<Channel>, documents: Vec<Do
 
 pub async fn job(client: &mut SearchServiceClient<Channel>, id: &str) -> Job {
     client.get_job(GetJobRequest { job_id: id.to_string() }).await.expect("get job").into_inner().job.unwrap()
+}
+
+/// Ingests `count` new documents `<prefix>-<i>` (see [`documents`]) in one request and
+/// waits until the job completes; returns the documents and their ids.
+pub async fn ingest_completed(
+    client: &mut SearchServiceClient<Channel>,
+    prefix: &str,
+    count: usize,
+) -> (Vec<Document>, Vec<String>) {
+    let documents = documents(prefix, count);
+    let ids = documents.iter().map(|d| d.id.clone()).collect();
+    let acknowledged = ingest(client, documents.clone()).await;
+    wait_completed(client, &acknowledged.job_id).await;
+    (documents, ids)
+}
+
+/// Polls GetJob until the job has indexed some documents, so that a fault lands in
+/// the middle of it; panics after [`JOB_TIMEOUT`].
+pub async fn wait_indexing(client: &mut SearchServiceClient<Channel>, id: &str) {
+    let deadline = Instant::now() + JOB_TIMEOUT;
+    while job(client, id).await.processed_documents == 0 {
+        assert!(Instant::now() < deadline, "nothing indexed within {JOB_TIMEOUT:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Polls GetJob until the job completes; panics on failure or after [`JOB_TIMEOUT`].
@@ -198,6 +224,67 @@ pub async fn sigkilled_server_job_finishes_on_another_server(flags: &[String]) {
     assert_eq!((seen_by_a.processed_documents as usize, seen_by_a.failed_documents), (DOCUMENTS, 0));
     assert_exactly_once(&mut via_a, &ids, "via the restarted A").await;
     eprintln!("sigkilled_server_job_finishes_on_another_server took {:.1?}", started.elapsed());
+}
+
+/// The whole store stopped under a server on it (`flags`): search answers UNAVAILABLE
+/// over gRPC and 503 over HTTP, both naming `store` ("postgres store", ...); health
+/// turns NOT_SERVING within 5 s and /readyz answers 503. Once the store is started
+/// again, the same server serves again without a restart, every acknowledged document
+/// stored exactly once. `stop` stops the whole store and `start` brings it back; both
+/// block until done (they run via [`blocking`]).
+pub async fn whole_store_down_then_back_without_a_server_restart(
+    flags: &[String],
+    store: &str,
+    stop: impl FnOnce() + Send + 'static,
+    start: impl FnOnce() + Send + 'static,
+) {
+    const DOCUMENTS: usize = 300;
+    let started = Instant::now();
+    let server = start_server(flags, &[]).await;
+    let mut client = search_client(&server.address).await;
+    let (documents, ids) = ingest_completed(&mut client, "down", DOCUMENTS).await;
+    assert_exactly_once(&mut client, &ids, "before the stop").await;
+
+    let stopping = Instant::now();
+    blocking(stop).await;
+    let stopped = Instant::now();
+    eprintln!("stopped the {store} in {:.1?}", stopping.elapsed());
+
+    let status = client.search(text_query(&documents[0].text)).await.expect_err("search with the store down");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains(store), "names the store: {}", status.message());
+
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!("{}/v1/search", server.address))
+        .json(&serde_json::json!({"query": documents[0].text}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    let body = response.text().await.unwrap();
+    assert!(body.contains(store), "names the store: {body}");
+
+    // The store is checked every second: NOT_SERVING within a few.
+    let deadline = stopped + Duration::from_secs(5);
+    while health_status(&server.address).await != Some(ServingStatus::NotServing) {
+        assert!(Instant::now() < deadline, "still {:?} 5 s after the stop", health_status(&server.address).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("NOT_SERVING {:.1?} after the stop", stopped.elapsed());
+    let readyz = http.get(format!("{}/readyz", server.address)).send().await.unwrap();
+    assert_eq!(readyz.status().as_u16(), 503, "/readyz with the store down");
+
+    let restarting = Instant::now();
+    blocking(start).await;
+    eprintln!("{store} back after {:.1?}", restarting.elapsed());
+    wait_health(&server.address, ServingStatus::Serving).await;
+    eprintln!("SERVING again {:.1?} after the {store} start", restarting.elapsed());
+    let readyz = http.get(format!("{}/readyz", server.address)).send().await.unwrap();
+    assert_eq!(readyz.status().as_u16(), 200, "/readyz with the store back");
+    assert_finds(&mut client, &documents[0]).await;
+    assert_exactly_once(&mut client, &ids, "after the store came back").await;
+    eprintln!("whole_store_down_then_back_without_a_server_restart ({store}) took {:.1?}", started.elapsed());
 }
 
 /// Searches through every client in turn until `stop`, counting answers and failures.

@@ -7,10 +7,7 @@
 //! is what a test waiting for a cluster wants anyway.
 //!
 //! Nodes die with the test binary although statics are never dropped: every node is
-//! spawned from one thread that lives as long as the process, with
-//! `PR_SET_PDEATHSIG = SIGKILL` (the signal follows the spawning *thread*, so spawning
-//! from a test's own thread would kill the node when that test ends), in its own
-//! process group.
+//! spawned by [`child::spawn_tied_to_process`], in its own process group.
 //!
 //! A killed node drops out of the others' `/v1/nodes` (it is not listed as unhealthy)
 //! after a few seconds. A restarted node joins the nodes that run at that moment, on its
@@ -22,22 +19,18 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::child::{self, STOP_GRACE};
+
 /// How long a test waits for nodes to become ready and the cluster to agree that every
 /// node is healthy (a cold 3-node start takes about 15 s on 2 cores).
 pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// How long a node may take to exit after SIGTERM before it gets SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// The ports one node listens on, all on 127.0.0.1.
 #[derive(Debug, Clone, Copy)]
@@ -87,7 +80,7 @@ impl WeaviateCluster {
         assert!(nodes >= 1, "a cluster needs at least one node");
         let binary = super::cache_dir().join("bin/weaviate-server");
         assert!(binary.is_file(), "{} not found: run `make setup`", binary.display());
-        let dir = fresh_dir();
+        let dir = child::fresh_dir("weaviate");
         let ports = pick_ports(nodes);
         let raft_join =
             ports.iter().enumerate().map(|(i, p)| format!("weaviate-{i}:{}", p.raft)).collect::<Vec<_>>().join(",");
@@ -120,6 +113,15 @@ impl WeaviateCluster {
         cluster
     }
 
+    /// Flags of a server on `collection` of this cluster, with every node's addresses
+    /// (the REST URLs, then the gRPC addresses, as the 4th and 6th flag).
+    pub fn server_flags(&self, collection: &str) -> Vec<String> {
+        let (http, grpc) = (self.http_urls().join(","), self.grpc_addrs().join(","));
+        ["--store", "weaviate", "--weaviate-http", &http, "--weaviate-grpc", &grpc, "--collection", collection]
+            .map(String::from)
+            .to_vec()
+    }
+
     /// Each node's REST base URL, `http://127.0.0.1:PORT`, in node order.
     pub fn http_urls(&self) -> Vec<String> {
         self.nodes().iter().map(|n| format!("http://127.0.0.1:{}", n.ports.http)).collect()
@@ -144,8 +146,7 @@ impl WeaviateCluster {
     pub fn kill_node(&self, i: usize) {
         let mut nodes = self.nodes();
         if let Some(mut child) = nodes[i].child.take() {
-            signal_group(&mut child, libc::SIGKILL);
-            let _ = child.wait();
+            kill_group(&mut child);
         }
     }
 
@@ -165,21 +166,13 @@ impl WeaviateCluster {
         let mut nodes = self.nodes();
         for node in nodes.iter_mut() {
             if let Some(child) = &mut node.child {
-                signal_group(child, libc::SIGTERM);
+                child::signal_group(child, libc::SIGTERM);
             }
         }
         let deadline = Instant::now() + STOP_GRACE;
         for node in nodes.iter_mut() {
             let Some(mut child) = node.child.take() else { continue };
-            while child.try_wait().unwrap().is_none() {
-                if Instant::now() > deadline {
-                    eprintln!("{} did not stop within {STOP_GRACE:?}; killing it", node.name);
-                    signal_group(&mut child, libc::SIGKILL);
-                    let _ = child.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            child::wait_exit_or_kill(&mut child, &node.name, deadline, kill_group);
         }
     }
 
@@ -269,11 +262,7 @@ impl WeaviateCluster {
 
     /// Whether node `i`'s process runs (it may not be ready yet).
     pub fn is_running(&self, i: usize) -> bool {
-        let mut nodes = self.nodes();
-        match nodes[i].child.as_mut().map(|c| c.try_wait().unwrap()) {
-            Some(None) => true,
-            Some(Some(_)) | None => false,
-        }
+        child::is_running(&mut self.nodes()[i].child)
     }
 
     fn nodes(&self) -> std::sync::MutexGuard<'_, Vec<Node>> {
@@ -290,11 +279,10 @@ impl WeaviateCluster {
         let join: Vec<String> = nodes
             .iter_mut()
             .enumerate()
-            .filter_map(|(j, n)| (j != i && n.child.as_mut()?.try_wait().unwrap().is_none()).then_some(n))
+            .filter_map(|(j, n)| (j != i && child::is_running(&mut n.child)).then_some(n))
             .map(|n| format!("127.0.0.1:{}", n.ports.gossip))
             .collect();
         let node = &mut nodes[i];
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&node.log).unwrap();
         let mut command = Command::new(&self.binary);
         command
             .args(["--scheme", "http", "--host", "127.0.0.1", "--port", &node.ports.http.to_string()])
@@ -303,10 +291,9 @@ impl WeaviateCluster {
             .envs(node.env.iter().map(|(k, v)| (k, v)))
             .envs((!join.is_empty()).then(|| ("CLUSTER_JOIN", join.join(","))))
             .current_dir(&node.data)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        node.child = Some(spawn_tied_to_process(command));
+            .stdin(Stdio::null());
+        child::log_to(&mut command, &node.log);
+        node.child = Some(child::spawn_tied_to_process(command));
     }
 
     fn wait_ready(&self, i: usize) {
@@ -318,16 +305,9 @@ impl WeaviateCluster {
     }
 
     /// Polls `done` every 100 ms; after [`CLUSTER_TIMEOUT`] panics with where the logs are.
-    fn wait_for(&self, what: &str, mut done: impl FnMut() -> bool) {
-        let deadline = Instant::now() + CLUSTER_TIMEOUT;
-        while !done() {
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {CLUSTER_TIMEOUT:?} waiting for {what}; node logs: {}/weaviate-*.log",
-                self.dir.display()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    fn wait_for(&self, what: &str, done: impl FnMut() -> bool) {
+        let logs = || format!("; node logs: {}/weaviate-*.log", self.dir.display());
+        child::poll_until(what, CLUSTER_TIMEOUT, logs, done);
     }
 }
 
@@ -337,11 +317,7 @@ impl Drop for WeaviateCluster {
         for i in 0..count {
             self.kill_node(i);
         }
-        if std::thread::panicking() {
-            eprintln!("weaviate cluster data and logs kept in {}", self.dir.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
+        child::remove_dir_unless_panicking(&self.dir, "weaviate cluster");
     }
 }
 
@@ -410,78 +386,10 @@ fn pick_ports(nodes: usize) -> Vec<NodePorts> {
         .collect()
 }
 
-/// A new directory for one cluster, after removing those of test processes that ended.
-fn fresh_dir() -> PathBuf {
-    static CREATED: AtomicUsize = AtomicUsize::new(0);
-    let base = std::env::temp_dir().join("embedwire-weaviate");
-    for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let pid = name.split('-').next().and_then(|p| p.parse::<libc::pid_t>().ok());
-        if pid.is_some_and(|pid| !process_alive(pid)) {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-    let n = CREATED.fetch_add(1, Ordering::Relaxed);
-    let dir = base.join(format!("{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn process_alive(pid: libc::pid_t) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) }
-}
-
-/// Sends `signal` to the child's process group (the child leads its own), unless it has
-/// exited: once reaped, its pid may belong to someone else.
-fn signal_group(child: &mut Child, signal: libc::c_int) {
-    if child.try_wait().unwrap().is_some() {
-        return;
-    }
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: the child is not reaped, so its pid (and group id) is still ours.
-    unsafe {
-        libc::kill(-pid, signal);
-    }
-}
-
-/// Spawns `command` from a thread that lives as long as the process, with
-/// `PR_SET_PDEATHSIG = SIGKILL` in its own process group, so the child dies with the
-/// test binary even when it never drops the handle.
-fn spawn_tied_to_process(command: Command) -> Child {
-    type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
-    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
-    let spawner = SPAWNER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Request>();
-        std::thread::Builder::new()
-            .name("weaviate-spawner".into())
-            .spawn(move || {
-                for (mut command, reply) in rx {
-                    let parent = std::process::id() as libc::pid_t;
-                    command.process_group(0);
-                    // SAFETY: only async-signal-safe calls between fork and exec.
-                    unsafe {
-                        command.pre_exec(move || {
-                            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                                return Err(std::io::Error::last_os_error());
-                            }
-                            // The parent may have died before prctl took effect.
-                            if libc::getppid() != parent {
-                                libc::_exit(1);
-                            }
-                            Ok(())
-                        });
-                    }
-                    let _ = reply.send(command.spawn());
-                }
-            })
-            .unwrap();
-        Mutex::new(tx)
-    });
-    let (reply, answer) = mpsc::channel();
-    spawner.lock().unwrap_or_else(|p| p.into_inner()).send((command, reply)).unwrap();
-    answer.recv().unwrap().expect("spawn weaviate-server")
+/// SIGKILL to a node's whole process group, then reaps the node.
+fn kill_group(child: &mut Child) {
+    child::signal_group(child, libc::SIGKILL);
+    let _ = child.wait();
 }
 
 /// A plain HTTP/1.0 GET on 127.0.0.1:`port` (no chunked replies, the server closes the

@@ -1,0 +1,152 @@
+//! Child processes of the test clusters (`common::postgres`, `common::weaviate`): spawned
+//! so that they die with the test binary although a shared cluster is a static that is
+//! never dropped, one directory per cluster that a later run cleans up, signals that
+//! never reach a reaped (possibly reused) pid, and a stop with a grace period.
+//!
+//! Everything here is blocking: a shared cluster outlives the tokio runtime of the
+//! `#[tokio::test]` that started it.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to exit after it was asked to stop before it is killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// Spawns `command` from a thread that lives as long as the process, with
+/// `PR_SET_PDEATHSIG = SIGKILL` in its own process group, so the child dies with the
+/// test binary even when it never drops the handle. The signal follows the spawning
+/// *thread* (spawning from a test's own thread would kill the child when that test
+/// ends), hence the one long-lived thread. std runs `pre_exec` after switching to a
+/// `uid`/`gid` set on the command, which matters: a credential change clears the
+/// death signal.
+pub fn spawn_tied_to_process(command: Command) -> Child {
+    type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("cluster-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    let parent = std::process::id() as libc::pid_t;
+                    command.process_group(0);
+                    // SAFETY: only async-signal-safe calls between fork and exec.
+                    unsafe {
+                        command.pre_exec(move || {
+                            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                                return Err(std::io::Error::last_os_error());
+                            }
+                            // The parent may have died before prctl took effect.
+                            if libc::getppid() != parent {
+                                libc::_exit(1);
+                            }
+                            Ok(())
+                        });
+                    }
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .unwrap();
+        Mutex::new(tx)
+    });
+    let program = command.get_program().to_string_lossy().into_owned();
+    let (reply, answer) = mpsc::channel();
+    spawner.lock().unwrap_or_else(|p| p.into_inner()).send((command, reply)).unwrap();
+    answer.recv().unwrap().unwrap_or_else(|e| panic!("spawn {program}: {e}"))
+}
+
+/// Appends the command's stdout and stderr to the file at `log` (created if missing),
+/// so that every start of the same server adds to one log.
+pub fn log_to(command: &mut Command, log: &Path) {
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    command.stdout(file.try_clone().unwrap()).stderr(file);
+}
+
+/// Whether a child was started and has not exited.
+pub fn is_running(child: &mut Option<Child>) -> bool {
+    child.as_mut().is_some_and(|child| child.try_wait().unwrap().is_none())
+}
+
+/// Sends `signal` to the child, unless it has exited: once reaped, its pid may belong
+/// to someone else.
+pub fn signal(child: &mut Child, signal: libc::c_int) {
+    send_unless_exited(child, child.id() as libc::pid_t, signal);
+}
+
+/// Sends `signal` to the child's process group (it leads its own, see
+/// [`spawn_tied_to_process`]), unless it has exited.
+pub fn signal_group(child: &mut Child, signal: libc::c_int) {
+    send_unless_exited(child, -(child.id() as libc::pid_t), signal);
+}
+
+fn send_unless_exited(child: &mut Child, target: libc::pid_t, signal: libc::c_int) {
+    if child.try_wait().unwrap().is_some() {
+        return;
+    }
+    // SAFETY: the child is not reaped, so its pid (and group id) is still ours.
+    unsafe {
+        libc::kill(target, signal);
+    }
+}
+
+/// Waits until a child that was asked to stop has exited; past `deadline` it reports
+/// that `name` did not stop and calls `kill`, which must end and reap it.
+pub fn wait_exit_or_kill(child: &mut Child, name: &str, deadline: Instant, kill: impl FnOnce(&mut Child)) {
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            eprintln!("{name} did not stop within {STOP_GRACE:?}; killing it");
+            kill(child);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Polls `done` every 100 ms; after `timeout` panics naming `what`, followed by
+/// `context()` (a cluster's logs, or where they are).
+pub fn poll_until(what: &str, timeout: Duration, context: impl Fn() -> String, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}{}", context());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A new directory for one cluster, `$TMPDIR/embedwire-<kind>/<pid>-<n>/`, after
+/// removing those of test processes that have ended.
+pub fn fresh_dir(kind: &str) -> PathBuf {
+    static CREATED: AtomicUsize = AtomicUsize::new(0);
+    let base = std::env::temp_dir().join(format!("embedwire-{kind}"));
+    for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = name.split('-').next().and_then(|p| p.parse::<libc::pid_t>().ok());
+        if pid.is_some_and(|pid| !process_alive(pid)) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let n = CREATED.fetch_add(1, Ordering::Relaxed);
+    let dir = base.join(format!("{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Removes a cluster's directory once its servers are gone, or keeps it (and says
+/// where) when the test failed, for its data and logs.
+pub fn remove_dir_unless_panicking(dir: &Path, what: &str) {
+    if std::thread::panicking() {
+        eprintln!("{what} data and logs kept in {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+fn process_alive(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) }
+}
