@@ -52,4 +52,5 @@ scenarios! {
     index => Index,
     overload => Overload,
     soak => Soak,
+    clients => Clients,
 }
