@@ -25,10 +25,10 @@ use embedwire_bench::closed_loop::{self, Caller, ClosedLoopRun};
 use embedwire_bench::cpu::{self, CpuUse, CpuWindow};
 use embedwire_bench::in_process::{Ceiling, CeilingPlan, InProcess, MIN_BATCHES};
 use embedwire_bench::options::{Common, at_least_one, connections, program_output, seconds};
-use embedwire_bench::report::{Report, Table};
+use embedwire_bench::report::{Judge, Report, Table};
 use embedwire_bench::server_metrics::MetricsSnapshot;
 use embedwire_bench::server_process::{ServerCommand, ServerProcess};
-use embedwire_bench::targets::{Bound, Row};
+use embedwire_bench::targets::Row;
 use embedwire_bench::{corpus, corpus::CorpusOptions, latency::ms, load::Stop};
 use embedwire_proto::v1::{RerankRequest, rerank_service_client::RerankServiceClient};
 use embedwire_server::ServerConfig;
@@ -465,41 +465,30 @@ fn figures(
     if let Some(p50) = one_call {
         rows.push(Row::info(format!("in-process batch-{texts} call p50"), p50, "ms", format!("{p50:.1} ms")));
     }
-    if let Some(p) = cross.iter().max_by(by_rate) {
+    let best_cross = cross.iter().max_by(by_rate);
+    if let Some(p) = best_cross {
         let (value, limit) = (p.pairs_per_s(), MIN_CEILING_RATIO * rate);
-        let (measured, target) = (
-            format!("{value:.1} pairs/s @ c={}", p.clients),
-            format!(">= {MIN_CEILING_RATIO:.2} x {rate:.1} ({limit:.1})"),
+        let measured = format!("{value:.1} pairs/s @ c={}", p.clients);
+        rows.push(
+            Row::info("cross-encoder pairs/s (best c)", value, "pairs/s", measured)
+                .at_least(limit, format!(">= {MIN_CEILING_RATIO:.2} x {rate:.1} ({limit:.1})"))
+                .with_note(format!("{:.2} x", value / rate)),
         );
-        let row =
-            Row::judged("cross-encoder pairs/s (best c)", value, "pairs/s", measured, Bound::AtLeast(limit), target);
-        rows.push(row.with_note(format!("{:.2} x", value / rate)));
     }
     // The target is on the best point; the lowest says what the other concurrencies got.
     if let Some(p) = cross.iter().min_by(by_rate) {
-        let measured =
-            format!("{:.1} pairs/s @ c={} ({:.2} x ceiling)", p.pairs_per_s(), p.clients, p.pairs_per_s() / rate);
-        rows.push(Row::info("cross-encoder pairs/s (lowest c)", p.pairs_per_s(), "pairs/s", measured));
+        let (value, clients) = (p.pairs_per_s(), p.clients);
+        let measured = format!("{value:.1} pairs/s @ c={clients} ({:.2} x ceiling)", value / rate);
+        rows.push(Row::info("cross-encoder pairs/s (lowest c)", value, "pairs/s", measured));
     }
-    for (scorer, points, in_process) in [("cross-encoder", cross, one_call), ("bi-encoder", bi, None)] {
-        if let (Some(p), Some(c), "bi-encoder") = (bi.iter().max_by(by_rate), cross.iter().max_by(by_rate), scorer) {
-            let measured = format!(
-                "{:.1} pairs/s @ c={} ({:.2} x cross-encoder)",
-                p.pairs_per_s(),
-                p.clients,
-                p.pairs_per_s() / c.pairs_per_s()
-            );
-            rows.push(Row::info("bi-encoder pairs/s (best c)", p.pairs_per_s(), "pairs/s", measured));
-        }
+    // A scorer's one-client latency (against the in-process call, if known) and its refusals.
+    let scorer_rows = |rows: &mut Vec<Row>, scorer: &str, points: &[Point], in_process: Option<f64>| {
         if let Some(latency) = points.iter().find(|p| p.clients == 1).map(|p| p.run.latency()) {
             let (p50, p99) = (ms(latency.p50), ms(latency.p99));
             let versus = in_process.map_or(String::new(), |model| format!(", {:.2} x in-process", p50 / model));
-            rows.push(Row::info(
-                format!("{scorer} c=1 p50 / p99 (1 x {texts} call)"),
-                p50,
-                "ms",
-                format!("{p50:.1} / {p99:.1} ms{versus}"),
-            ));
+            let (figure, measured) =
+                (format!("{scorer} c=1 p50 / p99 (1 x {texts} call)"), format!("{p50:.1} / {p99:.1} ms{versus}"));
+            rows.push(Row::info(figure, p50, "ms", measured));
         }
         if !points.is_empty() {
             let refused: usize = points.iter().map(Point::refused).sum();
@@ -509,7 +498,14 @@ fn figures(
             let measured = format!("{refused} of {calls} calls{from}");
             rows.push(Row::info(format!("{scorer} refused (RESOURCE_EXHAUSTED)"), refused as f64, "calls", measured));
         }
+    };
+    scorer_rows(&mut rows, "cross-encoder", cross, one_call);
+    if let (Some(p), Some(c)) = (bi.iter().max_by(by_rate), best_cross) {
+        let (value, clients) = (p.pairs_per_s(), p.clients);
+        let measured = format!("{value:.1} pairs/s @ c={clients} ({:.2} x cross-encoder)", value / c.pairs_per_s());
+        rows.push(Row::info("bi-encoder pairs/s (best c)", value, "pairs/s", measured));
     }
+    scorer_rows(&mut rows, "bi-encoder", bi, None);
     rows
 }
 
