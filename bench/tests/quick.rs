@@ -127,7 +127,9 @@ fn run_sh_runs_the_scenarios_of_make_bench_and_writes_the_report() {
         command
     });
     let info = run.read("run_info.csv");
-    for step in ["embed-bench", "wire-bench", "ghz-suite", "gateway-bench", "index-bench", "rerank-bench", "client-bench"] {
+    for step in
+        ["embed-bench", "wire-bench", "ghz-suite", "gateway-bench", "index-bench", "rerank-bench", "client-bench"]
+    {
         let line = info.lines().find(|line| line.starts_with(&format!("{step},")));
         assert!(line.unwrap_or_else(|| panic!("no {step} in {info}")).ends_with(",0"), "{step} failed: {info}");
     }
@@ -135,7 +137,9 @@ fn run_sh_runs_the_scenarios_of_make_bench_and_writes_the_report() {
     // embed: its five targets, every measurement in one CSV.
     run.prints(&["throughput (32 clients)", "latency c=1 p50", "RSS idle", "RSS after throughput", "cold start"]);
     run.summary("embed_bench_summary.csv", 5);
-    assert!(run.csv("embed_bench.csv", "figure,parameter,value,unit").iter().any(|r| r[..2] == ["in_process", "batch=1"]));
+    assert!(
+        run.csv("embed_bench.csv", "figure,parameter,value,unit").iter().any(|r| r[..2] == ["in_process", "batch=1"])
+    );
 
     // wire: all nine encodings, the two targets.
     let variants: Vec<String> = run.read("wire/wire_bench.csv").lines().skip(1).map(|l| fields(l).remove(0)).collect();
@@ -170,8 +174,11 @@ fn run_sh_runs_the_scenarios_of_make_bench_and_writes_the_report() {
     let points: Vec<Vec<String>> = sweep.lines().skip(1).map(fields).collect();
     let scorers: Vec<(&str, &str)> = points.iter().map(|p| (p[0].as_str(), p[1].as_str())).collect();
     assert_eq!(scorers, [("cross-encoder", "1"), ("cross-encoder", "4"), ("bi-encoder", "1"), ("bi-encoder", "4")]);
-    assert!(points.iter().all(|p| p[3].parse::<usize>().unwrap() > 0 && p[2..].iter().all(|f| f.parse::<f64>().is_ok())));
-    let sizes: Vec<String> = run.read("rerank/rerank_bench_in_process.csv").lines().skip(1).map(|l| fields(l).remove(0)).collect();
+    assert!(
+        points.iter().all(|p| p[3].parse::<usize>().unwrap() > 0 && p[2..].iter().all(|f| f.parse::<f64>().is_ok()))
+    );
+    let sizes: Vec<String> =
+        run.read("rerank/rerank_bench_in_process.csv").lines().skip(1).map(|l| fields(l).remove(0)).collect();
     assert_eq!(sizes, ["1", "20"]);
     assert!(run.read("rerank/rerank_bench.md").contains("| cross-encoder | 4 |"));
 
@@ -199,7 +206,10 @@ fn run_sh_runs_the_scenarios_of_make_bench_and_writes_the_report() {
         .chain(["rerank_pairs_vs_concurrency"])
     {
         let size = std::fs::metadata(run.dir.join(format!("plots/{plot}.png"))).map_or(0, |m| m.len());
-        assert!(size > 1000 && report.contains(&format!("{plot}.png")), "{plot}.png missing, empty or not in the report");
+        assert!(
+            size > 1000 && report.contains(&format!("{plot}.png")),
+            "{plot}.png missing, empty or not in the report"
+        );
     }
 }
 
@@ -260,7 +270,12 @@ fn store_compares_weaviate_with_the_embedded_store() {
 #[test]
 fn soak_windows_add_up_to_the_summary() {
     let run = Run::scenario("soak", &[]);
-    run.prints(&["max mix rate", "soak rate (open loop)", "ingest jobs completed", "errors besides RESOURCE_EXHAUSTED"]);
+    run.prints(&[
+        "max mix rate",
+        "soak rate (open loop)",
+        "ingest jobs completed",
+        "errors besides RESOURCE_EXHAUSTED",
+    ]);
     run.prints(&["RSS growth, window 2 -> 3", "Embed p99 drift", "Search p99 drift"]);
     let rows = run.summary("soak_bench.csv", 4);
     let calls = |figure: &str| rows.iter().find(|row| row[0] == figure).map(|row| row[1].parse::<f64>().unwrap());
@@ -286,7 +301,11 @@ fn overload_accounts_for_every_call() {
     let run = Run::scenario("overload", &[]);
     // The server derives its default bound from the model's speed ("auto").
     assert_eq!(ServerConfig::parse_from(["embedwire-server"]).max_queue_ms, None);
-    run.prints(&["max Embed throughput", "rejection latency, queue bound auto (default)", "goodput, queue bound 20 ms"]);
+    run.prints(&[
+        "max Embed throughput",
+        "rejection latency, queue bound auto (default)",
+        "goodput, queue bound 20 ms",
+    ]);
     run.prints(&["accepted latency, queue bound 20 ms", "--max-queue-ms bounds meeting both overload targets"]);
     run.summary("overload_bench.csv", 4);
     let header = "queue_bound_ms,default,max_per_s,unloaded_p50_ms,unloaded_p99_ms,offered_per_s,sent,accepted,rejected,errors,\
