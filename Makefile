@@ -40,11 +40,10 @@ test: setup lint
 	$(CACHE)/venv/bin/python -m pytest clients/python/tests -q
 
 ## bench: every benchmark of bench/run.sh (about 23 minutes: embed, wire, ghz, gateway,
-## index at 100k and rerank) with bench/results/REPORT.md and its plots, then the Rust vs
-## Python client bench
+## index at 100k, rerank and the Rust vs Python clients) with bench/results/REPORT.md
+## and its plots
 bench: setup
 	bash bench/run.sh
-	bash bench/client_bench.sh
 
 ## bench-long: the benchmarks kept out of `make bench` for time: embedwire-bench search (~6 min),
 ## embedwire-bench overload, embedwire-bench soak (10 min), embedwire-bench index at 1M vectors (~20 min) and

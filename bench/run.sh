@@ -9,6 +9,8 @@
 #   index-bench     exact and HNSW search at 100k vectors (1M: run it on its own)
 #   rerank-bench    Rerank pairs/s at c=1..32: cross-encoder vs its in-process
 #                   ceiling, and the bi-encoder fallback
+#   client-bench    CPU per vector of the Python client (sync and asyncio) against
+#                   the Rust client's, on the pseudo backend
 #
 # Full run: about 18 minutes on 2 cores, results in bench/results/. --quick: every
 # piece for a few seconds, results in $BENCH_RESULTS_DIR (default
@@ -17,11 +19,11 @@
 # `embedwire-bench soak`, `embedwire-bench index` at 1M, and `embedwire-bench store` (about 15 minutes: the embedded store
 # against Weaviate clusters of 1 and 3 nodes, results in bench/results/store/).
 #
-# Builds the server and the bench first (BENCH_NO_BUILD=1 skips that, to measure
-# the binaries already in target/release; BENCH_SERVER_BIN names another server
-# binary). Needs `make setup` (model, ONNX Runtime,
-# ghz, the venv). Exits non-zero if any
-# step failed; the report is written anyway and says which sections are missing.
+# Builds the server, the bench and the Rust client's bench first (BENCH_NO_BUILD=1
+# skips that, to measure the binaries already in target/release; BENCH_SERVER_BIN
+# names another server binary). Needs `make setup` (model, ONNX Runtime, ghz, the
+# venv). Exits non-zero if any step failed; the report is written anyway and says
+# which sections are missing.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -79,6 +81,8 @@ if [[ -z "${BENCH_NO_BUILD:-}" ]]; then
     # variant of every shared crate, compiled for nothing.
     cargo build --release -p embedwire-server --bin embedwire-server || exit 1
     cargo build --release -p embedwire-bench || exit 1
+    # --workspace: the features of `make setup`'s build, so nothing shared is rebuilt.
+    cargo build --release --workspace --bin embedwire-client-bench || exit 1
 fi
 SERVER=(--server-bin "${BENCH_SERVER_BIN:-$BIN/embedwire-server}")
 
@@ -98,6 +102,8 @@ else
 fi
 step rerank-bench rerank -- \
     "$BIN/embedwire-bench" rerank $QUICK "${SERVER[@]}" --results-dir "$RESULTS/rerank"
+step client-bench clients -- \
+    "$BIN/embedwire-bench" clients $QUICK "${SERVER[@]}" --results-dir "$RESULTS/clients"
 
 echo "=== report"
 "$PYTHON" bench/report.py --results "$RESULTS" $QUICK || FAILED=1

@@ -4,9 +4,20 @@
 //! bench/README.md.
 
 use clap::Parser;
+use embedwire_bench::options::Common;
+
+// A scenario's command line: the options of every scenario, then its own `Args`, whose
+// doc comment is the subcommand's description (a doc comment here would replace it).
+#[derive(Debug, clap::Args)]
+struct Cli<A: clap::Args> {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    args: A,
+}
 
 /// Registers the scenarios: `module => Variant,` per scenario, each module with a
-/// clap `Args` and a `run(Args)`. Adding a scenario is its file and one line here.
+/// clap `Args` and a `run(&Common, Args)`. Adding a scenario is its file and one line here.
 macro_rules! scenarios {
     ($($module:ident => $variant:ident,)*) => {
         mod scenarios {
@@ -18,16 +29,12 @@ macro_rules! scenarios {
         #[derive(Debug, Parser)]
         #[command(name = "embedwire-bench", version, about)]
         enum Scenario {
-            $(#[doc = concat!("The `", stringify!($module), "` scenario (see its --help).")]
-            $variant(scenarios::$module::Args),)*
+            $($variant(Cli<scenarios::$module::Args>),)*
         }
 
         fn main() -> anyhow::Result<()> {
             match Scenario::parse() {
-                $(Scenario::$variant(args) => {
-                    args.common.validate()?;
-                    scenarios::$module::run(args)
-                })*
+                $(Scenario::$variant(Cli { common, args }) => scenarios::$module::run(&common, args),)*
             }
         }
     };
@@ -45,4 +52,5 @@ scenarios! {
     index => Index,
     overload => Overload,
     soak => Soak,
+    clients => Clients,
 }

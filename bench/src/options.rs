@@ -1,15 +1,20 @@
 //! The options every scenario shares, defined once and flattened into each one, and
 //! what they resolve to: the amounts of work of a full or `--quick` run, the server
-//! binary and flags, the model files, the results directory.
+//! binary and flags, connections to it, the model files, the results directory, the
+//! other programs a scenario runs.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Parser;
+use clap::builder::RangedU64ValueParser;
 use embedwire_server::ServerConfig;
+use tonic::transport::Channel;
 
-use crate::server_process::ServerCommand;
+use crate::server_process::{ServerCommand, ServerProcess};
 
 /// Options of every scenario.
 #[derive(Debug, Clone, clap::Args)]
@@ -39,7 +44,7 @@ pub struct Common {
     pub ort_library: Option<PathBuf>,
 
     /// ONNX Runtime intra-op threads, in-process and in the server alike.
-    #[arg(long, env = "BENCH_INTRA_OP_THREADS", default_value_t = 2)]
+    #[arg(long, env = "BENCH_INTRA_OP_THREADS", default_value_t = 2, value_parser = at_least_one::<usize>())]
     pub intra_op_threads: usize,
 
     /// Where the results go [default: bench/results, or the scenario's folder in it].
@@ -47,15 +52,15 @@ pub struct Common {
     pub results_dir: Option<PathBuf>,
 
     /// Seconds of each measured run [default: the scenario's, shorter with --quick].
-    #[arg(long, env = "BENCH_DURATION_SECS")]
+    #[arg(long, env = "BENCH_DURATION_SECS", value_parser = seconds)]
     pub duration_secs: Option<f64>,
 
     /// Seconds of unmeasured load before each run [default: the scenario's].
-    #[arg(long, env = "BENCH_WARMUP_SECS")]
+    #[arg(long, env = "BENCH_WARMUP_SECS", value_parser = seconds)]
     pub warmup_secs: Option<f64>,
 
     /// Concurrency levels to sweep, e.g. `1,4,16` [default: the scenario's].
-    #[arg(long, env = "BENCH_CONCURRENCY", value_delimiter = ',')]
+    #[arg(long, env = "BENCH_CONCURRENCY", value_delimiter = ',', value_parser = at_least_one::<usize>())]
     pub concurrency: Vec<usize>,
 }
 
@@ -63,17 +68,53 @@ pub struct Common {
 #[derive(Debug, Clone, clap::Args)]
 pub struct SearchLoad {
     /// Documents per Ingest call (at most the server's --max-documents-per-request).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = at_least_one::<usize>())]
     pub ingest_batch: usize,
     /// Concurrent clients of the Search runs (search: of its Embed runs too).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = at_least_one::<usize>())]
     pub clients: usize,
     /// Clients sharing one HTTP/2 connection.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = at_least_one::<usize>())]
     pub clients_per_connection: usize,
     /// Hits asked of each Search.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = at_least_one::<u32>())]
     pub top_k: u32,
+}
+
+/// The parser of a count option: 0 is refused when the options are parsed, before
+/// anything is measured.
+pub fn at_least_one<T>() -> RangedU64ValueParser<T>
+where
+    T: TryFrom<u64> + Clone + Send + Sync + 'static,
+    T::Error: std::error::Error + Send + Sync + 'static,
+{
+    RangedU64ValueParser::new().range(1..)
+}
+
+/// The parser of a seconds option: from 0 to an hour, so that a typo fails now rather
+/// than after minutes of measuring.
+pub fn seconds(text: &str) -> Result<f64, String> {
+    let seconds: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..3600.0).contains(&seconds) { Ok(seconds) } else { Err("not between 0 and 3600 seconds".into()) }
+}
+
+/// `count` HTTP/2 connections to `server`, for clients that share them.
+pub async fn connections(server: &ServerProcess, count: usize) -> anyhow::Result<Vec<Channel>> {
+    let mut channels = Vec::with_capacity(count);
+    for _ in 0..count {
+        channels.push(server.connect().await?);
+    }
+    Ok(channels)
+}
+
+/// Runs another program a scenario needs (ghz, a Python script, a client's bench) to
+/// its end and returns its stdout; if it fails, an error with its output and `hint`.
+pub fn program_output(command: &mut Command, hint: &str) -> anyhow::Result<String> {
+    let program = command.get_program().to_string_lossy().into_owned();
+    let output = command.output().with_context(|| format!("running {program} ({hint})"))?;
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    anyhow::ensure!(output.status.success(), "{program} failed ({}; {hint}):\n{stdout}{stderr}", output.status);
+    Ok(stdout.into_owned())
 }
 
 /// The model files the server and an in-process ceiling both load.
@@ -88,19 +129,6 @@ pub struct ModelPaths {
 }
 
 impl Common {
-    /// Refuses values that would fail only after minutes of measuring.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(self.intra_op_threads > 0, "--intra-op-threads must be at least 1");
-        for (flag, value) in [("--duration-secs", self.duration_secs), ("--warmup-secs", self.warmup_secs)] {
-            anyhow::ensure!(
-                value.is_none_or(|s| (0.0..3600.0).contains(&s)),
-                "{flag} must be between 0 and 3600 seconds"
-            );
-        }
-        anyhow::ensure!(!self.concurrency.contains(&0), "--concurrency levels must be at least 1");
-        Ok(())
-    }
-
     /// `full`, or `quick` with `--quick`.
     pub fn pick<T>(&self, full: T, quick: T) -> T {
         if self.quick { quick } else { full }

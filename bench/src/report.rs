@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 
+use crate::latency::{LatencySummary, ms};
 use crate::targets::{self, Bound, Row, csv_field};
 
 /// One scenario's results, written by [`Report::finish`].
@@ -16,6 +17,8 @@ pub struct Report {
     dir: PathBuf,
     /// File prefix: `<name>_summary.csv`, `<name>.json`, `<name>.md`.
     name: String,
+    /// The summary CSV's older name, written too: bench/report.py and earlier runs use it.
+    summary_copy: Option<&'static str>,
     figures: Vec<Row>,
     /// Figures only the files carry (setup, counts): too many for the printed table.
     details: Vec<Row>,
@@ -32,12 +35,18 @@ impl Report {
         Ok(Report {
             dir,
             name: name.into(),
+            summary_copy: None,
             figures: Vec::new(),
             details: Vec::new(),
             sections: String::new(),
             started: Instant::now(),
             load_before: load_average(),
         })
+    }
+
+    /// The same report, its summary CSV also written as `file`.
+    pub fn summary_also_as(self, file: &'static str) -> Self {
+        Report { summary_copy: Some(file), ..self }
     }
 
     pub fn dir(&self) -> &Path {
@@ -49,9 +58,23 @@ impl Report {
         self.figures.push(row);
     }
 
+    pub fn figures(&mut self, rows: impl IntoIterator<Item = Row>) {
+        self.figures.extend(rows);
+    }
+
     /// Adds a figure to the summary CSV and the JSON only.
     pub fn detail(&mut self, row: Row) {
         self.details.push(row);
+    }
+
+    /// A detail without a printed form: `figure`, its value and unit.
+    pub fn count(&mut self, figure: impl Into<String>, value: f64, unit: &'static str) {
+        self.detail(Row::info(figure, value, unit, String::new()));
+    }
+
+    /// A setting of the run, as the detail `setup <name>`.
+    pub fn setup(&mut self, name: &str, value: f64, unit: &'static str) {
+        self.count(format!("setup {name}"), value, unit);
     }
 
     /// Adds `table` to `<name>.md`, after the figures, under `## title`.
@@ -80,7 +103,10 @@ impl Report {
         println!();
         print!("{}", targets::table(&self.figures));
         let all = [self.figures.as_slice(), &self.details].concat();
-        self.write(&format!("{}_summary.csv", self.name), &targets::summary_csv(&all))?;
+        let summary = targets::summary_csv(&all);
+        for file in [format!("{}_summary.csv", self.name)].into_iter().chain(self.summary_copy.map(String::from)) {
+            self.write(&file, &summary)?;
+        }
         self.write(&format!("{}.md", self.name), &(markdown(&self.figures) + &self.sections))?;
         let figures: Vec<serde_json::Value> = all.iter().map(figure_json).collect();
         let json = serde_json::json!({
@@ -106,6 +132,23 @@ impl Report {
     }
 }
 
+/// A figure judged against a limit: `Row::info(..).at_least(limit, target)`, `target`
+/// saying the limit as the table prints it.
+pub trait Judge {
+    fn at_least(self, limit: f64, target: String) -> Row;
+    fn at_most(self, limit: f64, target: String) -> Row;
+}
+
+impl Judge for Row {
+    fn at_least(self, limit: f64, target: String) -> Row {
+        Row { target: Some((Bound::AtLeast(limit), target)), ..self }
+    }
+
+    fn at_most(self, limit: f64, target: String) -> Row {
+        Row { target: Some((Bound::AtMost(limit), target)), ..self }
+    }
+}
+
 /// A table built row by row, written as CSV (cells quoted where they need it) and
 /// shown in `<name>.md` by [`Report::section`].
 pub struct Table {
@@ -114,7 +157,9 @@ pub struct Table {
 }
 
 impl Table {
-    pub fn new(columns: &[&str]) -> Self {
+    /// A table of `columns`, comma-separated as in the CSV header.
+    pub fn new(columns: &str) -> Self {
+        let columns: Vec<&str> = columns.split(',').collect();
         let markdown = format!("| {} |\n|{}\n", columns.join(" | "), "---|".repeat(columns.len()));
         Table { text: format!("{}\n", columns.join(",")), markdown }
     }
@@ -125,6 +170,11 @@ impl Table {
         self.text.push('\n');
         self.markdown.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
+}
+
+/// p50, p95 and p99 in ms, as the tables print them.
+pub fn percentiles(l: &LatencySummary) -> String {
+    format!("{:.1} / {:.1} / {:.1} ms", ms(l.p50), ms(l.p95), ms(l.p99))
 }
 
 fn figure_json(row: &Row) -> serde_json::Value {

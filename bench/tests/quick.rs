@@ -1,60 +1,323 @@
-//! Runs `embed-bench --quick` end to end (in-process model, real server binary, real
-//! clients) so the bench cannot rot. It checks that the bench runs and writes its
-//! CSV files; it never judges the figures, since tests do not assert on speed.
+//! Every scenario of embedwire-bench run `--quick` end to end (the real model, server
+//! binary, baseline, ghz, Weaviate and clients), so that none can rot: those of `make
+//! bench` through `bench/run.sh --quick` with the report script, the others one by one.
+//! The tests check that each runs, prints its figures and writes well-formed files;
+//! they never judge the figures, since tests do not assert on speed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 use clap::Parser;
 use embedwire_server::ServerConfig;
 
-#[test]
-fn quick_run_prints_the_table_and_writes_csv() {
-    let defaults = ServerConfig::parse_from(["embedwire-server"]);
-    let (model_dir, ort_library) = (defaults.model_dir(), defaults.ort_library());
-    assert!(
-        model_dir.is_dir() && ort_library.is_file(),
-        "no model at {} or no ONNX Runtime at {} (run `make setup`)",
-        model_dir.display(),
-        ort_library.display()
-    );
-    let results_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("embed-bench-{}", std::process::id()));
-    let output = Command::new(env!("CARGO_BIN_EXE_embedwire-bench"))
-        .args(["embed", "--quick", "--results-dir"])
-        .arg(&results_dir)
-        .output()
-        .expect("running embedwire-bench embed");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "embed-bench failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    for figure in ["throughput (32 clients)", "latency c=1 p50", "RSS idle", "RSS after throughput", "cold start"] {
-        assert!(stdout.contains(figure), "no `{figure}` row in:\n{stdout}");
+/// One run at a time: each loads the model and saturates the machine, and two at once
+/// on a small machine would only make both slow.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// What a quick run left: its stdout and its results directory (removed at the end of
+/// a test that passes).
+struct Run {
+    stdout: String,
+    dir: PathBuf,
+}
+
+impl Run {
+    /// Runs the command `command(DIR)` makes, DIR fresh under the target's temporary
+    /// directory; fails with its output if it fails, or with a pointer to `make setup`
+    /// when the model or the venv is missing. The docstring cache stays in its default
+    /// place (bench/results/tmp), shared with real runs: extracting takes seconds.
+    fn of(name: &str, command: impl FnOnce(&Path) -> Command) -> Run {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let defaults = ServerConfig::parse_from(["embedwire-server"]);
+        let (model_dir, python) = (defaults.model_dir(), defaults.cache_dir().join("venv/bin/python"));
+        let set_up = model_dir.is_dir() && python.is_file() && defaults.ort_library().is_file();
+        assert!(set_up, "no model at {}, ONNX Runtime or venv (run `make setup`)", model_dir.display());
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let output = command(&dir).output().unwrap_or_else(|e| panic!("running {name}: {e}"));
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "{name} failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+        Run { stdout, dir }
     }
 
-    let measurements = std::fs::read_to_string(results_dir.join("embed_bench.csv")).unwrap();
-    assert!(measurements.starts_with("figure,parameter,value,unit\n"));
-    assert!(measurements.contains("in_process,batch=1,"));
-    let summary = std::fs::read_to_string(results_dir.join("embed_bench_summary.csv")).unwrap();
-    assert_eq!(summary.lines().filter(|l| l.ends_with(",PASS") || l.ends_with(",MISS")).count(), 5, "{summary}");
-    let _ = std::fs::remove_dir_all(&results_dir);
+    /// `embedwire-bench SCENARIO --quick ARGS --results-dir DIR`.
+    fn scenario(scenario: &str, args: &[&str]) -> Run {
+        Run::of(scenario, |dir| {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_embedwire-bench"));
+            command.arg(scenario).arg("--quick").args(args).arg("--results-dir").arg(dir);
+            command
+        })
+    }
+
+    fn prints(&self, figures: &[&str]) {
+        for figure in figures {
+            assert!(self.stdout.contains(figure), "no `{figure}` in:\n{}", self.stdout);
+        }
+    }
+
+    fn read(&self, file: &str) -> String {
+        let path = self.dir.join(file);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+    }
+
+    /// The rows of a CSV file, after checking its header and that every row has as many
+    /// fields.
+    fn csv(&self, file: &str, header: &str) -> Vec<Vec<String>> {
+        let text = self.read(file);
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some(header), "{file}:\n{text}");
+        let rows: Vec<Vec<String>> = lines.map(fields).collect();
+        for row in &rows {
+            assert_eq!(row.len(), header.split(',').count(), "{file}: {row:?} in:\n{text}");
+        }
+        rows
+    }
+
+    /// The rows of a summary CSV (`figure,measured,...,result`), after checking that
+    /// `judged` of them have a result.
+    fn summary(&self, file: &str, judged: usize) -> Vec<Vec<String>> {
+        let rows = self.csv(file, "figure,measured,unit,comparison,limit,result");
+        let results: Vec<&Vec<String>> = rows.iter().filter(|row| !row[5].is_empty()).collect();
+        assert_eq!(results.len(), judged, "judged rows in {file}: {rows:?}");
+        for row in &rows {
+            assert!(row[1].parse::<f64>().is_ok() || row[1] == "inf", "measured value of {row:?}");
+            assert!(row[5].is_empty() || row[5] == "PASS" || row[5] == "MISS", "{row:?}");
+        }
+        rows
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A CSV line's fields, quoted fields unquoted.
+fn fields(line: &str) -> Vec<String> {
+    let (mut fields, mut quoted, mut chars) = (vec![String::new()], false, line.chars().peekable());
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                chars.next();
+                fields.last_mut().unwrap().push('"');
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(String::new()),
+            c => fields.last_mut().unwrap().push(c),
+        }
+    }
+    fields
 }
 
 #[test]
-fn tokenize_scenario_compares_tokenize_with_embed() {
-    let results_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tokenize-{}", std::process::id()));
-    let output = Command::new(env!("CARGO_BIN_EXE_embedwire-bench"))
-        .args(["tokenize", "--quick", "--concurrency", "1,2", "--results-dir"])
-        .arg(&results_dir)
-        .output()
-        .expect("running embedwire-bench tokenize");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "tokenize failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    let table = std::fs::read_to_string(results_dir.join("tokenize.csv")).unwrap();
-    assert!(table.starts_with("rpc,concurrency,calls_per_s,p50_ms,p99_ms,calls\nembed,1,"), "{table}");
-    assert!(table.contains("\ntokenize,1,") && table.contains("\ntokenize,2,"), "{table}");
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(results_dir.join("tokenize.json")).unwrap()).unwrap();
+fn run_sh_runs_the_scenarios_of_make_bench_and_writes_the_report() {
+    // The server is built the way a scenario builds it, so that run.sh's own build,
+    // whose feature set differs, never rebuilds the workspace mid-test; the bench is
+    // fresh (cargo test built it), the clients' bench is the workspace build's.
+    let release_dir = Path::new(env!("CARGO_BIN_EXE_embedwire-bench")).parent().unwrap();
+    let server = embedwire_bench::server_binary::build_into(release_dir).expect("building embedwire-server");
+    let run = Run::of("bench-run-quick", |dir| {
+        let mut command = Command::new("bash");
+        command.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("run.sh")).arg("--quick");
+        command.env("BENCH_RESULTS_DIR", dir).env("BENCH_NO_BUILD", "1").env("BENCH_SERVER_BIN", &server);
+        command
+    });
+    let info = run.read("run_info.csv");
+    for step in
+        ["embed-bench", "wire-bench", "ghz-suite", "gateway-bench", "index-bench", "rerank-bench", "client-bench"]
+    {
+        let line = info.lines().find(|line| line.starts_with(&format!("{step},")));
+        assert!(line.unwrap_or_else(|| panic!("no {step} in {info}")).ends_with(",0"), "{step} failed: {info}");
+    }
+
+    // embed: its five targets, every measurement in one CSV.
+    run.prints(&["throughput (32 clients)", "latency c=1 p50", "RSS idle", "RSS after throughput", "cold start"]);
+    run.summary("embed_bench_summary.csv", 5);
+    assert!(
+        run.csv("embed_bench.csv", "figure,parameter,value,unit").iter().any(|r| r[..2] == ["in_process", "batch=1"])
+    );
+
+    // wire: all nine encodings, the two targets.
+    let variants: Vec<String> = run.read("wire/wire_bench.csv").lines().skip(1).map(|l| fields(l).remove(0)).collect();
+    assert_eq!(variants.len(), 9, "{variants:?}");
+    for variant in ["grpc_float32", "grpc_ubinary", "grpc_float32_list", "http_json_float", "http_octet_stream"] {
+        assert!(variants.iter().any(|v| v == variant), "no {variant} in {variants:?}");
+    }
+    run.summary("wire/wire_summary.csv", 2);
+
+    // ghz: a JSON summary per backend, config and concurrency, without the call details.
+    assert_eq!(run.read("ghz/ghz_summary.csv").lines().count(), 1 + 2 * 5 * 2);
+    let summary: serde_json::Value = serde_json::from_str(&run.read("ghz/pseudo/embed-256_c16.json")).unwrap();
+    assert!(summary["count"].as_u64().unwrap() > 0 && summary.get("details").is_none(), "{summary}");
+
+    // gateway: both gateways, the four targets, per-request and RSS CSVs.
+    run.summary("gateway/gateway_summary.csv", 4);
+    for gateway in ["embedwire", "baseline"] {
+        assert!(run.csv(&format!("gateway/requests_{gateway}.csv"), "worker,start_ms,latency_ms,ok").len() > 10);
+        assert!(run.csv(&format!("gateway/rss_{gateway}.csv"), "t_s,rss_mib,phase").len() > 2);
+    }
+
+    // index: exact search on one and two threads, HNSW, every figure at --quick's size.
+    run.prints(&["exact p50 (scan x2)", "hnsw build", "hnsw recall@10", "hnsw p50", "hnsw q/s, 2 searchers"]);
+    let index = run.csv("index/index_bench.csv", "figure,size,value,unit,target,result");
+    assert!(index.iter().any(|row| row[..2] == ["exact q/s, 2 searchers (scan x1)", "5000"]), "{index:?}");
+    assert!(index.iter().any(|row| row[0].starts_with("hnsw recall@10") && !row[5].is_empty()), "{index:?}");
+
+    // rerank: the ceiling, then concurrency 1 and 4 for each scorer, every point with answers.
+    run.prints(&["in-process batch-20 call p50", "cross-encoder pairs/s (lowest c)", "bi-encoder pairs/s (best c)"]);
+    run.summary("rerank/rerank_bench_summary.csv", 1);
+    let sweep = run.read("rerank/rerank_bench_sweep.csv");
+    let points: Vec<Vec<String>> = sweep.lines().skip(1).map(fields).collect();
+    let scorers: Vec<(&str, &str)> = points.iter().map(|p| (p[0].as_str(), p[1].as_str())).collect();
+    assert_eq!(scorers, [("cross-encoder", "1"), ("cross-encoder", "4"), ("bi-encoder", "1"), ("bi-encoder", "4")]);
+    assert!(
+        points.iter().all(|p| p[3].parse::<usize>().unwrap() > 0 && p[2..].iter().all(|f| f.parse::<f64>().is_ok()))
+    );
+    let sizes: Vec<String> =
+        run.read("rerank/rerank_bench_in_process.csv").lines().skip(1).map(|l| fields(l).remove(0)).collect();
+    assert_eq!(sizes, ["1", "20"]);
+    assert!(run.read("rerank/rerank_bench.md").contains("| cross-encoder | 4 |"));
+
+    // clients: a run of each client, their medians, the one target.
+    let header = "client,backend,count,batch_size,concurrency,seconds,vectors_per_s,cpu_seconds,cpu_us_per_vector";
+    let clients: Vec<String> = run.csv("clients/client_bench.csv", header).into_iter().map(|r| r[0].clone()).collect();
+    assert_eq!(clients, ["rust", "python", "python-async"]);
+    let medians = run.csv("clients/summary.csv", "client,runs,seconds,vectors_per_s,cpu_us_per_vector,ratio_to_rust");
+    assert_eq!(medians.iter().map(|row| row[0].as_str()).collect::<Vec<_>>(), clients);
+    assert_eq!([medians[0][1].as_str(), &medians[0][5]], ["1", "1.0"], "one run; rust is the ratios' base");
+    run.summary("clients/clients_summary.csv", 1);
+
+    // The report: every section, and its plots.
+    let report = run.read("REPORT.md");
+    assert!(!report.contains("did not run"), "a section is missing:\n{report}");
+    for section in ["## Targets", "## Embed throughput", "## JSON against binary", "### One 256-text embed call"]
+        .into_iter()
+        .chain(["## The /v1 contract", "## gRPC under ghz", "## Vector index", "## Rerank"])
+    {
+        assert!(report.contains(section), "no `{section}` in:\n{report}");
+    }
+    for plot in ["wire_bytes_per_embedding", "wire_throughput_latency", "gateway_throughput_vs_concurrency"]
+        .into_iter()
+        .chain(["gateway_latency_percentiles", "gateway_rss_over_time", "ghz_throughput_vs_concurrency"])
+        .chain(["rerank_pairs_vs_concurrency"])
+    {
+        let size = std::fs::metadata(run.dir.join(format!("plots/{plot}.png"))).map_or(0, |m| m.len());
+        assert!(
+            size > 1000 && report.contains(&format!("{plot}.png")),
+            "{plot}.png missing, empty or not in the report"
+        );
+    }
+}
+
+#[test]
+fn tokenize_compares_tokenize_with_embed() {
+    let run = Run::scenario("tokenize", &["--concurrency", "1,2"]);
+    let rpcs: Vec<Vec<String>> = run.csv("tokenize.csv", "rpc,concurrency,calls_per_s,p50_ms,p99_ms,calls");
+    let rpcs: Vec<(&str, &str)> = rpcs.iter().map(|row| (row[0].as_str(), row[1].as_str())).collect();
+    assert_eq!(rpcs, [("embed", "1"), ("tokenize", "1"), ("tokenize", "2")]);
+    let summary: serde_json::Value = serde_json::from_str(&run.read("tokenize.json")).unwrap();
     let judged = summary["figures"].as_array().unwrap().iter().filter(|f| !f["result"].is_null()).count();
     assert_eq!(judged, 1, "{summary}");
     assert!(summary["environment"]["cores"].as_u64().unwrap() >= 1, "{summary}");
-    let _ = std::fs::remove_dir_all(&results_dir);
+}
+
+#[test]
+fn search_compares_ingest_and_search_with_embed() {
+    let run = Run::scenario("search", &[]);
+    run.prints(&[
+        "Embed corpus (64/call, 4 clients)",
+        "Ingest corpus (1000 docs/call, to COMPLETED)",
+        "Search c=16 (top_k 5)",
+        "Embed c=16 (1 text)",
+        "Search c=1 idle p50 / p95 / p99",
+        "Search c=1 during ingest",
+        "second ingest (100 docs) under search",
+    ]);
+    let rows = run.summary("search_bench.csv", 2);
+    assert_eq!(run.read("search_bench.csv"), run.read("search_bench_summary.csv"));
+    for detail in ["index documents", "search_during_ingest_c1 p99", "cpu ingest server"] {
+        assert!(rows.iter().any(|row| row[0] == detail), "no `{detail}` in {rows:?}");
+    }
+    assert!(rows.iter().any(|row| row[..2] == ["index documents", "1000.000"]), "{rows:?}");
+}
+
+#[test]
+fn store_compares_weaviate_with_the_embedded_store() {
+    let run = Run::scenario("store", &[]);
+    for store in ["embedded", "weaviate 1 node"] {
+        for figure in ["index chunks", "ingest (1000 docs/call, to COMPLETED)", "search c=16 (top_k 5)"]
+            .into_iter()
+            .chain(["search c=16 p50 / p99", "CPU per chunk, weaviate", "CPU per search, embedwire"])
+            .chain(["load outside the bench during search"])
+        {
+            run.prints(&[&format!("{store}: {figure}")]);
+        }
+    }
+    run.prints(&["weaviate 1 node: data on disk (all nodes)"]);
+    assert!(run.summary("store_bench.csv", 2).iter().any(|row| row[0] == "weaviate 1 node: index chunks"));
+    let stores = run.read("store_bench_stores.csv");
+    let rows: Vec<Vec<String>> = stores.lines().map(fields).collect();
+    assert_eq!(rows.len(), 3, "a header and one row per store:\n{stores}");
+    assert!(rows.iter().all(|row| row.len() == rows[0].len()), "{stores}");
+    assert_eq!(rows[1][..2], ["embedded", "0"]);
+    assert_eq!(rows[2][..7], ["weaviate 1 node", "1", "1", "1", "QUORUM", "ONE", "200"]);
+}
+
+#[test]
+fn soak_windows_add_up_to_the_summary() {
+    let run = Run::scenario("soak", &[]);
+    run.prints(&[
+        "max mix rate",
+        "soak rate (open loop)",
+        "ingest jobs completed",
+        "errors besides RESOURCE_EXHAUSTED",
+    ]);
+    run.prints(&["RSS growth, window 2 -> 3", "Embed p99 drift", "Search p99 drift"]);
+    let rows = run.summary("soak_bench.csv", 4);
+    let calls = |figure: &str| rows.iter().find(|row| row[0] == figure).map(|row| row[1].parse::<f64>().unwrap());
+    let total: f64 = ["Embed calls", "Search calls", "Ingest calls"].iter().map(|f| calls(f).unwrap()).sum();
+    assert!(total > 0.0, "the soak made no calls: {rows:?}");
+    let header = "window,start_s,warmup,rss_mean_mib,rss_max_mib,server_cores,bench_cores,other_cores,\
+                  embed_ok,embed_rejected,embed_errors,embed_p50_ms,embed_p99_ms,\
+                  search_ok,search_rejected,search_errors,search_p50_ms,search_p99_ms,\
+                  ingest_ok,ingest_rejected,ingest_errors,ingest_p50_ms,ingest_p99_ms";
+    let windows = run.csv("soak_bench_windows.csv", header);
+    assert_eq!(windows.iter().map(|w| w[2].as_str()).collect::<Vec<_>>(), ["1", "0", "0"], "one warm-up window");
+    for window in &windows {
+        let number = |i: usize| window[i].parse::<f64>().unwrap_or_else(|_| panic!("field {i} of {window:?}"));
+        assert!(number(3) > 1.0 && number(5) > 0.0, "the server's RSS and CPU were sampled: {window:?}");
+    }
+    let counted: f64 =
+        windows.iter().flat_map(|w| [8, 9, 10, 13, 14, 15, 18, 19, 20].map(|i| w[i].parse::<f64>().unwrap())).sum();
+    assert_eq!(counted, total);
+}
+
+#[test]
+fn overload_accounts_for_every_call() {
+    let run = Run::scenario("overload", &[]);
+    // The server derives its default bound from the model's speed ("auto").
+    assert_eq!(ServerConfig::parse_from(["embedwire-server"]).max_queue_ms, None);
+    run.prints(&[
+        "max Embed throughput",
+        "rejection latency, queue bound auto (default)",
+        "goodput, queue bound 20 ms",
+    ]);
+    run.prints(&["accepted latency, queue bound 20 ms", "--max-queue-ms bounds meeting both overload targets"]);
+    run.summary("overload_bench.csv", 4);
+    let header = "queue_bound_ms,default,max_per_s,unloaded_p50_ms,unloaded_p99_ms,offered_per_s,sent,accepted,rejected,errors,\
+                  rejected_p50_ms,rejected_p99_ms,accepted_p50_ms,accepted_p99_ms,goodput_per_s,lag_p99_ms,held_back,\
+                  server_cores";
+    let runs = run.csv("overload_bench_runs.csv", header);
+    assert_eq!(runs.iter().map(|r| (r[0].as_str(), r[1].as_str())).collect::<Vec<_>>(), [("auto", "1"), ("20", "0")]);
+    for row in &runs {
+        let number = |i: usize| row[i].parse::<f64>().unwrap_or_else(|_| panic!("field {i} of {row:?}"));
+        // Every call sent is accounted for: accepted, rejected or failed.
+        assert_eq!(number(6), number(7) + number(8) + number(9), "{row:?}");
+        // Offered at 3 x the maximum measured before (both printed to 0.1 calls/s).
+        assert!(number(2) > 0.0 && (number(5) - 3.0 * number(2)).abs() <= 0.25, "{row:?}");
+    }
 }

@@ -18,10 +18,10 @@ use embedwire_bench::in_process::{self, Ceiling, CeilingPlan};
 use embedwire_bench::latency::ms;
 use embedwire_bench::load::{self, LoadResult, Rpc, Stop};
 use embedwire_bench::memory::{RssSampler, mib, rss_bytes};
-use embedwire_bench::options::{Common, ModelPaths};
-use embedwire_bench::report::{Report, Table};
+use embedwire_bench::options::{Common, ModelPaths, at_least_one, connections};
+use embedwire_bench::report::{Judge, Report, Table};
 use embedwire_bench::server_process::{ServerCommand, ServerProcess};
-use embedwire_bench::targets::{Bound, Row};
+use embedwire_bench::targets::Row;
 use embedwire_bench::{cpu, sentences};
 
 /// Server throughput at least this share of the in-process ceiling.
@@ -39,36 +39,28 @@ const SENTENCES: usize = 512;
 /// Options of the embed scenario.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    #[command(flatten)]
-    pub common: Common,
     /// The graph to measure, in-process and in the server (`--precision`).
     #[arg(long, value_enum, default_value = "fp32")]
     pub precision: PrecisionChoice,
     /// Concurrent one-sentence clients of the throughput run.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = at_least_one::<usize>())]
     pub clients: usize,
     /// Clients sharing one HTTP/2 connection.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = at_least_one::<usize>())]
     pub clients_per_connection: usize,
     /// Server starts timed for the cold-start median [default: 3, --quick: 1].
     #[arg(long)]
     pub cold_starts: Option<usize>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let common = &args.common;
-    anyhow::ensure!(args.clients > 0 && args.clients_per_connection > 0, "--clients must be at least 1");
+pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let paths = common.model_paths(args.precision)?;
     let mut report = Report::new(common.results(""), "embed_bench")?;
     let texts: Arc<[String]> = sentences::sentences(SENTENCES).into();
     // Before measuring: a build would disturb the ceiling.
     let binary = common.server_binary()?;
-    println!(
-        "embed: model {} ({}), {} intra-op threads",
-        paths.model_dir.display(),
-        paths.precision,
-        common.intra_op_threads
-    );
+    let threads = common.intra_op_threads;
+    println!("embed: model {} ({}), {threads} intra-op threads", paths.model_dir.display(), paths.precision);
 
     let ceiling = measure_ceiling(common, &paths, &texts)?;
     let command = common.server_command(
@@ -83,9 +75,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ("--max-queue-ms", "0".into()),
         ],
     );
-    let server = tokio::runtime::Runtime::new()?.block_on(measure_server(&args, &command, texts))?;
-    judge(&mut report, &args, &paths, &ceiling, &server);
-    report.table("embed_bench.csv", &measurements(&args, &paths, &ceiling, &server))?;
+    let server = tokio::runtime::Runtime::new()?.block_on(measure_server(common, &args, &command, texts))?;
+    report.figures(judge(&args, &paths, &ceiling, &server));
+    report.table("embed_bench.csv", &measurements(common, &args, &paths, &ceiling, &server))?;
     report.finish()
 }
 
@@ -102,12 +94,8 @@ fn measure_ceiling(common: &Common, paths: &ModelPaths, texts: &[String]) -> any
         warmup: common.warmup(1.0, 0.2),
     };
     in_process::measure(&mut model, &sequences, &plan, |run| {
-        println!(
-            "  batch {:>2}: {:>7.1} sentences/s  batch p50 {:>6.2} ms",
-            run.batch_size,
-            run.rate(),
-            ms(run.batch_latency.p50)
-        );
+        let (size, rate, p50) = (run.batch_size, run.rate(), ms(run.batch_latency.p50));
+        println!("  batch {size:>2}: {rate:>7.1} sentences/s  batch p50 {p50:>6.2} ms");
     })
 }
 
@@ -124,8 +112,12 @@ struct ServerFigures {
 
 /// Cold starts (each a fresh process, stopped before the next), then on the last
 /// one: idle memory, sequential latency, throughput with RSS and CPU sampled.
-async fn measure_server(args: &Args, command: &ServerCommand, texts: Arc<[String]>) -> anyhow::Result<ServerFigures> {
-    let common = &args.common;
+async fn measure_server(
+    common: &Common,
+    args: &Args,
+    command: &ServerCommand,
+    texts: Arc<[String]>,
+) -> anyhow::Result<ServerFigures> {
     let mut cold_starts = Vec::new();
     let mut server = None;
     for _ in 0..args.cold_starts.unwrap_or(common.pick(3, 1)).max(1) {
@@ -145,10 +137,7 @@ async fn measure_server(args: &Args, command: &ServerCommand, texts: Arc<[String
     let latency = load::run(&control, 1, texts.clone(), Rpc::Embed, Stop::After(common.duration(5.0, 1.0))).await?;
     println!("latency c=1: p50 {:.2} ms  p99 {:.2} ms", ms(latency.latency.p50), ms(latency.latency.p99));
 
-    let mut channels = Vec::new();
-    for _ in 0..args.clients.div_ceil(args.clients_per_connection) {
-        channels.push(server.connect().await?);
-    }
+    let channels = connections(&server, args.clients.div_ceil(args.clients_per_connection)).await?;
     load::run(&channels, args.clients, texts.clone(), Rpc::Embed, Stop::After(common.warmup(2.0, 0.3))).await?;
     let sampler = RssSampler::start(server.pid, Duration::from_millis(50));
     let own = std::process::id();
@@ -164,126 +153,82 @@ async fn measure_server(args: &Args, command: &ServerCommand, texts: Arc<[String
     Ok(ServerFigures { cold_starts, latency, throughput, cores, rss: (idle, peak, rss_after) })
 }
 
-fn judge(report: &mut Report, args: &Args, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigures) {
-    let best = ceiling.best();
-    let ceiling_rate = best.rate();
-    let batch_one = ms(ceiling.of(1).expect("batch size 1 is always measured").batch_latency.p50);
+fn judge(args: &Args, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigures) -> Vec<Row> {
+    let (best, batch_one) = (ceiling.best(), ceiling.of(1).expect("batch size 1 is always measured"));
+    let (ceiling_rate, batch_one) = (best.rate(), ms(batch_one.batch_latency.p50));
     let (rate, tl, cl) = (server.throughput.rate(), &server.throughput.latency, &server.latency.latency);
+    let min_rate = MIN_THROUGHPUT_RATIO * ceiling_rate;
     let latency_limit = LATENCY_FACTOR * batch_one + LATENCY_SLACK_MS;
     let max_idle = if paths.precision == "int8" { MAX_IDLE_RSS_MIB_INT8 } else { MAX_IDLE_RSS_MIB_FP32 };
     let mut starts = server.cold_starts.clone();
     starts.sort_unstable();
     let cold = starts[(starts.len() - 1) / 2].as_secs_f64();
     let (idle, peak, loaded) = (mib(server.rss.0), mib(server.rss.1), mib(server.rss.2));
-    for row in [
-        Row::info(
-            "in-process ceiling (best)",
-            ceiling_rate,
-            "sentences/s",
-            format!("{ceiling_rate:.0} s/s @ batch {}", best.batch_size),
-        ),
+    let (server_cores, bench_cores) = server.cores;
+    let best_text = format!("{ceiling_rate:.0} s/s @ batch {}", best.batch_size);
+    let loaded_text = format!("{:.1} / {:.1} ms", ms(tl.p50), ms(tl.p99));
+    let latency_target = format!("<= {LATENCY_FACTOR} x {batch_one:.2} + {LATENCY_SLACK_MS} ms ({latency_limit:.2})");
+    vec![
+        Row::info("in-process ceiling (best)", ceiling_rate, "sentences/s", best_text),
         Row::info("in-process batch-1 p50", batch_one, "ms", format!("{batch_one:.2} ms")),
-        Row::judged(
-            format!("throughput ({} clients)", args.clients),
-            rate,
-            "sentences/s",
-            format!("{rate:.0} s/s"),
-            Bound::AtLeast(MIN_THROUGHPUT_RATIO * ceiling_rate),
-            format!(
-                ">= {MIN_THROUGHPUT_RATIO:.2} x {ceiling_rate:.0} s/s ({:.0})",
-                MIN_THROUGHPUT_RATIO * ceiling_rate
-            ),
-        )
-        .with_note(format!("{:.2} x", rate / ceiling_rate)),
-        Row::info(
-            "throughput latency p50 / p99",
-            ms(tl.p50),
-            "ms",
-            format!("{:.1} / {:.1} ms", ms(tl.p50), ms(tl.p99)),
-        ),
+        Row::info(format!("throughput ({} clients)", args.clients), rate, "sentences/s", format!("{rate:.0} s/s"))
+            .at_least(min_rate, format!(">= {MIN_THROUGHPUT_RATIO:.2} x {ceiling_rate:.0} s/s ({min_rate:.0})"))
+            .with_note(format!("{:.2} x", rate / ceiling_rate)),
+        Row::info("throughput latency p50 / p99", ms(tl.p50), "ms", loaded_text),
         Row::info(
             "throughput CPU server / bench",
-            server.cores.0,
+            server_cores,
             "cores",
-            format!("{:.2} / {:.2} cores", server.cores.0, server.cores.1),
+            format!("{server_cores:.2} / {bench_cores:.2} cores"),
         ),
-        Row::judged(
-            "latency c=1 p50",
-            ms(cl.p50),
-            "ms",
-            format!("{:.2} ms", ms(cl.p50)),
-            Bound::AtMost(latency_limit),
-            format!("<= {LATENCY_FACTOR} x {batch_one:.2} + {LATENCY_SLACK_MS} ms ({latency_limit:.2})"),
-        )
-        .with_note(format!("{:.2} x", ms(cl.p50) / batch_one)),
+        Row::info("latency c=1 p50", ms(cl.p50), "ms", format!("{:.2} ms", ms(cl.p50)))
+            .at_most(latency_limit, latency_target)
+            .with_note(format!("{:.2} x", ms(cl.p50) / batch_one)),
         Row::info("latency c=1 p95 / p99", ms(cl.p95), "ms", format!("{:.2} / {:.2} ms", ms(cl.p95), ms(cl.p99))),
-        Row::judged(
-            "RSS idle",
-            idle,
-            "MiB",
-            format!("{idle:.1} MiB"),
-            Bound::AtMost(max_idle),
-            format!("<= {max_idle} MiB ({})", paths.precision),
-        ),
-        Row::judged(
-            "RSS after throughput",
-            loaded,
-            "MiB",
-            format!("{loaded:.1} MiB"),
-            Bound::AtMost(MAX_LOADED_RSS_MIB),
-            format!("<= {MAX_LOADED_RSS_MIB} MiB"),
-        )
-        .with_note(format!("peak {peak:.1}")),
-        Row::judged(
-            format!("cold start (median of {})", starts.len()),
-            cold,
-            "s",
-            format!("{cold:.2} s"),
-            Bound::AtMost(MAX_COLD_START_SECS),
-            format!("<= {MAX_COLD_START_SECS} s"),
-        ),
-    ] {
-        report.figure(row);
-    }
+        Row::info("RSS idle", idle, "MiB", format!("{idle:.1} MiB"))
+            .at_most(max_idle, format!("<= {max_idle} MiB ({})", paths.precision)),
+        Row::info("RSS after throughput", loaded, "MiB", format!("{loaded:.1} MiB"))
+            .at_most(MAX_LOADED_RSS_MIB, format!("<= {MAX_LOADED_RSS_MIB} MiB"))
+            .with_note(format!("peak {peak:.1}")),
+        Row::info(format!("cold start (median of {})", starts.len()), cold, "s", format!("{cold:.2} s"))
+            .at_most(MAX_COLD_START_SECS, format!("<= {MAX_COLD_START_SECS} s")),
+    ]
 }
 
 /// Every measurement, one per line: `figure,parameter,value,unit`.
-fn measurements(args: &Args, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigures) -> Table {
-    let mut table = Table::new(&["figure", "parameter", "value", "unit"]);
-    let common = &args.common;
-    for (parameter, value, unit) in [
-        ("quick", common.quick.to_string(), ""),
-        ("intra_op_threads", common.intra_op_threads.to_string(), "threads"),
-        ("clients", args.clients.to_string(), "clients"),
-        ("clients_per_connection", args.clients_per_connection.to_string(), "clients"),
-        ("server_args", common.server_args.join(" "), ""),
-        ("precision", paths.precision.to_string(), ""),
-    ] {
-        table.row(["setup", parameter, &value, unit]);
-    }
+fn measurements(common: &Common, args: &Args, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigures) -> Table {
+    let mut table = Table::new("figure,parameter,value,unit");
+    let mut row =
+        |figure: &str, parameter: &str, value: String, unit: &str| table.row([figure, parameter, &value, unit]);
+    row("setup", "quick", common.quick.to_string(), "");
+    row("setup", "intra_op_threads", common.intra_op_threads.to_string(), "threads");
+    row("setup", "clients", args.clients.to_string(), "clients");
+    row("setup", "clients_per_connection", args.clients_per_connection.to_string(), "clients");
+    row("setup", "server_args", common.server_args.join(" "), "");
+    row("setup", "precision", paths.precision.to_string(), "");
     for run in &ceiling.runs {
-        let batch = format!("batch={}", run.batch_size);
-        table.row(["in_process", &batch, &format!("{:.1}", run.rate()), "sentences/s"]);
-        table.row(["in_process_batch_mean", &batch, &format!("{:.3}", ms(run.batch_latency.mean)), "ms"]);
-        table.row(["in_process_batch_p50", &batch, &format!("{:.3}", ms(run.batch_latency.p50)), "ms"]);
-        table.row(["in_process_batches", &batch, &run.batch_latency.count.to_string(), "batches"]);
+        let (batch, l) = (format!("batch={}", run.batch_size), &run.batch_latency);
+        row("in_process", &batch, format!("{:.1}", run.rate()), "sentences/s");
+        row("in_process_batch_mean", &batch, format!("{:.3}", ms(l.mean)), "ms");
+        row("in_process_batch_p50", &batch, format!("{:.3}", ms(l.p50)), "ms");
+        row("in_process_batches", &batch, l.count.to_string(), "batches");
     }
     for (figure, load) in [("throughput", &server.throughput), ("latency_c1", &server.latency)] {
-        table.row([figure, "rate", &format!("{:.1}", load.rate()), "sentences/s"]);
-        table.row([figure, "calls", &load.calls.to_string(), "calls"]);
-        table.row([figure, "seconds", &format!("{:.3}", load.elapsed.as_secs_f64()), "s"]);
+        row(figure, "rate", format!("{:.1}", load.rate()), "sentences/s");
+        row(figure, "calls", load.calls.to_string(), "calls");
+        row(figure, "seconds", format!("{:.3}", load.elapsed.as_secs_f64()), "s");
         let l = &load.latency;
         for (name, value) in [("mean", l.mean), ("p50", l.p50), ("p95", l.p95), ("p99", l.p99), ("max", l.max)] {
-            table.row([figure, name, &format!("{:.3}", ms(value)), "ms"]);
+            row(figure, name, format!("{:.3}", ms(value)), "ms");
         }
     }
-    table.row(["throughput_cpu", "server", &format!("{:.3}", server.cores.0), "cores"]);
-    table.row(["throughput_cpu", "bench", &format!("{:.3}", server.cores.1), "cores"]);
+    row("throughput_cpu", "server", format!("{:.3}", server.cores.0), "cores");
+    row("throughput_cpu", "bench", format!("{:.3}", server.cores.1), "cores");
     for (name, bytes) in [("idle", server.rss.0), ("peak", server.rss.1), ("after_throughput", server.rss.2)] {
-        table.row(["rss", name, &format!("{:.1}", mib(bytes)), "MiB"]);
+        row("rss", name, format!("{:.1}", mib(bytes)), "MiB");
     }
     for (i, start) in server.cold_starts.iter().enumerate() {
-        table.row(["cold_start", &format!("start={}", i + 1), &format!("{:.1}", ms(*start)), "ms"]);
+        row("cold_start", &format!("start={}", i + 1), format!("{:.1}", ms(*start)), "ms");
     }
     table
 }

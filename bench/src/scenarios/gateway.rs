@@ -19,11 +19,11 @@ use embedwire_bench::corpus::{Corpus, CorpusOptions, Paragraph};
 use embedwire_bench::cpu::{CpuUse, CpuWindow};
 use embedwire_bench::http_client::HttpConnection;
 use embedwire_bench::http_process::{HttpServerCommand, HttpServerProcess};
-use embedwire_bench::latency::{LatencySummary, ms};
+use embedwire_bench::latency::ms;
 use embedwire_bench::load::Stop;
 use embedwire_bench::memory::{RssSampler, RssSeries, mib};
-use embedwire_bench::options::Common;
-use embedwire_bench::report::{Report, Table};
+use embedwire_bench::options::{Common, at_least_one};
+use embedwire_bench::report::{Judge, Report, Table, percentiles};
 use embedwire_bench::targets::{Bound, Row};
 use embedwire_bench::wire_count::ByteCounters;
 use embedwire_proto::v1::{self, search_service_client::SearchServiceClient};
@@ -52,27 +52,25 @@ const RUNS_COLUMNS: &str =
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    pub common: Common,
-    #[command(flatten)]
     pub corpus: CorpusOptions,
     /// The gateways to measure, in this order, each alone on the machine: embedwire
     /// (the server with the real model, its HTTP layer on its port) and baseline.
     #[arg(long, value_delimiter = ',', default_value = "embedwire,baseline", value_parser = ["embedwire", "baseline"])]
     pub targets: Vec<String>,
     /// Documents of the corpus ingested into each gateway [default: 10000, --quick: 300].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<usize>())]
     pub documents: Option<usize>,
     /// Documents per POST /v1/ingest.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, value_parser = at_least_one::<usize>())]
     pub ingest_batch: usize,
     /// Workers of the headline run, where the targets are judged.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = at_least_one::<usize>())]
     pub headline_concurrency: usize,
     /// Alternating rounds of the HTTP-against-gRPC comparison.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least_one::<usize>())]
     pub rounds: usize,
     /// Real query sentences the HTTP-against-gRPC comparison rotates through.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, value_parser = at_least_one::<usize>())]
     pub queries: usize,
     /// The baseline gateway's script.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/baseline/app.py"))]
@@ -96,30 +94,28 @@ struct Gateway {
     comparison: Option<[Measured; 2]>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let common = &args.common;
-    let counts = [args.documents.unwrap_or(1), args.ingest_batch, args.headline_concurrency, args.rounds, args.queries];
-    anyhow::ensure!(!counts.contains(&0) && !args.targets.is_empty(), "counts and --targets must be at least 1");
+pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(!args.targets.is_empty(), "--targets: at least one");
     let python = args.corpus.python()?;
     let binary = if args.targets.iter().any(|t| t == "embedwire") { Some(common.server_binary()?) } else { None };
     let corpus = args.corpus.select(args.documents.unwrap_or(common.pick(10_000, 300)), 0, args.queries)?;
     let documents = corpus.documents.len();
     println!("gateway: {documents} documents, headline c={}", args.headline_concurrency);
     let mut report = Report::new(common.results("gateway"), "gateway")?;
-    let mut runs = Table::new(&RUNS_COLUMNS.split(',').collect::<Vec<_>>());
+    let mut runs = Table::new(RUNS_COLUMNS);
     let runtime = tokio::runtime::Runtime::new()?;
     let mut gateways = Vec::new();
     for target in &args.targets {
         let command = match target.as_str() {
             "embedwire" => embedwire_command(common, binary.clone().context("no server binary")?),
-            _ => baseline_command(&args, python.clone()),
+            _ => baseline_command(common, &args, python.clone()),
         };
-        gateways.push(runtime.block_on(measure(&args, &command, &corpus, &mut report, &mut runs))?);
+        gateways.push(runtime.block_on(measure(common, &args, &command, &corpus, (&mut report, &mut runs)))?);
     }
     report.table("gateway_runs.csv", &runs)?;
     judge(&mut report, &gateways);
-    report.detail(Row::info("setup quick", f64::from(u8::from(common.quick)), "bool", String::new()));
-    report.detail(Row::info("setup documents", documents as f64, "documents", String::new()));
+    report.setup("quick", f64::from(u8::from(common.quick)), "bool");
+    report.setup("documents", documents as f64, "documents");
     report.finish()
 }
 
@@ -136,10 +132,10 @@ fn embedwire_command(common: &Common, binary: PathBuf) -> HttpServerCommand {
 }
 
 /// The baseline on the same model, with the same ONNX Runtime thread count.
-fn baseline_command(args: &Args, python: PathBuf) -> HttpServerCommand {
+fn baseline_command(common: &Common, args: &Args, python: PathBuf) -> HttpServerCommand {
     let mut flags: Vec<OsString> = vec![args.baseline_app.clone().into(), "--port".into(), "0".into()];
-    flags.extend(["--threads".into(), args.common.intra_op_threads.to_string().into()]);
-    if let Some(dir) = &args.common.model_dir {
+    flags.extend(["--threads".into(), common.intra_op_threads.to_string().into()]);
+    if let Some(dir) = &common.model_dir {
         flags.extend(["--model-dir".into(), dir.into()]);
     }
     HttpServerCommand { name: "baseline".into(), program: python, args: flags, env: Vec::new(), scratch_dir: None }
@@ -147,14 +143,14 @@ fn baseline_command(args: &Args, python: PathBuf) -> HttpServerCommand {
 
 /// One gateway from its start to its stop; its own figures, files and runs rows.
 async fn measure(
+    common: &Common,
     args: &Args,
     command: &HttpServerCommand,
     corpus: &Corpus,
-    report: &mut Report,
-    runs: &mut Table,
+    (report, runs): (&mut Report, &mut Table),
 ) -> anyhow::Result<Gateway> {
     let (gateway, cold_start) = HttpServerProcess::start(command).await?;
-    let (name, common, c) = (gateway.name.clone(), &args.common, args.headline_concurrency);
+    let (name, c) = (gateway.name.clone(), args.headline_concurrency);
     println!("{name}: healthy after {:.2} s", cold_start.as_secs_f64());
     let timeline = RssSampler::start(gateway.pid, RSS_INTERVAL);
     let born = Instant::now();
@@ -172,13 +168,14 @@ async fn measure(
         phases.push((phase, from, born.elapsed()));
     }
     let (headline, from) = (sweep_runs.remove(0), born.elapsed());
-    let comparison = if name == "embedwire" { Some(compare(&gateway, args, &corpus.queries).await?) } else { None };
+    let comparison =
+        if name == "embedwire" { Some(compare(&gateway, common, args, &corpus.queries).await?) } else { None };
     phases.extend(comparison.as_ref().map(|_| ("HTTP vs gRPC".into(), from, born.elapsed())));
     let rss = timeline.finish(gateway.pid).await?;
     gateway.stop().await?;
 
     report.write(&format!("requests_{name}.csv"), &headline.run.csv())?;
-    let mut rss_table = Table::new(&["t_s", "rss_mib", "phase"]);
+    let mut rss_table = Table::new("t_s,rss_mib,phase");
     for (at, bytes) in &rss.samples {
         let phase = phases.iter().find(|(_, start, end)| start <= at && at <= end).map_or("idle", |p| p.0.as_str());
         rss_table.row([format!("{:.3}", at.as_secs_f64()), format!("{:.2}", mib(*bytes)), phase.to_string()]);
@@ -208,7 +205,7 @@ async fn measure(
     report.figure(Row::info(format!("{name} cold start (spawn to /healthz ok)"), cold, "s", format!("{cold:.2} s")));
     report.figure(Row::info(format!("{name} ingest {docs} docs via /v1/ingest"), docs_s, "documents/s", ingested));
     report.figure(Row::info(format!("{name} /v1/search c={c}"), rate, "requests/s", searched));
-    report.figure(Row::info(format!("{name} /v1/search c={c} p50 / p95 / p99"), ms(l.p95), "ms", latency_text(&l)));
+    report.figure(Row::info(format!("{name} /v1/search c={c} p50 / p95 / p99"), ms(l.p95), "ms", percentiles(&l)));
     let rss_text = format!("{peak:.1} / {mean:.1} MiB");
     report.figure(Row::info(format!("{name} RSS during c={c} (peak / mean)"), peak, "MiB", rss_text));
     report.figure(Row::info(format!("{name} CPU c={c}: server / bench"), cpu.server_cores, "cores", cores));
@@ -307,14 +304,19 @@ async fn timed(g: &HttpServerProcess, c: usize, grpc: bool, texts: &[String], t:
     let (rss, l) = (rss.finish(g.pid).await?, run.latency());
     let error = run.first_error.as_deref().map(|e| format!("; first error: {e}")).unwrap_or_default();
     let what = if grpc { "gRPC Search" } else { "/v1/search" };
-    println!("{} {what} c={c}: {:.1} req/s, p50 / p95 / p99 {}{error}", g.name, run.rate(), latency_text(&l));
+    println!("{} {what} c={c}: {:.1} req/s, p50 / p95 / p99 {}{error}", g.name, run.rate(), percentiles(&l));
     Ok(Measured { concurrency: c, run, cpu, rss })
 }
 
 /// /v1/search against gRPC Search at the headline concurrency, the same query
 /// sentences in the same rotation, one connection per worker on both sides.
-async fn compare(gateway: &HttpServerProcess, args: &Args, queries: &[String]) -> anyhow::Result<[Measured; 2]> {
-    let (c, common) = (args.headline_concurrency, &args.common);
+async fn compare(
+    gateway: &HttpServerProcess,
+    common: &Common,
+    args: &Args,
+    queries: &[String],
+) -> anyhow::Result<[Measured; 2]> {
+    let c = args.headline_concurrency;
     for grpc in [false, true] {
         closed_loop::run(callers(gateway, c, grpc, queries).await?, Stop::After(common.warmup(1.0, 0.2))).await?;
     }
@@ -332,17 +334,14 @@ async fn compare(gateway: &HttpServerProcess, args: &Args, queries: &[String]) -
     }))
 }
 
-fn latency_text(l: &LatencySummary) -> String {
-    format!("{:.1} / {:.1} / {:.1} ms", ms(l.p50), ms(l.p95), ms(l.p99))
-}
-
+/// `a / b` as a figure, judged against `bound` (printed as `>= 2.0 x`).
 fn ratio(figure: String, (a, b): (f64, f64), bound: Bound, note: String) -> Row {
     let value = a / b.max(1e-9);
-    let target = match bound {
-        Bound::AtLeast(limit) => format!(">= {limit:.1} x"),
-        Bound::AtMost(limit) => format!("<= {limit:.1} x"),
-    };
-    Row::judged(figure, value, "x", format!("{value:.2} x"), bound, target).with_note(note)
+    let row = Row::info(figure, value, "x", format!("{value:.2} x")).with_note(note);
+    match bound {
+        Bound::AtLeast(limit) => row.at_least(limit, format!(">= {limit:.1} x")),
+        Bound::AtMost(limit) => row.at_most(limit, format!("<= {limit:.1} x")),
+    }
 }
 
 /// The targets: embedwire against the baseline, HTTP against gRPC search.
@@ -364,7 +363,7 @@ fn judge(report: &mut Report, gateways: &[Gateway]) {
     }
     if let Some([http, grpc]) = find("embedwire").and_then(|g| g.comparison.as_ref()) {
         let (c, rate) = (http.concurrency, (http.run.rate(), grpc.run.rate()));
-        let text = |rate: f64, m: &Measured| format!("{rate:.1} req/s, {}", latency_text(&m.run.latency()));
+        let text = |rate: f64, m: &Measured| format!("{rate:.1} req/s, {}", percentiles(&m.run.latency()));
         let figure = format!("HTTP /v1/search c={c}, rotating queries");
         report.figure(Row::info(figure, rate.0, "requests/s", text(rate.0, http)));
         report.figure(Row::info(format!("gRPC Search c={c}, same queries"), rate.1, "requests/s", text(rate.1, grpc)));

@@ -18,10 +18,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use embedwire_bench::cpu::CpuWindow;
 use embedwire_bench::latency::ms;
+use embedwire_bench::options::{Common, at_least_one, program_output};
 use embedwire_bench::report::{Report, Table};
 use embedwire_bench::server_process::ServerProcess;
 use embedwire_bench::targets::Row;
-use embedwire_bench::{corpus::CorpusOptions, ingest, options::Common};
+use embedwire_bench::{corpus::CorpusOptions, ingest};
 use embedwire_server::ServerConfig;
 use embedwire_server::config::BackendKind;
 use serde_json::{Value, json};
@@ -41,8 +42,6 @@ const STREAM_TEXTS: usize = 32;
 /// [default: 1,16,64, --quick: 1,16]).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    #[command(flatten)]
-    pub common: Common,
     /// Regenerate the checked-in configs from the docstring corpus, then stop.
     #[arg(long)]
     pub write_configs: bool,
@@ -53,7 +52,7 @@ pub struct Args {
     #[arg(long, env = "GHZ_SUITE_CONFIGS", value_delimiter = ',')]
     pub configs: Vec<String>,
     /// Documents ingested before the Search runs [default: 1000, --quick: 100].
-    #[arg(long, env = "GHZ_SUITE_SEARCH_DOCUMENTS")]
+    #[arg(long, env = "GHZ_SUITE_SEARCH_DOCUMENTS", value_parser = at_least_one::<usize>())]
     pub search_documents: Option<usize>,
     /// The ghz binary [default: CACHE/bin/ghz, where `make setup` installs it].
     #[arg(long, env = "GHZ_SUITE_GHZ")]
@@ -86,9 +85,8 @@ struct GhzRun {
     top_error: Option<String>,
 }
 
-pub fn run(args: Args) -> Result<()> {
-    let common = &args.common;
-    anyhow::ensure!(!args.backends.is_empty() && args.search_documents != Some(0), "no backends or documents");
+pub fn run(common: &Common, args: Args) -> Result<()> {
+    anyhow::ensure!(!args.backends.is_empty(), "--backends: at least one");
     if args.write_configs {
         return write_configs(&args.configs_dir, &args.corpus.select(0, 0, 256)?.queries);
     }
@@ -113,7 +111,7 @@ pub fn run(args: Args) -> Result<()> {
     let backends: Vec<_> = args.backends.iter().map(|b| b.name()).collect();
     println!("ghz: {} configs x concurrency {concurrency:?} x backends {backends:?}", configs.len());
     let offered = concurrency.iter().max().unwrap_or(&1) * configs.iter().map(|c| c.texts).max().unwrap_or(1);
-    let mut table = Table::new(&COLUMNS.split(',').collect::<Vec<_>>());
+    let mut table = Table::new(COLUMNS);
     let runtime = tokio::runtime::Runtime::new()?;
     for backend in backends {
         let flags = vec![
@@ -172,19 +170,12 @@ pub fn run(args: Args) -> Result<()> {
 fn run_ghz(ghz: &Path, file: &Config, host: SocketAddr, c: usize, run: (Duration, &str), out: &Path) -> Result<GhzRun> {
     let raw = out.with_extension("raw.json");
     let (concurrency, (duration, duration_stop)) = (c.to_string(), run);
-    let output = std::process::Command::new(ghz)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .arg("--config")
-        .arg(&file.path)
-        .args(["--concurrency", &concurrency, "--connections", &concurrency])
-        .args(["--duration", &format!("{}ms", duration.as_millis()), "--duration-stop", duration_stop])
-        .args(["--format", "json", "--output"])
-        .arg(&raw)
-        .arg(host.to_string())
-        .output()
-        .with_context(|| format!("running {}", ghz.display()))?;
-    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    anyhow::ensure!(output.status.success(), "ghz {} c={c} failed ({}):\n{stdout}{stderr}", file.stem, output.status);
+    let mut command = std::process::Command::new(ghz);
+    command.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).arg("--config").arg(&file.path);
+    command.args(["--concurrency", &concurrency, "--connections", &concurrency]);
+    command.args(["--duration", &format!("{}ms", duration.as_millis()), "--duration-stop", duration_stop]);
+    command.args(["--format", "json", "--output"]).arg(&raw).arg(host.to_string());
+    program_output(&mut command, &format!("config {}, c={c}", file.stem))?;
     let mut report: Value = serde_json::from_slice(&std::fs::read(&raw)?).context("parsing ghz's JSON report")?;
     std::fs::remove_file(&raw)?;
     if let Some(object) = report.as_object_mut() {

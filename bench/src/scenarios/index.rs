@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use embedwire_bench::latency::{LatencySummary, ms};
-use embedwire_bench::options::Common;
+use embedwire_bench::options::{Common, at_least_one};
 use embedwire_bench::report::{Report, Table};
 use embedwire_bench::targets::{Bound, Row};
 use embedwire_server::index::synthetic::Clustered;
@@ -45,10 +45,8 @@ const SEED: u64 = 42;
 /// Options of the index scenario.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    #[command(flatten)]
-    pub common: Common,
     /// Collection sizes, comma-separated [default: 100000,1000000; --quick: 5000].
-    #[arg(long, env = "INDEX_BENCH_SIZES", value_delimiter = ',')]
+    #[arg(long, env = "INDEX_BENCH_SIZES", value_delimiter = ',', value_parser = at_least_one::<usize>())]
     pub sizes: Vec<usize>,
     /// Directions each cluster's noise mostly spans (its intrinsic dimension); 0 for
     /// isotropic noise in all `dim` dimensions, the worst case for HNSW.
@@ -69,8 +67,7 @@ pub struct Args {
     pub hnsw_ef_search: Vec<usize>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let common = &args.common;
+pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let defaults = IndexParams::default();
     let or = |given: &[usize], full: Vec<usize>, quick: Vec<usize>| {
         if given.is_empty() { common.pick(full, quick) } else { given.to_vec() }
@@ -147,7 +144,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
 
-    let mut table = Table::new(&["figure", "size", "value", "unit", "target", "result"]);
+    let mut table = Table::new("figure,size,value,unit,target,result");
     let names = ["quick", "dim", "clusters", "spread", "noise_rank", "seed", "queries", "searchers"];
     let values: [&dyn Display; 8] =
         [&common.quick, &DIM, &CLUSTERS, &SPREAD, &args.noise_rank, &SEED, &queries, &SEARCHERS];

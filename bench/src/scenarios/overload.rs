@@ -18,10 +18,10 @@ use embedwire_bench::cpu::CpuWindow;
 use embedwire_bench::latency::{LatencySummary, ms};
 use embedwire_bench::load::{self, Rpc, Stop};
 use embedwire_bench::open_loop::{self, Call, OpenLoopRun, Outcome, Schedule, Tally};
-use embedwire_bench::options::Common;
+use embedwire_bench::options::{Common, at_least_one, connections, seconds};
 use embedwire_bench::report::{Report, Table};
 use embedwire_bench::server_process::ServerProcess;
-use embedwire_bench::targets::{Bound, Row, summary_csv};
+use embedwire_bench::targets::{Bound, Row};
 use embedwire_proto::v1::EmbedRequest;
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use embedwire_server::ServerConfig;
@@ -55,41 +55,37 @@ const RUNS_COLUMNS: &str = "queue_bound_ms,default,max_per_s,unloaded_p50_ms,unl
 /// Options of the overload scenario; each run's length defaults to --duration-secs.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    #[command(flatten)]
-    pub common: Common,
-    /// --max-queue-ms values to overload after the server's default [default: 50,20,15,10,5; --quick: 20].
-    #[arg(long, env = "OVERLOAD_BENCH_QUEUE_BOUNDS_MS", value_delimiter = ',')]
+    /// --max-queue-ms values to overload after the server's default (0 would turn the
+    /// bound off) [default: 50,20,15,10,5; --quick: 20].
+    #[arg(long, env = "OVERLOAD_BENCH_QUEUE_BOUNDS_MS", value_delimiter = ',', value_parser = at_least_one::<u64>())]
     pub queue_bounds_ms: Vec<u64>,
     /// Seconds of the maximum's run [default: 10, --quick: 2].
-    #[arg(long, env = "OVERLOAD_BENCH_MAX_SECS")]
+    #[arg(long, env = "OVERLOAD_BENCH_MAX_SECS", value_parser = seconds)]
     pub max_secs: Option<f64>,
     /// Seconds of the unloaded latency's run [default: 10, --quick: 2].
-    #[arg(long, env = "OVERLOAD_BENCH_UNLOADED_SECS")]
+    #[arg(long, env = "OVERLOAD_BENCH_UNLOADED_SECS", value_parser = seconds)]
     pub unloaded_secs: Option<f64>,
     /// Seconds of each overload run [default: 20, --quick: 3].
-    #[arg(long, env = "OVERLOAD_BENCH_OVERLOAD_SECS")]
+    #[arg(long, env = "OVERLOAD_BENCH_OVERLOAD_SECS", value_parser = seconds)]
     pub overload_secs: Option<f64>,
     #[command(flatten)]
     pub corpus: CorpusOptions,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let common = &args.common;
-    anyhow::ensure!(!args.queue_bounds_ms.contains(&0), "--queue-bounds-ms must be at least 1 (0 turns the bound off)");
-    let mut report = Report::new(common.results(""), "overload_bench")?;
+pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
+    // The summary, also under the name it always had.
+    let mut report = Report::new(common.results(""), "overload_bench")?.summary_also_as("overload_bench.csv");
     let texts: Arc<[String]> = args.corpus.select(0, 0, TEXTS)?.queries.into();
 
-    let (rows, table, passing) = tokio::runtime::Runtime::new()?.block_on(measure(&args, texts))?;
+    let (rows, table, passing) = tokio::runtime::Runtime::new()?.block_on(measure(common, &args, texts))?;
     println!(
         "\nunloaded p99 = p99 latency of answered Embed calls (one text each) offered open loop at {:.0}% of the \
          maximum (closed loop, measured just before), on a server with default flags but no queue-time bound; \
          measured again before each bound's overload run",
         UNLOADED_FRACTION * 100.0
     );
-    // The summary, also under the name it always had.
-    report.write("overload_bench.csv", &summary_csv(&rows))?;
     report.table("overload_bench_runs.csv", &table)?;
-    rows.into_iter().for_each(|row| report.figure(row));
+    report.figures(rows);
     report.finish()?;
     println!("--max-queue-ms bounds meeting both overload targets: {passing:?}");
     Ok(())
@@ -97,8 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// Per bound: the baseline again on the reference server (kept running), then the
 /// overload on a fresh server with the bound; the figures, and the bounds meeting both targets.
-async fn measure(args: &Args, texts: Arc<[String]>) -> anyhow::Result<(Vec<Row>, Table, Vec<String>)> {
-    let common = &args.common;
+async fn measure(common: &Common, args: &Args, texts: Arc<[String]>) -> anyhow::Result<(Vec<Row>, Table, Vec<String>)> {
     let others = Some(args.queue_bounds_ms.clone()).filter(|given| !given.is_empty());
     let others = others.unwrap_or_else(|| common.pick(vec![50, 20, 15, 10, 5], vec![20]));
     // The server's default first: a fixed number when it has one, else no flag (derived).
@@ -106,28 +101,23 @@ async fn measure(args: &Args, texts: Arc<[String]>) -> anyhow::Result<(Vec<Row>,
     let bounds: Vec<Option<u64>> = std::iter::once(default_bound).chain(others.into_iter().map(Some)).collect();
     println!("overload: --max-queue-ms bounds {bounds:?} (None: the server's default), {FACTOR} x the maximum");
     let binary = common.server_binary()?;
-    let secs =
-        |own: Option<f64>, full, quick| own.map_or(Ok(common.duration(full, quick)), Duration::try_from_secs_f64);
+    let secs = |own: Option<f64>, full, quick| own.map_or(common.duration(full, quick), Duration::from_secs_f64);
     // A fresh server, warmed by one client (whom no bound refuses): first batches stay unmeasured.
-    let start = async |flags: Vec<(&str, OsString)>, connections: usize| -> anyhow::Result<_> {
+    let start = async |flags: Vec<(&str, OsString)>, count: usize| -> anyhow::Result<_> {
         let (server, _) = ServerProcess::start(&common.server_command(binary.clone(), flags)).await?;
-        let mut channels = Vec::with_capacity(connections);
-        for _ in 0..connections {
-            channels.push(server.connect().await?);
-        }
+        let channels = connections(&server, count).await?;
         load::run(&channels, 1, texts.clone(), Rpc::Embed, Stop::Calls(common.pick(512, 64))).await?;
         Ok((server, channels))
     };
     // The reference measures capacity: no queue-time bound refuses its closed-loop clients.
     let (reference, reference_channels) = start(vec![("--max-queue-ms", "0".into())], CONNECTIONS).await?;
-    let (mut rows, mut passing, mut table) =
-        (Vec::new(), Vec::new(), Table::new(&RUNS_COLUMNS.split(',').collect::<Vec<_>>()));
+    let (mut rows, mut passing, mut table) = (Vec::new(), Vec::new(), Table::new(RUNS_COLUMNS));
     for bound_ms in bounds {
-        let stop = Stop::After(secs(args.max_secs, 10.0, 2.0)?);
+        let stop = Stop::After(secs(args.max_secs, 10.0, 2.0));
         let max = load::run(&reference_channels, MAX_CLIENTS, texts.clone(), Rpc::Embed, stop).await?;
         let (max_rate, max_p50, max_p99) = (max.rate(), ms(max.latency.p50), ms(max.latency.p99));
         println!("max: {max_rate:.0} Embed calls/s ({MAX_CLIENTS} clients, p50 {max_p50:.1} / p99 {max_p99:.1} ms)");
-        let (rate, time) = (max_rate * UNLOADED_FRACTION, secs(args.unloaded_secs, 10.0, 2.0)?);
+        let (rate, time) = (max_rate * UNLOADED_FRACTION, secs(args.unloaded_secs, 10.0, 2.0));
         let (_, unloaded, _) = open_run(&reference, &reference_channels, &texts, rate, time).await?;
         let offered = max_rate * FACTOR;
         // Twice the calls in flight when each accepted call waits its bound and a little
@@ -136,7 +126,7 @@ async fn measure(args: &Args, texts: Arc<[String]>) -> anyhow::Result<(Vec<Row>,
         let connections = CONNECTIONS.max(2 * (in_flight.ceil() as usize).div_ceil(STREAMS_PER_CONNECTION));
         let flags = bound_ms.iter().map(|ms| ("--max-queue-ms", ms.to_string().into())).collect();
         let (server, channels) = start(flags, connections).await?;
-        let time = secs(args.overload_secs, 20.0, 3.0)?;
+        let time = secs(args.overload_secs, 20.0, 3.0);
         let (run, tally, cores) = open_run(&server, &channels, &texts, offered, time).await?;
         server.stop().await?;
         let unloaded = unloaded.latency();

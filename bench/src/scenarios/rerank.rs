@@ -24,11 +24,12 @@ use clap::Parser;
 use embedwire_bench::closed_loop::{self, Caller, ClosedLoopRun};
 use embedwire_bench::cpu::{self, CpuUse, CpuWindow};
 use embedwire_bench::in_process::{Ceiling, CeilingPlan, InProcess, MIN_BATCHES};
-use embedwire_bench::report::{Report, Table};
+use embedwire_bench::options::{Common, at_least_one, connections, program_output, seconds};
+use embedwire_bench::report::{Judge, Report, Table};
 use embedwire_bench::server_metrics::MetricsSnapshot;
 use embedwire_bench::server_process::{ServerCommand, ServerProcess};
-use embedwire_bench::targets::{Bound, Row};
-use embedwire_bench::{corpus, corpus::CorpusOptions, latency::ms, load::Stop, options::Common};
+use embedwire_bench::targets::Row;
+use embedwire_bench::{corpus, corpus::CorpusOptions, latency::ms, load::Stop};
 use embedwire_proto::v1::{RerankRequest, rerank_service_client::RerankServiceClient};
 use embedwire_server::ServerConfig;
 use embedwire_server::model::pair_tokenizer::{PairTokenizer, TruncationSide};
@@ -52,44 +53,34 @@ const SCRIPT: &str = "scripts/model/make_minilm_cross_encoder.py";
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    pub common: Common,
-    #[command(flatten)]
     pub corpus: CorpusOptions,
     /// Cross-encoder directory, in-process and in the server [default: SCRIPT's build in
     /// CACHE_DIR/minilm-cross-encoder: the shape of ms-marco-MiniLM-L-6-v2, seeded head].
     #[arg(long, env = "EMBEDWIRE_RERANK_MODEL_DIR")]
     pub rerank_model_dir: Option<PathBuf>,
     /// Passages per Rerank call.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = at_least_one::<usize>())]
     pub texts_per_call: usize,
     /// Clients sharing one HTTP/2 connection.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = at_least_one::<usize>())]
     pub clients_per_connection: usize,
     /// In-process batch sizes, pairs per model call [default: 1,8,20,32,64; --quick: 1,20].
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = at_least_one::<usize>())]
     pub batch_sizes: Vec<usize>,
     /// Rounds the ceiling and the cross-encoder server alternate in (this VM ran one batch
     /// size at 38 and 60 pairs/s a minute apart) [default: 3, --quick: 1].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<usize>())]
     pub rounds: Option<usize>,
     /// Seconds of each in-process batch size, over all rounds [default: 3, --quick: 0.5].
-    #[arg(long)]
+    #[arg(long, value_parser = seconds)]
     pub ceiling_secs: Option<f64>,
     /// Skip the bi-encoder sweep (a server without --rerank-model-dir).
     #[arg(long)]
     pub no_bi_encoder: bool,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let (common, texts) = (&args.common, args.texts_per_call);
-    anyhow::ensure!(
-        texts > 0 && args.clients_per_connection > 0 && args.rounds != Some(0) && !args.batch_sizes.contains(&0),
-        "--texts-per-call, --clients-per-connection, --rounds and --batch-sizes must be at least 1"
-    );
-    anyhow::ensure!(
-        args.ceiling_secs.is_none_or(|s| (0.0..3600.0).contains(&s)),
-        "--ceiling-secs must be between 0 and 3600 seconds"
-    );
+pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
+    let texts = args.texts_per_call;
     let mut report = Report::new(common.results("rerank"), "rerank_bench")?;
     let rounds = args.rounds.unwrap_or(common.pick(3, 1));
     let sizes = if args.batch_sizes.is_empty() {
@@ -166,16 +157,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let ceiling = Ceiling::combine(&ceilings);
     let tokens = (mean(&pair_tokens), pair_tokens.iter().max().copied().unwrap_or(0));
-    for row in figures(&ceiling, (tokenizing, tokens), &cross, &bi, texts) {
-        report.figure(row);
-    }
+    report.figures(figures(&ceiling, (tokenizing, tokens), &cross, &bi, texts));
     // The servers' flags as recorded, the cross-encoder's directory shortened to its name.
     let name = rerank_dir.file_name().map_or(OsString::new(), OsString::from);
     let shown = |command: &ServerCommand| {
         let args = command.args.iter().map(|arg| if Path::new(arg) == rerank_dir { &name } else { arg });
         args.map(|arg| arg.to_string_lossy()).collect::<Vec<_>>().join(" ")
     };
-    let mut setup = Table::new(&["setting", "value"]);
+    let mut setup = Table::new("setting,value");
     for (setting, value) in [
         ("quick", common.quick.to_string()),
         ("texts_per_call", texts.to_string()),
@@ -193,7 +182,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ] {
         setup.row([setting.to_string(), value]);
     }
-    let mut batches = table("batch_size,pairs,seconds,pairs_per_s,batch_mean_ms,batch_p50_ms,batch_p99_ms");
+    let mut batches = Table::new("batch_size,pairs,seconds,pairs_per_s,batch_mean_ms,batch_p50_ms,batch_p99_ms");
     for run in &ceiling.runs {
         let l = &run.batch_latency;
         let latencies = [l.mean, l.p50, l.p99].map(|t| format!("{:.3}", ms(t)));
@@ -216,10 +205,6 @@ fn mean(values: &[usize]) -> f64 {
     values.iter().sum::<usize>() as f64 / values.len().max(1) as f64
 }
 
-fn table(columns: &str) -> Table {
-    Table::new(&columns.split(',').collect::<Vec<_>>())
-}
-
 /// `explicit` (holding a model.onnx), else SCRIPT's build in the cache, made now when
 /// missing or made by another version of the script (whose copy is kept beside it).
 fn cross_encoder_dir(explicit: Option<&Path>, python: &Path, cache_dir: &Path) -> anyhow::Result<PathBuf> {
@@ -238,10 +223,8 @@ fn cross_encoder_dir(explicit: Option<&Path>, python: &Path, cache_dir: &Path) -
     std::fs::create_dir_all(cache_dir).with_context(|| format!("creating {}", cache_dir.display()))?;
     let _ = std::fs::remove_dir_all(&partial);
     println!("building the cross-encoder: {} {SCRIPT} {}", python.display(), dir.display());
-    let output = std::process::Command::new(python).arg(&script_path).arg(&partial).output();
-    let output = output.with_context(|| format!("running {} (or pass --rerank-model-dir)", python.display()))?;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    anyhow::ensure!(output.status.success(), "{SCRIPT} failed; run `make setup` or pass --rerank-model-dir:\n{stderr}");
+    let mut build = std::process::Command::new(python);
+    program_output(build.arg(&script_path).arg(&partial), "run `make setup` or pass --rerank-model-dir")?;
     std::fs::write(partial.join(built_by), &script)?;
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::rename(&partial, &dir).with_context(|| format!("moving the cross-encoder to {}", dir.display()))?;
@@ -421,10 +404,7 @@ impl Sweep {
     }
 
     async fn point(&self, server: &ServerProcess, scorer: &Scorer, clients: usize) -> anyhow::Result<Point> {
-        let mut channels = Vec::new();
-        for _ in 0..clients.div_ceil(self.per_connection) {
-            channels.push(server.connect().await?);
-        }
+        let channels = connections(server, clients.div_ceil(self.per_connection)).await?;
         let callers = |tally: &Arc<Tally>| -> Vec<RerankCaller> {
             let caller = |w: usize| RerankCaller {
                 client: RerankServiceClient::new(channels[w % channels.len()].clone()),
@@ -485,41 +465,30 @@ fn figures(
     if let Some(p50) = one_call {
         rows.push(Row::info(format!("in-process batch-{texts} call p50"), p50, "ms", format!("{p50:.1} ms")));
     }
-    if let Some(p) = cross.iter().max_by(by_rate) {
+    let best_cross = cross.iter().max_by(by_rate);
+    if let Some(p) = best_cross {
         let (value, limit) = (p.pairs_per_s(), MIN_CEILING_RATIO * rate);
-        let (measured, target) = (
-            format!("{value:.1} pairs/s @ c={}", p.clients),
-            format!(">= {MIN_CEILING_RATIO:.2} x {rate:.1} ({limit:.1})"),
+        let measured = format!("{value:.1} pairs/s @ c={}", p.clients);
+        rows.push(
+            Row::info("cross-encoder pairs/s (best c)", value, "pairs/s", measured)
+                .at_least(limit, format!(">= {MIN_CEILING_RATIO:.2} x {rate:.1} ({limit:.1})"))
+                .with_note(format!("{:.2} x", value / rate)),
         );
-        let row =
-            Row::judged("cross-encoder pairs/s (best c)", value, "pairs/s", measured, Bound::AtLeast(limit), target);
-        rows.push(row.with_note(format!("{:.2} x", value / rate)));
     }
     // The target is on the best point; the lowest says what the other concurrencies got.
     if let Some(p) = cross.iter().min_by(by_rate) {
-        let measured =
-            format!("{:.1} pairs/s @ c={} ({:.2} x ceiling)", p.pairs_per_s(), p.clients, p.pairs_per_s() / rate);
-        rows.push(Row::info("cross-encoder pairs/s (lowest c)", p.pairs_per_s(), "pairs/s", measured));
+        let (value, clients) = (p.pairs_per_s(), p.clients);
+        let measured = format!("{value:.1} pairs/s @ c={clients} ({:.2} x ceiling)", value / rate);
+        rows.push(Row::info("cross-encoder pairs/s (lowest c)", value, "pairs/s", measured));
     }
-    for (scorer, points, in_process) in [("cross-encoder", cross, one_call), ("bi-encoder", bi, None)] {
-        if let (Some(p), Some(c), "bi-encoder") = (bi.iter().max_by(by_rate), cross.iter().max_by(by_rate), scorer) {
-            let measured = format!(
-                "{:.1} pairs/s @ c={} ({:.2} x cross-encoder)",
-                p.pairs_per_s(),
-                p.clients,
-                p.pairs_per_s() / c.pairs_per_s()
-            );
-            rows.push(Row::info("bi-encoder pairs/s (best c)", p.pairs_per_s(), "pairs/s", measured));
-        }
+    // A scorer's one-client latency (against the in-process call, if known) and its refusals.
+    let scorer_rows = |rows: &mut Vec<Row>, scorer: &str, points: &[Point], in_process: Option<f64>| {
         if let Some(latency) = points.iter().find(|p| p.clients == 1).map(|p| p.run.latency()) {
             let (p50, p99) = (ms(latency.p50), ms(latency.p99));
             let versus = in_process.map_or(String::new(), |model| format!(", {:.2} x in-process", p50 / model));
-            rows.push(Row::info(
-                format!("{scorer} c=1 p50 / p99 (1 x {texts} call)"),
-                p50,
-                "ms",
-                format!("{p50:.1} / {p99:.1} ms{versus}"),
-            ));
+            let (figure, measured) =
+                (format!("{scorer} c=1 p50 / p99 (1 x {texts} call)"), format!("{p50:.1} / {p99:.1} ms{versus}"));
+            rows.push(Row::info(figure, p50, "ms", measured));
         }
         if !points.is_empty() {
             let refused: usize = points.iter().map(Point::refused).sum();
@@ -529,12 +498,19 @@ fn figures(
             let measured = format!("{refused} of {calls} calls{from}");
             rows.push(Row::info(format!("{scorer} refused (RESOURCE_EXHAUSTED)"), refused as f64, "calls", measured));
         }
+    };
+    scorer_rows(&mut rows, "cross-encoder", cross, one_call);
+    if let (Some(p), Some(c)) = (bi.iter().max_by(by_rate), best_cross) {
+        let (value, clients) = (p.pairs_per_s(), p.clients);
+        let measured = format!("{value:.1} pairs/s @ c={clients} ({:.2} x cross-encoder)", value / c.pairs_per_s());
+        rows.push(Row::info("bi-encoder pairs/s (best c)", value, "pairs/s", measured));
     }
+    scorer_rows(&mut rows, "bi-encoder", bi, None);
     rows
 }
 
 fn sweep_table<'a>(points: impl Iterator<Item = &'a Point>) -> Table {
-    let mut table = table(
+    let mut table = Table::new(
         "scorer,concurrency,seconds,calls_ok,refused,errors,pairs_per_s,p50_ms,p95_ms,p99_ms,mean_ms,server_cores,\
          server_system_cores,bench_cores,other_cores,model_busy,model_batches,inputs_per_batch,model_ms_per_input,\
          server_refused,server_total_ms,server_tokenize_ms,server_queue_ms,server_model_ms",

@@ -21,10 +21,10 @@ use embedwire_bench::cpu::{CpuUse, CpuWindow};
 use embedwire_bench::ingest::{self, IngestRun};
 use embedwire_bench::latency::{LatencySummary, ms};
 use embedwire_bench::load::{self, LoadResult, Rpc, Stop};
-use embedwire_bench::options::{Common, SearchLoad};
-use embedwire_bench::report::Report;
+use embedwire_bench::options::{Common, SearchLoad, at_least_one, connections};
+use embedwire_bench::report::{Report, percentiles};
 use embedwire_bench::server_process::{ServerCommand, ServerProcess};
-use embedwire_bench::targets::{self, Bound, Row};
+use embedwire_bench::targets::{Bound, Row};
 use embedwire_proto::v1::EmbedRequest;
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use embedwire_server::ServerConfig;
@@ -41,44 +41,37 @@ const THREADS_IN_CSV: usize = 6;
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    pub common: Common,
-    #[command(flatten)]
     pub corpus: CorpusOptions,
     /// Documents embedded with Embed, then ingested [default: 10000, --quick: 1000].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<usize>())]
     pub documents: Option<usize>,
     /// Further documents ingested while search latency is measured; texts not in the
     /// corpus, so that they cost embedding [default: 1000, --quick: 100].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<usize>())]
     pub second_ingest_documents: Option<usize>,
     /// Query texts (first sentences of one-line docstrings, not in the corpus).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, value_parser = at_least_one::<usize>())]
     pub queries: usize,
     /// Texts per Embed call when embedding the corpus.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = at_least_one::<usize>())]
     pub embed_batch: usize,
     /// Concurrent clients embedding the corpus.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = at_least_one::<usize>())]
     pub embed_clients: usize,
     /// Alternating slices of the Embed / Ingest comparison [default: 5, --quick: 2].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<usize>())]
     pub slices: Option<usize>,
     #[command(flatten)]
     pub load: SearchLoad,
     /// Alternating rounds the concurrent Search and Embed runs are split into.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = at_least_one::<usize>())]
     pub rounds: usize,
     /// Milliseconds between the searches of the one-client (open-loop) latency runs.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = at_least_one::<u64>())]
     pub latency_interval_ms: u64,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let common = &args.common;
-    let optional = [args.documents, args.second_ingest_documents, args.slices].map(|n| n.unwrap_or(1));
-    let counts = [args.queries, args.embed_batch, args.embed_clients, args.load.ingest_batch, args.load.clients, args.rounds];
-    let more = [args.load.clients_per_connection, args.load.top_k as usize, args.latency_interval_ms as usize];
-    anyhow::ensure!(![&optional[..], &counts, &more].concat().contains(&0), "counts must be at least 1");
+pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     // Before measuring anything: a failed build should not come after minutes.
     let command = common.server_command(common.server_binary()?, vec![("--max-queue-ms", "0".into())]);
     // The batching limits the server runs with, read as it reads them, for the padding estimate.
@@ -87,25 +80,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let second = args.second_ingest_documents.unwrap_or(common.pick(1_000, 100));
     let corpus = args.corpus.select(documents, second, args.queries)?;
     println!("search: {documents} documents, {second} for the second ingest, {} queries", corpus.queries.len());
-    let mut report = Report::new(common.results(""), "search_bench")?;
-    tokio::runtime::Runtime::new()?.block_on(measure(&args, &command, &corpus, &limits, &mut report))?;
+    // search_bench.csv: what it always held, the figures then the details.
+    let mut report = Report::new(common.results(""), "search_bench")?.summary_also_as("search_bench.csv");
+    tokio::runtime::Runtime::new()?.block_on(measure(common, &args, &command, &corpus, &limits, &mut report))?;
     report.finish()
 }
 
 async fn measure(
+    common: &Common,
     args: &Args,
     command: &ServerCommand,
     corpus: &Corpus,
     limits: &ServerConfig,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let common = &args.common;
     // Warm-up texts: corpus-like paragraphs that are not in the corpus.
     let warmup: Arc<[String]> =
         corpus.second_ingest.iter().cycle().take(common.pick(512, 128)).map(|p| p.text.clone()).collect();
     let embed_server = start_warm(args, command, &warmup).await?;
     let server = start_warm(args, command, &warmup).await?;
-    let embed_channels = connect(&embed_server, args.embed_clients, args.load.clients_per_connection).await?;
+    let embed_channels =
+        connections(&embed_server, args.embed_clients.div_ceil(args.load.clients_per_connection)).await?;
     let ingest_channel = server.connect().await?;
     let (mut embeds, mut ingests) = (Vec::new(), Vec::new());
     let slice_len = corpus.documents.len().div_ceil(args.slices.unwrap_or(common.pick(5, 2)));
@@ -134,7 +129,7 @@ async fn measure(
         model_work(lengths, group, true, limits.max_batch_size, limits.max_bulk_batch_tokens),
     ];
 
-    let channels = connect(&server, args.load.clients, args.load.clients_per_connection).await?;
+    let channels = connections(&server, args.load.clients.div_ceil(args.load.clients_per_connection)).await?;
     let queries: Arc<[String]> = corpus.queries.clone().into();
     let search_rpc = Rpc::Search { top_k: args.load.top_k };
     for rpc in [search_rpc, Rpc::Embed] {
@@ -160,7 +155,8 @@ async fn measure(
     let ingest_done = Arc::new(AtomicBool::new(false));
     let (ingest_channel, cpu) = (server.connect().await?, CpuWindow::start(server.pid)?);
     let ingesting = async {
-        let result = ingest::ingest(ingest_channel, &corpus.second_ingest, ("second-", 0), args.load.ingest_batch).await;
+        let result =
+            ingest::ingest(ingest_channel, &corpus.second_ingest, ("second-", 0), args.load.ingest_batch).await;
         ingest_done.store(true, Ordering::Release);
         result
     };
@@ -181,11 +177,11 @@ async fn measure(
     let padding =
         format!("{e:.2}x / {i:.2}x / {sorted:.2}x real ({:.0}k); Ingest {padded:.2}x Embed", work[0].real as f64 / 1e3);
     let (p50, p99) = (ms(busy_l.p50) / ms(idle_l.p50).max(1e-6), ms(busy_l.p99) / ms(idle_l.p99).max(1e-6));
-    let busy_text = format!("{} ({p50:.1}x / {p99:.1}x idle p50 / p99)", latency_text(busy_l));
+    let busy_text = format!("{} ({p50:.1}x / {p99:.1}x idle p50 / p99)", percentiles(busy_l));
     let cpu_row = |figure: &str, cpu: &CpuUse| {
         Row::info(format!("{figure}: server / bench"), cpu.server_cores, "cores", cpu_text(cpu))
     };
-    let latency_row = |figure: String, l: &LatencySummary| Row::info(figure, ms(l.p50), "ms", latency_text(l));
+    let latency_row = |figure: String, l: &LatencySummary| Row::info(figure, ms(l.p50), "ms", percentiles(l));
     let index_text = format!("{} chunks / {} docs", stats.chunk_count, stats.document_count);
     let second_text = format!("{:.1} docs/s ({:.1} s)", second.rate(), second.completed.as_secs_f64());
     let ingested = format!("Ingest corpus ({} docs/call, to COMPLETED)", args.load.ingest_batch);
@@ -224,11 +220,9 @@ async fn measure(
             second_text,
         ),
     ];
+    report.figures(figures);
 
     // The CSV's further rows: the setup, every count and percentile, the busiest threads.
-    let mut details = Vec::new();
-    let mut detail =
-        |figure: String, value: f64, unit: &'static str| details.push(Row::info(figure, value, unit, String::new()));
     let setup = [
         ("quick", f64::from(u8::from(common.quick)), "bool"),
         ("intra_op_threads", common.intra_op_threads as f64, "threads"),
@@ -238,10 +232,10 @@ async fn measure(
         ("clients", c as f64, "clients"),
     ];
     for (name, value, unit) in setup {
-        detail(format!("setup {name}"), value, unit);
+        report.setup(name, value, unit);
     }
     let server_args = &common.server_args;
-    detail(format!("setup server_args [{}]", server_args.join(" ")), server_args.len() as f64, "flags");
+    report.setup(&format!("server_args [{}]", server_args.join(" ")), server_args.len() as f64, "flags");
     let counts = [
         ("corpus docstrings", corpus.docstrings, "docstrings"),
         ("corpus eligible paragraphs", corpus.paragraphs, "paragraphs"),
@@ -251,21 +245,21 @@ async fn measure(
         ("embed_corpus calls", embed.0.calls, "calls"),
     ];
     for (figure, value, unit) in counts {
-        detail(figure.into(), value as f64, unit);
+        report.count(figure, value as f64, unit);
     }
-    detail("embed_corpus seconds".into(), embed.0.elapsed.as_secs_f64(), "s");
+    report.count("embed_corpus seconds", embed.0.elapsed.as_secs_f64(), "s");
     for (name, run) in [("ingest", &ingest.0), ("second_ingest", &second)] {
-        detail(format!("{name} documents"), run.documents as f64, "documents");
-        detail(format!("{name} calls"), run.calls as f64, "calls");
-        detail(format!("{name} stored seconds"), run.stored.as_secs_f64(), "s");
-        detail(format!("{name} completed seconds"), run.completed.as_secs_f64(), "s");
+        report.count(format!("{name} documents"), run.documents as f64, "documents");
+        report.count(format!("{name} calls"), run.calls as f64, "calls");
+        report.count(format!("{name} stored seconds"), run.stored.as_secs_f64(), "s");
+        report.count(format!("{name} completed seconds"), run.completed.as_secs_f64(), "s");
     }
-    detail("index documents".into(), stats.document_count as f64, "documents");
-    detail("index unique vectors".into(), stats.unique_vector_count as f64, "vectors");
+    report.count("index documents", stats.document_count as f64, "documents");
+    report.count("index unique vectors", stats.unique_vector_count as f64, "vectors");
     for (name, work) in ["embed", "ingest", "ingest_sorted"].into_iter().zip(work) {
-        detail(format!("model work {name} real tokens"), work.real as f64, "tokens");
-        detail(format!("model work {name} padded tokens"), work.padded as f64, "tokens");
-        detail(format!("model work {name} batches"), work.batches as f64, "batches");
+        report.count(format!("model work {name} real tokens"), work.real as f64, "tokens");
+        report.count(format!("model work {name} padded tokens"), work.padded as f64, "tokens");
+        report.count(format!("model work {name} batches"), work.batches as f64, "batches");
     }
     let loads = [
         ("search", &search.0),
@@ -274,12 +268,12 @@ async fn measure(
         ("search_during_ingest_c1", &busy.0),
     ];
     for (name, load) in loads {
-        detail(format!("{name} rate"), load.rate(), "calls/s");
-        detail(format!("{name} calls"), load.calls as f64, "calls");
-        detail(format!("{name} seconds"), load.elapsed.as_secs_f64(), "s");
+        report.count(format!("{name} rate"), load.rate(), "calls/s");
+        report.count(format!("{name} calls"), load.calls as f64, "calls");
+        report.count(format!("{name} seconds"), load.elapsed.as_secs_f64(), "s");
         let l = &load.latency;
         for (stat, value) in [("mean", l.mean), ("p50", l.p50), ("p95", l.p95), ("p99", l.p99), ("max", l.max)] {
-            detail(format!("{name} {stat}"), ms(value), "ms");
+            report.count(format!("{name} {stat}"), ms(value), "ms");
         }
     }
     let phases = [
@@ -290,17 +284,13 @@ async fn measure(
         ("search_during_ingest", &busy.1),
     ];
     for (name, cpu) in phases {
-        detail(format!("cpu {name} server"), cpu.server_cores, "cores");
-        detail(format!("cpu {name} server kernel"), cpu.server_system_cores, "cores");
-        detail(format!("cpu {name} bench"), cpu.bench_cores, "cores");
+        report.count(format!("cpu {name} server"), cpu.server_cores, "cores");
+        report.count(format!("cpu {name} server kernel"), cpu.server_system_cores, "cores");
+        report.count(format!("cpu {name} bench"), cpu.bench_cores, "cores");
         for (rank, thread) in cpu.server_threads.iter().take(THREADS_IN_CSV).enumerate() {
-            detail(format!("cpu {name} thread #{} {}", rank + 1, thread.name), thread.cores, "cores");
+            report.count(format!("cpu {name} thread #{} {}", rank + 1, thread.name), thread.cores, "cores");
         }
     }
-    // search_bench.csv: what it always held, the figures then the details.
-    report.write("search_bench.csv", &targets::summary_csv(&[figures.as_slice(), &details].concat()))?;
-    figures.into_iter().for_each(|row| report.figure(row));
-    details.into_iter().for_each(|row| report.detail(row));
     Ok(())
 }
 
@@ -309,17 +299,9 @@ async fn measure(
 async fn start_warm(args: &Args, command: &ServerCommand, warmup: &Arc<[String]>) -> anyhow::Result<ServerProcess> {
     let (server, took) = ServerProcess::start(command).await?;
     println!("server pid {} SERVING after {:.2} s", server.pid, took.as_secs_f64());
-    let channels = connect(&server, args.embed_clients, args.load.clients_per_connection).await?;
+    let channels = connections(&server, args.embed_clients.div_ceil(args.load.clients_per_connection)).await?;
     embed_all(&channels, args.embed_clients, warmup.clone(), args.embed_batch).await?;
     Ok(server)
-}
-
-async fn connect(server: &ServerProcess, clients: usize, per_connection: usize) -> anyhow::Result<Vec<Channel>> {
-    let mut channels = Vec::new();
-    for _ in 0..clients.div_ceil(per_connection) {
-        channels.push(server.connect().await?);
-    }
-    Ok(channels)
 }
 
 /// Prints the server's warnings and errors, if any, then stops it.
@@ -454,10 +436,6 @@ fn at_least(
     let target = format!(">= {min:.2} x {what} ({:.1})", min * base);
     Row::judged(figure, rate, unit, format!("{rate:.1} {short}"), Bound::AtLeast(min * base), target)
         .with_note(format!("{:.2} x", rate / base))
-}
-
-fn latency_text(l: &LatencySummary) -> String {
-    format!("{:.1} / {:.1} / {:.1} ms", ms(l.p50), ms(l.p95), ms(l.p99))
 }
 
 fn cpu_text(cpu: &CpuUse) -> String {

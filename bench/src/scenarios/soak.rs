@@ -20,10 +20,10 @@ use embedwire_bench::latency::{LatencySummary, ms};
 use embedwire_bench::load::Stop;
 use embedwire_bench::memory::{RssSeries, mib, rss_bytes};
 use embedwire_bench::open_loop::{self, Call, Outcome, Schedule, Tally};
-use embedwire_bench::options::Common;
-use embedwire_bench::report::{Report, Table};
+use embedwire_bench::options::{Common, at_least_one, connections, seconds};
+use embedwire_bench::report::{Judge, Report, Table};
 use embedwire_bench::server_process::ServerProcess;
-use embedwire_bench::targets::{Bound, Row, summary_csv};
+use embedwire_bench::targets::Row;
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use embedwire_proto::v1::search_query::Query;
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
@@ -63,17 +63,15 @@ const WINDOWS_COLUMNS: &str = "window,start_s,warmup,rss_mean_mib,rss_max_mib,se
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    pub common: Common,
-    #[command(flatten)]
     pub corpus: CorpusOptions,
     /// Seconds per window: RSS and p99 are compared window against window [default: 60, --quick: 2].
-    #[arg(long, env = "SOAK_BENCH_WINDOW_SECS")]
+    #[arg(long, env = "SOAK_BENCH_WINDOW_SECS", value_parser = at_least_one::<u64>())]
     pub window_secs: Option<u64>,
     /// Seconds of the closed-loop run measuring the mix's maximum [default: 20, --quick: 2].
-    #[arg(long, env = "SOAK_BENCH_MAX_SECS")]
+    #[arg(long, env = "SOAK_BENCH_MAX_SECS", value_parser = seconds)]
     pub max_secs: Option<f64>,
     /// Documents ingested before any load, so searches run on a real index [default: 3000, --quick: 200].
-    #[arg(long, env = "SOAK_BENCH_DOCUMENTS")]
+    #[arg(long, env = "SOAK_BENCH_DOCUMENTS", value_parser = at_least_one::<usize>())]
     pub documents: Option<usize>,
 }
 
@@ -85,17 +83,17 @@ struct Window {
     cores: Option<[f64; 3]>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let common = &args.common;
+pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let window = Duration::from_secs(args.window_secs.unwrap_or(common.pick(60, 2)));
     let windows = (common.duration(600.0, 6.0).as_secs_f64() / window.as_secs_f64().max(1e-9)) as usize;
-    anyhow::ensure!(!window.is_zero() && windows >= WARMUP_WINDOWS + 2, "{windows} windows: too few to compare");
-    let mut report = Report::new(common.results(""), "soak_bench")?;
+    anyhow::ensure!(windows >= WARMUP_WINDOWS + 2, "{windows} windows: too few to compare");
+    // The summary, also under the name it always had.
+    let mut report = Report::new(common.results(""), "soak_bench")?.summary_also_as("soak_bench.csv");
     println!("soak: {windows} windows of {} s ({WARMUP_WINDOWS} warm-up), mix {MIX:?}", window.as_secs());
     let mut windows = vec![Window::default(); windows];
-    let (rows, errors) = tokio::runtime::Runtime::new()?.block_on(measure(&args, window, &mut windows))?;
+    let (rows, errors) = tokio::runtime::Runtime::new()?.block_on(measure(common, &args, window, &mut windows))?;
 
-    let mut table = Table::new(&WINDOWS_COLUMNS.split(',').collect::<Vec<_>>());
+    let mut table = Table::new(WINDOWS_COLUMNS);
     for (i, w) in windows.iter().enumerate() {
         let (rss_mean, rss_max) = (mib(w.rss.mean()), mib(w.rss.peak()));
         let (start, warmup) = (window.as_secs_f64() * i as f64, u8::from(i < WARMUP_WINDOWS));
@@ -109,28 +107,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         table.row(cells);
     }
-    // The summary, also under the name it always had.
-    report.write("soak_bench.csv", &summary_csv(&rows))?;
     report.table("soak_bench_windows.csv", &table)?;
-    rows.into_iter().for_each(|row| report.figure(row));
+    report.figures(rows);
     report.finish()?;
     errors.iter().for_each(|error| println!("  error: {error}"));
     Ok(())
 }
 
 /// Populates the index, measures the maximum, soaks, checks the jobs; figures and first failures.
-async fn measure(args: &Args, window: Duration, windows: &mut [Window]) -> anyhow::Result<(Vec<Row>, Vec<String>)> {
-    let common = &args.common;
+async fn measure(
+    common: &Common,
+    args: &Args,
+    window: Duration,
+    windows: &mut [Window],
+) -> anyhow::Result<(Vec<Row>, Vec<String>)> {
     let documents = args.documents.unwrap_or(common.pick(3000, 200));
     let ingest_ids = common.pick(INGEST_IDS.0, INGEST_IDS.1);
-    anyhow::ensure!(documents > 0, "--documents must be at least 1");
     // Twice the ids, so an upsert usually brings a new text to embed.
     let corpus = args.corpus.select(documents, 2 * ingest_ids, QUERIES)?;
     let (server, took) = ServerProcess::start(&common.server_command(common.server_binary()?, Vec::new())).await?;
-    let mut channels = Vec::with_capacity(CONNECTIONS);
-    for _ in 0..CONNECTIONS {
-        channels.push(server.connect().await?);
-    }
+    let channels = connections(&server, CONNECTIONS).await?;
     let populated = ingest::ingest(channels[0].clone(), &corpus.documents, ("soak-doc-", 0), POPULATE_BATCH).await?;
     let documents_before = ingest::index_stats(channels[0].clone()).await?.document_count;
     let (count, secs) = (populated.documents, populated.completed.as_secs_f64());
@@ -147,7 +143,7 @@ async fn measure(args: &Args, window: Duration, windows: &mut [Window]) -> anyho
 
     let mut rows = Vec::new();
     let workers = (0..MAX_CLIENTS).map(|worker| MixWorker { load: load.clone(), worker }).collect();
-    let time = Duration::try_from_secs_f64(args.max_secs.unwrap_or(common.pick(20.0, 2.0)))?;
+    let time = Duration::from_secs_f64(args.max_secs.unwrap_or(common.pick(20.0, 2.0)));
     let run = closed_loop::run(workers, Stop::After(time)).await?;
     let (max, errors, first) = (run.rate(), run.errors(), run.first_error);
     anyhow::ensure!(max > 0.0, "no call succeeded while measuring the maximum: {first:?}");
@@ -206,18 +202,16 @@ async fn measure(args: &Args, window: Duration, windows: &mut [Window]) -> anyho
     }
     let documents_after = ingest::index_stats(channels[0].clone()).await?.document_count;
     server.stop().await?;
-    let info = |figure: &str, value, unit, measured| Row::info(figure, value, unit, measured);
-    let at_most = |row: Row, limit: f64, target: String| Row { target: Some((Bound::AtMost(limit), target)), ..row };
     let minutes = schedule.duration.as_secs_f64() / 60.0;
     let length = format!("{minutes:.1} min, {} calls sent ({} held back)", run.sent, run.held_back);
-    rows.push(info("soak rate (open loop)", rate, "calls/s", format!("{rate:.1} calls/s")));
-    rows.push(info("soak length", minutes, "min", length));
+    rows.push(Row::info("soak rate (open loop)", rate, "calls/s", format!("{rate:.1} calls/s")));
+    rows.push(Row::info("soak length", minutes, "min", length));
     for (kind, total) in KINDS.iter().zip(&totals) {
         let (ok, rejected, failed, latency) = (total.ok.len(), total.rejected.len(), total.failed, total.latency());
         let (p50, p99) = (ms(latency.p50), ms(latency.p99));
         let calls = format!("{ok} ok, {rejected} RESOURCE_EXHAUSTED, {failed} other errors");
-        rows.push(info(&format!("{kind} calls"), (ok + rejected + failed) as f64, "calls", calls));
-        rows.push(info(&format!("{kind} p99 (whole soak)"), p99, "ms", format!("p50 {p50:.1} / p99 {p99:.1} ms")));
+        rows.push(Row::info(format!("{kind} calls"), (ok + rejected + failed) as f64, "calls", calls));
+        rows.push(Row::info(format!("{kind} p99 (whole soak)"), p99, "ms", format!("p50 {p50:.1} / p99 {p99:.1} ms")));
     }
     let lag = ms(LatencySummary::from_samples(totals.iter().flat_map(|t| t.lags.iter().copied()).collect()).p99);
     let server = format!("{:.2} cores (the bench's clients: {:.2})", cpu.server_cores, cpu.bench_cores);
@@ -234,13 +228,13 @@ async fn measure(args: &Args, window: Duration, windows: &mut [Window]) -> anyho
     let errors = totals.iter().map(|t| t.failed).sum::<usize>() + failed_jobs.len();
     let errors_text = format!("{errors} (calls and ingest jobs)");
     rows.extend([
-        info("generator lag p99", lag, "ms", format!("{lag:.2} ms")),
-        info("server CPU during the soak", cpu.server_cores, "cores", server),
-        info("other processes' CPU per window", mean_others, "cores", format!("{} cores", per_window.join(" "))),
-        info("ingest jobs completed", completed as f64, "jobs", jobs),
-        info("index documents after", documents_after as f64, "documents", documents),
+        Row::info("generator lag p99", lag, "ms", format!("{lag:.2} ms")),
+        Row::info("server CPU during the soak", cpu.server_cores, "cores", server),
+        Row::info("other processes' CPU per window", mean_others, "cores", format!("{} cores", per_window.join(" "))),
+        Row::info("ingest jobs completed", completed as f64, "jobs", jobs),
+        Row::info("index documents after", documents_after as f64, "documents", documents),
         Row::info(format!("RSS mean, {compared}"), last_rss, "MiB", format!("{first_rss:.1} -> {last_rss:.1} MiB")),
-        at_most(info("errors besides RESOURCE_EXHAUSTED", errors as f64, "errors", errors_text), 0.0, "0".into()),
+        Row::info("errors besides RESOURCE_EXHAUSTED", errors as f64, "errors", errors_text).at_most(0.0, "0".into()),
     ]);
     // Growth in percent; a comparison without data (no RSS sample, no answered call) never passes.
     let growth = |first: f64, last: f64| {
@@ -249,7 +243,7 @@ async fn measure(args: &Args, window: Duration, windows: &mut [Window]) -> anyho
     };
     let (rss_growth, text) = growth(first_rss, last_rss);
     let rss_row = Row::info(format!("RSS growth, {compared}"), rss_growth, "%", text);
-    rows.push(at_most(rss_row, MAX_RSS_GROWTH_PERCENT, format!("<= {MAX_RSS_GROWTH_PERCENT:.0}%")));
+    rows.push(rss_row.at_most(MAX_RSS_GROWTH_PERCENT, format!("<= {MAX_RSS_GROWTH_PERCENT:.0}%")));
     for (k, kind) in KINDS.iter().enumerate() {
         let (first, last) = (first.kinds[k].latency(), last.kinds[k].latency());
         let (first_p99, last_p99) = (ms(first.p99), ms(last.p99));
@@ -259,7 +253,7 @@ async fn measure(args: &Args, window: Duration, windows: &mut [Window]) -> anyho
         // Ingest is a few percent of the calls: a window's p99 of a handful of ingests
         // is close to their maximum, so it is printed, not judged.
         let target = format!("<= {MAX_P99_DRIFT_PERCENT:.0}%");
-        rows.push(if k == 2 { row } else { at_most(row, MAX_P99_DRIFT_PERCENT, target) });
+        rows.push(if k == 2 { row } else { row.at_most(MAX_P99_DRIFT_PERCENT, target) });
     }
     let errors = KINDS.iter().zip(&totals).flat_map(|(kind, t)| t.first_error.as_ref().map(|e| format!("{kind}: {e}")));
     Ok((rows, errors.chain(failed_jobs.into_iter().take(1)).collect()))

@@ -18,16 +18,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use embedwire_bench::corpus::CorpusOptions;
+use embedwire_bench::corpus::{CorpusOptions, Paragraph};
 use embedwire_bench::cpu::{cpu_time_of, machine_busy_time};
 use embedwire_bench::ingest::{self, IngestRun};
 use embedwire_bench::load::{self, LoadResult, Rpc, Stop};
+use embedwire_bench::options::{Common, SearchLoad, at_least_one, connections};
 use embedwire_bench::report::{Report, Table, load_average};
 use embedwire_bench::server_process::ServerProcess;
-use embedwire_bench::targets::{self, Bound, Row};
-use embedwire_bench::{
-    latency::ms, memory::mib, memory::rss_bytes, options::{Common, SearchLoad}, weaviate_cluster::WeaviateCluster,
-};
+use embedwire_bench::targets::{Bound, Row};
+use embedwire_bench::{latency::ms, memory::mib, memory::rss_bytes, weaviate_cluster::WeaviateCluster};
 use embedwire_server::ServerConfig;
 use tonic::transport::Channel;
 
@@ -40,28 +39,26 @@ const MIN_SEARCH_RATIO: f64 = 0.7;
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    pub common: Common,
-    #[command(flatten)]
     pub corpus: CorpusOptions,
     /// Weaviate cluster sizes, one cluster and server each [default: 1,3, --quick: 1].
     /// The targets are judged on the largest.
     #[arg(long, value_delimiter = ',')]
     pub nodes: Vec<usize>,
     /// Documents ingested into every store [default: 10000, --quick: 200].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<usize>())]
     pub documents: Option<usize>,
     /// Query texts (first sentences of one-line docstrings, not in the corpus).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, value_parser = at_least_one::<usize>())]
     pub queries: usize,
     /// Slices the corpus goes in, every store in turn: short turns (20 s or so) follow
     /// other jobs' load (a build on one store's 2-minute turn skewed a run 2 x)
     /// [default: 10, --quick: 1].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<usize>())]
     pub slices: Option<usize>,
     #[command(flatten)]
     pub load: SearchLoad,
     /// Rounds the stores' Search runs alternate in, as for --slices [default: 6, --quick: 1].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<usize>())]
     pub rounds: Option<usize>,
 }
 
@@ -143,17 +140,11 @@ impl StoreResult {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let common = &args.common;
+pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let (documents, slices, rounds) = (args.documents, args.slices, args.rounds);
-    let counts = [args.queries, args.load.ingest_batch, args.load.clients, args.load.clients_per_connection, args.load.top_k as usize];
-    anyhow::ensure!(
-        counts.into_iter().chain([documents, slices, rounds].map(|n| n.unwrap_or(1))).all(|n| n > 0),
-        "--queries, --ingest-batch, --clients, --clients-per-connection, --top-k, --documents, --slices and --rounds \
-         must be at least 1"
-    );
     anyhow::ensure!(args.nodes.iter().all(|n| (1..=9).contains(n)), "--nodes: cluster sizes from 1 to 9");
-    let mut report = Report::new(common.results("store"), "store_bench")?;
+    // store_bench.csv: every figure and the setup (which the printed table leaves out).
+    let mut report = Report::new(common.results("store"), "store_bench")?.summary_also_as("store_bench.csv");
     let mut nodes = if args.nodes.is_empty() { common.pick(vec![1, 3], vec![1]) } else { args.nodes.clone() };
     nodes.sort_unstable();
     nodes.dedup();
@@ -193,10 +184,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let label =
                 if n == 0 { "embedded".into() } else { format!("weaviate {n} node{}", if n == 1 { "" } else { "s" }) };
             println!("{label}: server pid {} SERVING after {:.2} s", server.pid, took.as_secs_f64());
-            let mut channels = Vec::new();
-            for _ in 0..args.load.clients.div_ceil(args.load.clients_per_connection) {
-                channels.push(server.connect().await?);
-            }
+            let channels = connections(&server, args.load.clients.div_ceil(args.load.clients_per_connection)).await?;
             // One-text Embed calls, untimed: the model's first batches.
             let texts: Arc<[String]> = corpus.second_ingest.iter().map(|p| p.text.clone()).collect();
             let clients = 4.min(warmup_calls);
@@ -205,7 +193,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 (cluster.map(|c| c.pids.clone()).unwrap_or_default(), cluster.map(|c| c.state_dir().join("data")));
             stores.push(Store { label, layout, server, nodes, data_dir, channels });
         }
-        measure(&args, &corpus.documents, corpus.queries.clone().into(), stores, slices, rounds).await
+        measure(common, &args, (&corpus.documents, corpus.queries.clone().into()), stores, (slices, rounds)).await
     };
     // On SIGINT or SIGTERM everything started is stopped by pid: the servers as their
     // handles drop, the clusters as `clusters` drops.
@@ -222,10 +210,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         cluster.stop()?;
     }
 
-    let rows = figures(&args, corpus.documents.len(), corpus.queries.len(), &stores);
+    report.figures(figures(&args, corpus.documents.len(), corpus.queries.len(), &stores));
     let load = load_at_end.split_whitespace().next().and_then(|l| l.parse().ok()).unwrap_or(f64::NAN);
     let server_args = format!("server_args [{}]", common.server_args.join(" "));
-    let setup = [
+    for (name, value, unit) in [
         ("quick".into(), f64::from(u8::from(common.quick)), "bool"),
         ("slices".into(), slices as f64, "slices"),
         ("rounds".into(), rounds as f64, "rounds"),
@@ -234,24 +222,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ("intra_op_threads".into(), common.intra_op_threads as f64, "threads"),
         (server_args, common.server_args.len() as f64, "flags"),
         (format!("load average at end [{load_at_end}]"), load, "1-min load"),
-    ]
-    .map(|(name, value, unit)| Row::info(format!("setup {name}"), value, unit, String::new()));
-    // store_bench.csv: every figure and the setup (which the printed table leaves out).
-    report.write("store_bench.csv", &targets::summary_csv(&[rows.clone(), setup.to_vec()].concat()))?;
-    rows.into_iter().for_each(|row| report.figure(row));
-    setup.into_iter().for_each(|row| report.detail(row));
+    ] {
+        report.setup(&name, value, unit);
+    }
     report.table("store_bench_stores.csv", &stores_table(&stores))?;
     report.finish()
 }
 
 /// The corpus into every store slice by slice, then Search rounds, the stores taking turns.
 async fn measure(
+    common: &Common,
     args: &Args,
-    documents: &[embedwire_bench::corpus::Paragraph],
-    queries: Arc<[String]>,
+    (documents, queries): (&[Paragraph], Arc<[String]>),
     stores: Vec<Store>,
-    slices: usize,
-    rounds: usize,
+    (slices, rounds): (usize, usize),
 ) -> anyhow::Result<Vec<StoreResult>> {
     let slice_len = documents.len().div_ceil(slices);
     let slices: Vec<_> = documents.chunks(slice_len).collect();
@@ -272,11 +256,11 @@ async fn measure(
             store.data_dir.as_deref().map(dir_bytes),
         ));
     }
-    let (rpc, warmup) = (Rpc::Search { top_k: args.load.top_k }, args.common.warmup(2.0, 0.5));
+    let (rpc, warmup) = (Rpc::Search { top_k: args.load.top_k }, common.warmup(2.0, 0.5));
     for store in &stores {
         load::run(&store.channels, args.load.clients, queries.clone(), rpc, Stop::After(warmup)).await?;
     }
-    let round_time = args.common.duration(30.0, 2.0) / rounds as u32;
+    let round_time = common.duration(30.0, 2.0) / rounds as u32;
     let searches = in_turns(&stores, rounds, |_, store| {
         load::run(&store.channels, args.load.clients, queries.clone(), rpc, Stop::After(round_time))
     })
@@ -438,7 +422,7 @@ fn stores_table(stores: &[StoreResult]) -> Table {
         search_s,search_per_s,search_ratio,search_p50_ms,search_p95_ms,search_p99_ms,search_server_cpu_ms_per_search,\
         search_weaviate_cpu_ms_per_search,search_bench_cores,search_other_stores_cores,search_outside_cores,\
         ingest_cpu_bound_ratio,search_cpu_bound_ratio,rss_after_ingest_mib,weaviate_data_mib";
-    let mut table = Table::new(&columns.split(',').collect::<Vec<_>>());
+    let mut table = Table::new(columns);
     let (base, f3) = (&stores[0], |v: f64| format!("{v:.3}"));
     for s in stores {
         let (i, q, l) = (&s.ingest_cost, &s.search_cost, &s.search.latency);

@@ -19,12 +19,9 @@ use tonic::transport::Channel;
 /// Tokenize calls/s at concurrency 1 at least this many times Embed's.
 const MIN_TOKENIZE_OVER_EMBED: f64 = 5.0;
 
-/// Options of the tokenize scenario.
+/// Options of the tokenize scenario: the common ones alone.
 #[derive(Debug, Clone, clap::Args)]
-pub struct Args {
-    #[command(flatten)]
-    pub common: Common,
-}
+pub struct Args {}
 
 /// One client calling Tokenize (or Embed, for the comparison) with the next sentence.
 struct SentenceCaller {
@@ -44,8 +41,7 @@ impl Caller for SentenceCaller {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let common = &args.common;
+pub fn run(common: &Common, _: Args) -> anyhow::Result<()> {
     let mut report = Report::new(common.results("tokenize"), "tokenize")?;
     let command = common.server_command(common.server_binary()?, vec![("--backend", "onnx".into())]);
     let (duration, warmup) = (common.duration(5.0, 1.0), common.warmup(1.0, 0.2));
@@ -71,33 +67,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::Ok(runs)
     })?;
 
-    let mut table = Table::new(&["rpc", "concurrency", "calls_per_s", "p50_ms", "p99_ms", "calls"]);
+    let mut table = Table::new("rpc,concurrency,calls_per_s,p50_ms,p99_ms,calls");
     for (rpc, concurrency, run) in &runs {
-        let latency = run.latency();
-        let rate = run.rate();
-        table.row(
-            [rpc.to_string(), concurrency.to_string(), format!("{rate:.1}"), format!("{:.3}", ms(latency.p50))]
-                .into_iter()
-                .chain([format!("{:.3}", ms(latency.p99)), run.ok().to_string()]),
-        );
-        report.figure(Row::info(
-            format!("{rpc} c={concurrency}"),
-            rate,
-            "calls/s",
-            format!("{rate:.0} calls/s, p50 {:.2} ms", ms(latency.p50)),
-        ));
+        let (rate, p50, p99) = (run.rate(), ms(run.latency().p50), ms(run.latency().p99));
+        table.row(format!("{rpc},{concurrency},{rate:.1},{p50:.3},{p99:.3},{}", run.ok()).split(','));
+        let measured = format!("{rate:.0} calls/s, p50 {p50:.2} ms");
+        report.figure(Row::info(format!("{rpc} c={concurrency}"), rate, "calls/s", measured));
     }
     let rate_at_one =
         |name: &str| runs.iter().find(|(rpc, c, _)| *rpc == name && *c == 1).map_or(0.0, |(_, _, run)| run.rate());
     let ratio = rate_at_one("tokenize") / rate_at_one("embed").max(1e-9);
-    report.figure(Row::judged(
-        "Tokenize vs Embed calls/s, c=1",
-        ratio,
-        "x",
-        format!("{ratio:.1} x"),
-        Bound::AtLeast(MIN_TOKENIZE_OVER_EMBED),
-        format!(">= {MIN_TOKENIZE_OVER_EMBED} x"),
-    ));
+    let (measured, target) = (format!("{ratio:.1} x"), format!(">= {MIN_TOKENIZE_OVER_EMBED} x"));
+    let bound = Bound::AtLeast(MIN_TOKENIZE_OVER_EMBED);
+    report.figure(Row::judged("Tokenize vs Embed calls/s, c=1", ratio, "x", measured, bound, target));
     report.table("tokenize.csv", &table)?;
     report.finish()
 }

@@ -23,9 +23,10 @@ use embedwire_bench::closed_loop::{self, Caller, ClosedLoopRun};
 use embedwire_bench::cpu::{CpuUse, CpuWindow};
 use embedwire_bench::http_client::HttpConnection;
 use embedwire_bench::latency::{median_time, ms};
+use embedwire_bench::options::{Common, at_least_one, program_output, seconds};
+use embedwire_bench::report::{Judge, Report, Table};
 use embedwire_bench::wire_count::{ByteCounters, PreEncoded, grpc_channel};
-use embedwire_bench::{corpus::CorpusOptions, load::Stop, options::Common, server_process::ServerProcess};
-use embedwire_bench::{report::Report, report::Table, targets::Bound, targets::Row};
+use embedwire_bench::{corpus::CorpusOptions, load::Stop, server_process::ServerProcess, targets::Row};
 use embedwire_gateway_http::encoding::{FloatRow, FloatRows, binary_response, row_bytes};
 use embedwire_gateway_http::routes::openai::{EmbeddingItem, EmbeddingValue, EmbeddingsReply, UsageBody};
 use embedwire_proto::{v1::EmbedRequest, v1::EmbedResponse, v1::EmbeddingDtype as Dtype, vectors};
@@ -49,23 +50,21 @@ const WARMUP_CALLS: usize = 3;
 /// Options of the wire scenario (`--concurrency`: one level, default 16).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    #[command(flatten)]
-    pub common: Common,
     /// The server's backend: pseudo (the transport and encodings alone, the target's
     /// setting) or onnx (what the encoding costs next to the model).
     #[arg(long, env = "WIRE_BENCH_BACKEND", value_enum, default_value = "pseudo")]
     pub backend: BackendKind,
     /// Texts per call (real query sentences from the docstring corpus).
-    #[arg(long, env = "WIRE_BENCH_TEXTS", default_value_t = 256)]
+    #[arg(long, env = "WIRE_BENCH_TEXTS", default_value_t = 256, value_parser = at_least_one::<usize>())]
     pub texts: usize,
     /// Variants to measure, by name (grpc_float32, http_octet_stream, ...) [default: all].
     #[arg(long, env = "WIRE_BENCH_VARIANTS", value_delimiter = ',')]
     pub variants: Vec<String>,
     /// Rounds the variants take in turn [default: 2, --quick: 1].
-    #[arg(long, env = "WIRE_BENCH_ROUNDS")]
+    #[arg(long, env = "WIRE_BENCH_ROUNDS", value_parser = at_least_one::<usize>())]
     pub rounds: Option<usize>,
     /// Seconds of the one-client run measuring server CPU per call [default: 1, --quick: 0.2].
-    #[arg(long, env = "WIRE_BENCH_PROBE_SECS")]
+    #[arg(long, env = "WIRE_BENCH_PROBE_SECS", value_parser = seconds)]
     pub probe_secs: Option<f64>,
     /// The Python decode benchmark script.
     #[arg(long, env = "WIRE_BENCH_DECODE_SCRIPT", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/decode_bench.py"))]
@@ -328,14 +327,12 @@ impl Measured {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    tokio::runtime::Runtime::new()?.block_on(measure(args))
+pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(measure(common, args))
 }
 
-async fn measure(args: Args) -> anyhow::Result<()> {
-    let common = &args.common;
+async fn measure(common: &Common, args: Args) -> anyhow::Result<()> {
     let &[concurrency] = common.sweep(&[16], &[16]).as_slice() else { anyhow::bail!("wire runs at one --concurrency") };
-    anyhow::ensure!(args.texts > 0 && args.rounds != Some(0), "--texts and --rounds must be at least 1");
     let mut variants = VARIANTS.to_vec();
     if !args.variants.is_empty() {
         let find = |name: &String| VARIANTS.into_iter().find(|v| v.1 == name).context(format!("no variant {name}"));
@@ -396,16 +393,12 @@ async fn measure(args: Args) -> anyhow::Result<()> {
     // The Python side of the decode cost: json.loads against numpy.frombuffer on the
     // answers just captured.
     report.write("bodies/manifest.json", &serde_json::to_string_pretty(&manifest)?)?;
-    let (script, seconds) = (args.decode_script.display(), common.pick(0.3, 0.05).to_string());
-    let output = std::process::Command::new(&python)
-        .args([args.decode_script.as_os_str(), "--dir".as_ref(), report.dir().join("bodies").as_os_str()])
-        .args(["--proto-dir".as_ref(), args.proto_dir.as_os_str(), "--seconds".as_ref(), seconds.as_ref()])
-        .output()
-        .with_context(|| format!("running {} {script}", python.display()))?;
-    let failed = String::from_utf8_lossy(&output.stderr);
-    anyhow::ensure!(output.status.success(), "{script} failed ({}):\n{failed}", output.status);
-    let mut python: HashMap<String, PythonDecode> =
-        serde_json::from_slice(&output.stdout).context("decode_bench.py")?;
+    let mut decoding = std::process::Command::new(&python);
+    decoding.args([args.decode_script.as_os_str(), "--dir".as_ref(), report.dir().join("bodies").as_os_str()]);
+    decoding.args(["--proto-dir".as_ref(), args.proto_dir.as_os_str()]);
+    decoding.args(["--seconds", &common.pick(0.3, 0.05).to_string()]);
+    let decoded = program_output(&mut decoding, "the Python decode benchmark")?;
+    let mut python: HashMap<String, PythonDecode> = serde_json::from_str(&decoded).context("decode_bench.py")?;
 
     let rounds = args.rounds.unwrap_or(common.pick(2, 1));
     let round_time = common.duration(5.0, 0.4) / rounds as u32;
@@ -441,12 +434,14 @@ async fn measure(args: Args) -> anyhow::Result<()> {
         m.load = (ClosedLoopRun::combine(&runs), CpuUse::combine(&cpus));
         m.python = python.remove(m.name);
     }
-    judge(&mut report, &args, concurrency, texts.len(), dim, &measured);
+    judge(&mut report, common, &args, (concurrency, texts.len(), dim), &measured);
     report.table("wire_bench.csv", &table(concurrency, &measured))?;
     report.finish()
 }
 
-fn judge(report: &mut Report, args: &Args, concurrency: usize, texts: usize, dim: usize, measured: &[Measured]) {
+/// `shape`: workers, texts per call, dimensions.
+fn judge(report: &mut Report, common: &Common, args: &Args, shape: (usize, usize, usize), measured: &[Measured]) {
+    let (concurrency, texts, dim) = shape;
     for m in measured {
         let (run, l, bytes) = (&m.load.0, m.load.0.latency(), m.per_call(m.load_bytes.0));
         let errors = if run.errors() > 0 { format!(", {} errors", run.errors()) } else { String::new() };
@@ -458,15 +453,20 @@ fn judge(report: &mut Report, args: &Args, concurrency: usize, texts: usize, dim
     let find = |name| measured.iter().find(|m| m.name == name);
     if let (Some(grpc), Some(json)) = (find("grpc_float32"), find("http_json_float")) {
         let (g, j) = (grpc.load.0.rate(), json.load.0.rate());
-        let (rps, target) = (g / j.max(1e-9), format!(">= {MIN_RPS_RATIO:.1} x"));
-        let figure = format!("gRPC bytes / HTTP JSON floats req/s ({texts} texts, {})", args.backend.name());
-        let row = Row::judged(figure, rps, "x", format!("{rps:.2} x"), Bound::AtLeast(MIN_RPS_RATIO), target);
-        report.figure(row.with_note(format!("{g:.1} vs {j:.1} req/s")));
+        let (rps, figure) =
+            (g / j.max(1e-9), format!("gRPC bytes / HTTP JSON floats req/s ({texts} texts, {})", args.backend.name()));
+        report.figure(
+            Row::info(figure, rps, "x", format!("{rps:.2} x"))
+                .at_least(MIN_RPS_RATIO, format!(">= {MIN_RPS_RATIO:.1} x"))
+                .with_note(format!("{g:.1} vs {j:.1} req/s")),
+        );
         let (g, j) = (grpc.per_call(grpc.load_bytes.0), json.per_call(json.load_bytes.0));
-        let (bytes, target) = (g / j.max(1e-9), format!("<= {MAX_BYTES_RATIO:.2} x"));
-        let figure = "gRPC bytes / HTTP JSON floats bytes per response";
-        let row = Row::judged(figure, bytes, "x", format!("{bytes:.3} x"), Bound::AtMost(MAX_BYTES_RATIO), target);
-        report.figure(row.with_note(format!("{g:.0} vs {j:.0} B")));
+        let (bytes, figure) = (g / j.max(1e-9), "gRPC bytes / HTTP JSON floats bytes per response");
+        report.figure(
+            Row::info(figure, bytes, "x", format!("{bytes:.3} x"))
+                .at_most(MAX_BYTES_RATIO, format!("<= {MAX_BYTES_RATIO:.2} x"))
+                .with_note(format!("{g:.0} vs {j:.0} B")),
+        );
     }
     for m in measured {
         let python = m.python.as_ref().map_or("-".to_string(), |p| format!("{:.2} ms", p.median_ms));
@@ -477,20 +477,16 @@ fn judge(report: &mut Report, args: &Args, concurrency: usize, texts: usize, dim
         report.figure(Row::info(format!("one call: {}", m.name), wire as f64, "bytes", text));
     }
     // In the files only: bench/report.py reads them.
-    for (figure, value, unit) in [
-        ("setup quick".to_string(), f64::from(u8::from(args.common.quick)), "bool"),
-        (format!("setup backend {}", args.backend.name()), 0.0, ""),
-        ("setup texts per call".to_string(), texts as f64, "texts"),
-        ("setup dim".to_string(), dim as f64, "dimensions"),
-        ("setup concurrency".to_string(), concurrency as f64, "workers"),
-    ] {
-        report.detail(Row::info(figure, value, unit, String::new()));
-    }
+    report.setup("quick", f64::from(u8::from(common.quick)), "bool");
+    report.setup(&format!("backend {}", args.backend.name()), 0.0, "");
+    report.setup("texts per call", texts as f64, "texts");
+    report.setup("dim", dim as f64, "dimensions");
+    report.setup("concurrency", concurrency as f64, "workers");
 }
 
 /// `wire_bench.csv`: one line per variant, every figure.
 fn table(concurrency: usize, measured: &[Measured]) -> Table {
-    let mut table = Table::new(&COLUMNS.split(',').collect::<Vec<_>>());
+    let mut table = Table::new(COLUMNS);
     let fixed =
         |decimals: usize, values: &[f64]| values.iter().map(move |v| format!("{v:.decimals$}")).collect::<Vec<_>>();
     for m in measured {

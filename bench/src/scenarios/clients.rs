@@ -1,0 +1,140 @@
+//! clients: what the clients themselves cost. The Rust client (`embedwire-client-bench`,
+//! clients/rust) and the Python client (`clients/python/bench_client.py`, sync and
+//! `--async`) embed the same short texts through `embed_many` against one server on
+//! the pseudo backend (the transport alone, so that the client's own cost shows), with
+//! the same batch size and calls in flight, each run a fresh process. The clients take
+//! turns for some rounds and the median run of each counts (the machine is shared).
+//! Target: the Python client's CPU per vector at most 1.5 x the Rust client's, for the
+//! worse of its two variants. Each run appends a row to `client_bench.csv` (both bench
+//! programs write the same columns); `summary.csv` holds the medians.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::Context;
+use embedwire_bench::corpus::python_or_venv;
+use embedwire_bench::options::{Common, at_least_one, program_output};
+use embedwire_bench::report::{Judge, Report, Table};
+use embedwire_bench::server_process::ServerProcess;
+use embedwire_bench::targets::Row;
+
+/// The Python client's CPU per vector at most this many times the Rust client's.
+const MAX_PYTHON_OVER_RUST: f64 = 1.5;
+
+/// Options of the clients scenario (`--concurrency`: Embed calls in flight, one level,
+/// default 8, the clients' default).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Texts each run embeds [default: 100000, --quick: 2000].
+    #[arg(long, value_parser = at_least_one::<usize>())]
+    pub texts: Option<usize>,
+    /// Rounds the clients take in turn [default: 3, --quick: 1].
+    #[arg(long, value_parser = at_least_one::<usize>())]
+    pub rounds: Option<usize>,
+    /// Texts per Embed call (the clients' default).
+    #[arg(long, default_value_t = 64, value_parser = at_least_one::<usize>())]
+    pub batch_size: usize,
+    /// The Rust client's bench [default: embedwire-client-bench beside the server binary,
+    /// where the workspace build puts it].
+    #[arg(long, env = "BENCH_CLIENT_BENCH_BIN")]
+    pub client_bench_bin: Option<PathBuf>,
+    /// The Python client's bench script.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../clients/python/bench_client.py"))]
+    pub python_bench: PathBuf,
+    /// The Python that runs it [default: CACHE/venv/bin/python, which `make setup` creates].
+    #[arg(long, env = "BENCH_PYTHON")]
+    pub python: Option<PathBuf>,
+}
+
+pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
+    let &[in_flight] = common.sweep(&[8], &[8]).as_slice() else { anyhow::bail!("clients runs at one --concurrency") };
+    let (texts, rounds) = (args.texts.unwrap_or(common.pick(100_000, 2_000)), args.rounds.unwrap_or(common.pick(3, 1)));
+    let python = python_or_venv(args.python.as_deref()).map_err(anyhow::Error::msg)?;
+    let server_binary = common.server_binary()?;
+    let rust = args.client_bench_bin.clone().unwrap_or_else(|| server_binary.with_file_name("embedwire-client-bench"));
+    anyhow::ensure!(
+        rust.is_file(),
+        "no {} (build the workspace: `make setup`; or pass --client-bench-bin)",
+        rust.display()
+    );
+    let report = Report::new(common.results("clients"), "clients")?;
+    let csv = report.dir().join("client_bench.csv");
+    let _ = std::fs::remove_file(&csv); // the bench programs append to it
+    println!("clients: {texts} texts per run, batch {}, {in_flight} in flight, {rounds} round(s)", args.batch_size);
+
+    let runtime = tokio::runtime::Runtime::new()?;
+    let command = common.server_command(server_binary, vec![("--backend", "pseudo".into())]);
+    let (server, _) = runtime.block_on(ServerProcess::start(&command))?;
+    let shape = [texts, args.batch_size, in_flight].map(|n| n.to_string());
+    // The Python client of this checkout, whichever checkout the venv's editable install points to.
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../clients/python/src");
+    let python_path = std::env::var("PYTHONPATH").map_or(source.to_string(), |more| format!("{source}:{more}"));
+    for _ in 0..rounds {
+        let mut rust_run = Command::new(&rust);
+        rust_run.args(["--server", &format!("http://{}", server.address), "--count", &shape[0]]);
+        let mut python_runs = [None, Some("--async")].map(|variant| {
+            let mut run = Command::new(&python);
+            run.arg(&args.python_bench).arg(server.address.to_string()).args(["--texts", &shape[0]]);
+            run.args(variant).env("PYTHONPATH", &python_path);
+            run
+        });
+        for run in std::iter::once(&mut rust_run).chain(&mut python_runs) {
+            run.args(["--batch-size", &shape[1], "--concurrency", &shape[2], "--csv"]).arg(&csv);
+            print!("{}", program_output(run, "the clients' bench programs")?);
+        }
+    }
+    runtime.block_on(server.stop())?;
+    summarize(report, &std::fs::read_to_string(&csv).with_context(|| format!("reading {}", csv.display()))?)
+}
+
+/// The median run of each client in `summary.csv`, and the target.
+fn summarize(mut report: Report, runs: &str) -> anyhow::Result<()> {
+    let mut lines = runs.lines().map(|line| line.split(',').collect::<Vec<_>>());
+    let header = lines.next().context("client_bench.csv is empty")?;
+    let column = |name: &str| header.iter().position(|c| *c == name).with_context(|| format!("no {name} column"));
+    let [client, seconds, rate, cpu] = ["client", "seconds", "vectors_per_s", "cpu_us_per_vector"].map(column);
+    let (client, columns) = (client?, [seconds?, rate?, cpu?]);
+    let mut clients: Vec<(String, Vec<[f64; 3]>)> = Vec::new();
+    for line in lines {
+        let values = columns.map(|k| line.get(k).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN));
+        match clients.iter_mut().find(|(name, _)| name == line[client]) {
+            Some((_, known)) => known.push(values),
+            None => clients.push((line[client].to_string(), vec![values])),
+        }
+    }
+    let medians: Vec<(&str, usize, [f64; 3])> = clients
+        .iter()
+        .map(|(name, runs)| (name.as_str(), runs.len(), std::array::from_fn(|k| median(runs.iter().map(|r| r[k])))))
+        .collect();
+    let rust_cpu = medians.iter().find(|m| m.0 == "rust").context("no run of the Rust client")?.2[2];
+    // As Python's csv module writes floats (Rust's `{:?}` is the same shortest form).
+    let mut summary = Table::new("client,runs,seconds,vectors_per_s,cpu_us_per_vector,ratio_to_rust");
+    let (mut worst, mut ratios) = (0.0f64, Vec::new());
+    for &(name, count, [seconds, rate, cpu]) in &medians {
+        let ratio = cpu / rust_cpu;
+        let medians = [seconds, rate, cpu, ratio].map(|value| format!("{value:?}"));
+        summary.row([name.to_string(), count.to_string()].into_iter().chain(medians));
+        let measured = format!("{cpu:.2} us, {rate:.0} vectors/s, {seconds:.3} s (median of {count})");
+        report.figure(Row::info(format!("{name} client CPU per vector"), cpu, "us", measured));
+        if name != "rust" {
+            worst = worst.max(ratio);
+            ratios.push(format!("{name} {ratio:.2} x"));
+        }
+    }
+    let figure = "Python client CPU per vector / Rust (worst variant)";
+    report.figure(
+        Row::info(figure, worst, "x", format!("{worst:.2} x"))
+            .at_most(MAX_PYTHON_OVER_RUST, format!("<= {MAX_PYTHON_OVER_RUST} x"))
+            .with_note(ratios.join(", ")),
+    );
+    report.table("summary.csv", &summary)?;
+    report.finish()
+}
+
+/// The median, the mean of the middle two for an even count (as Python's `statistics.median`).
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len() % 2 == 1 { values[middle] } else { (values[middle - 1] + values[middle]) / 2.0 }
+}
