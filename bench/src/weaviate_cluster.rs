@@ -10,10 +10,12 @@
 //! stops them.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+
+use crate::child_process::run_to_end;
 
 /// The script that starts and stops clusters.
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/cluster.sh");
@@ -47,18 +49,9 @@ impl WeaviateCluster {
             stopped: false,
         };
         // From here on, drop runs `down` whatever happens.
-        let output = cluster
-            .script()
-            .args(["up", "--nodes", &nodes.to_string(), "--weaviate-only"])
-            .output()
-            .context("running scripts/cluster.sh")?;
-        anyhow::ensure!(
-            output.status.success(),
-            "scripts/cluster.sh up --nodes {nodes} --weaviate-only failed ({}); logs in {}/logs:\n{}",
-            output.status,
-            cluster.state_dir.display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let up = ["up", "--nodes", &nodes.to_string(), "--weaviate-only"];
+        let logs = format!("scripts/cluster.sh up (logs in {}/logs)", cluster.state_dir.display());
+        run_to_end(cluster.script().args(up), &logs)?;
         let ports = std::fs::read_to_string(cluster.state_dir.join("ports.env")).context("reading ports.env")?;
         for i in 0..nodes {
             cluster.http_urls.push(format!("http://127.0.0.1:{}", port(&ports, &format!("WEAVIATE_HTTP_{i}"))?));
@@ -97,19 +90,12 @@ impl WeaviateCluster {
 
     fn down(&mut self) -> anyhow::Result<()> {
         self.stopped = true;
-        let output = self.script().arg("down").output().context("running scripts/cluster.sh down")?;
-        anyhow::ensure!(
-            output.status.success(),
-            "scripts/cluster.sh down failed ({}):\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        Ok(())
+        run_to_end(self.script().arg("down"), "scripts/cluster.sh down").map(drop)
     }
 
     fn script(&self) -> Command {
         let mut command = Command::new("bash");
-        command.arg(SCRIPT).env("EMBEDWIRE_CLUSTER_DIR", &self.state_dir).stdin(Stdio::null());
+        command.arg(SCRIPT).env("EMBEDWIRE_CLUSTER_DIR", &self.state_dir);
         command
     }
 }
