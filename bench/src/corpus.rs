@@ -146,15 +146,11 @@ fn parse_cache(text: &str, python: &Path) -> Option<Vec<Docstring>> {
 /// Writes the cache through a temporary file, so a concurrent run never reads half
 /// of it.
 fn write_cache(cache: &Path, python: &Path, lines: &str) -> anyhow::Result<()> {
-    let dir = cache.parent().context("cache file without a directory")?;
-    std::fs::create_dir_all(dir)?;
-    let partial = dir.join(format!("{CACHE_FILE}.{}.partial", std::process::id()));
-    let mut file = std::fs::File::create(&partial)?;
-    writeln!(file, "{}", serde_json::to_string(&CacheHeader { python: python.to_path_buf() })?)?;
-    file.write_all(lines.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&partial, cache)?;
-    Ok(())
+    std::fs::create_dir_all(cache.parent().context("cache file without a directory")?)?;
+    let partial = cache.with_extension(format!("{}.partial", std::process::id()));
+    let header = serde_json::to_string(&CacheHeader { python: python.to_path_buf() })?;
+    std::fs::write(&partial, format!("{header}\n{lines}"))?;
+    Ok(std::fs::rename(&partial, cache)?)
 }
 
 /// The paragraphs of a docstring, each with its whitespace folded; blank lines
@@ -179,13 +175,8 @@ pub fn paragraphs(docstring: &str) -> Vec<String> {
 /// the end); the whole text when there is none. "e.g. x" ends early, as a simple
 /// splitter does; such fragments are rare and still real text.
 pub fn first_sentence(text: &str) -> &str {
-    let bytes = text.as_bytes();
-    for (i, &b) in bytes.iter().enumerate() {
-        if matches!(b, b'.' | b'?' | b'!') && bytes.get(i + 1).is_none_or(|next| *next == b' ') {
-            return &text[..=i];
-        }
-    }
-    text
+    let mut ends = text.match_indices(['.', '?', '!']).map(|(i, _)| i + 1);
+    ends.find(|&end| text[end..].is_empty() || text[end..].starts_with(' ')).map_or(text, |end| &text[..end])
 }
 
 /// Cuts the docstrings into paragraphs and picks `documents` corpus documents,
