@@ -74,16 +74,11 @@ pub async fn run(
     stop: Stop,
 ) -> anyhow::Result<LoadResult> {
     anyhow::ensure!(!channels.is_empty() && clients > 0 && !texts.is_empty(), "nothing to run");
-    let callers = (0..clients)
-        .map(|k| OneText {
-            client: Client::new(rpc, channels[k % channels.len()].clone()),
-            texts: texts.clone(),
-            // Clients start far apart in the text list, so concurrent calls carry
-            // different texts.
-            first: k * texts.len() / clients,
-        })
-        .collect();
-    let run = closed_loop::run(callers, stop).await?;
+    // Clients start far apart in the text list, so concurrent calls carry different
+    // texts.
+    let callers =
+        (0..clients).map(|k| OneText::new(rpc, &channels[k % channels.len()], &texts, k * texts.len() / clients));
+    let run = closed_loop::run(callers.collect(), stop).await?;
     if let Some(error) = run.first_error {
         anyhow::bail!(error);
     }
@@ -113,7 +108,7 @@ pub async fn run_paced(
     interval: Duration,
 ) -> anyhow::Result<LoadResult> {
     anyhow::ensure!(!texts.is_empty() && !interval.is_zero(), "nothing to run");
-    let caller = OneText { client: Client::new(rpc, channel.clone()), texts, first: 0 };
+    let caller = OneText::new(rpc, channel, &texts, 0);
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut in_flight = tokio::task::JoinSet::new();
@@ -146,24 +141,17 @@ pub async fn run_paced(
 /// One client: its rpc, and the texts it sends in rotation from `first`.
 #[derive(Clone)]
 struct OneText {
-    client: Client,
+    rpc: Rpc,
+    embed: EmbedServiceClient<Channel>,
+    search: SearchServiceClient<Channel>,
     texts: Arc<[String]>,
     first: usize,
 }
 
-/// A generated client for the rpc under load.
-#[derive(Clone)]
-enum Client {
-    Embed(EmbedServiceClient<Channel>),
-    Search { client: SearchServiceClient<Channel>, top_k: u32 },
-}
-
-impl Client {
-    fn new(rpc: Rpc, channel: Channel) -> Self {
-        match rpc {
-            Rpc::Embed => Client::Embed(EmbedServiceClient::new(channel)),
-            Rpc::Search { top_k } => Client::Search { client: SearchServiceClient::new(channel), top_k },
-        }
+impl OneText {
+    fn new(rpc: Rpc, channel: &Channel, texts: &Arc<[String]>, first: usize) -> Self {
+        let (embed, search) = (EmbedServiceClient::new(channel.clone()), SearchServiceClient::new(channel.clone()));
+        OneText { rpc, embed, search, texts: texts.clone(), first }
     }
 }
 
@@ -171,10 +159,10 @@ impl Caller for OneText {
     /// One call with the next text; checks that the answer has the expected shape.
     async fn call(&mut self, n: usize) -> anyhow::Result<()> {
         let text = self.texts[(self.first + n) % self.texts.len()].clone();
-        match &mut self.client {
-            Client::Embed(client) => {
+        match self.rpc {
+            Rpc::Embed => {
                 let request = EmbedRequest { inputs: vec![text], ..Default::default() };
-                let response = client.embed(request).await.context("Embed call failed")?.into_inner();
+                let response = self.embed.embed(request).await.context("Embed call failed")?.into_inner();
                 anyhow::ensure!(
                     response.count == 1 && response.embeddings.len() == response.dim as usize * 4,
                     "Embed answered {} vectors in {} bytes for one input",
@@ -182,13 +170,13 @@ impl Caller for OneText {
                     response.embeddings.len()
                 );
             }
-            Client::Search { client, top_k } => {
+            Rpc::Search { top_k } => {
                 let request = SearchRequest {
                     queries: vec![SearchQuery { query: Some(Query::Text(text)) }],
-                    top_k: Some(*top_k),
+                    top_k: Some(top_k),
                     ..Default::default()
                 };
-                let response = client.search(request).await.context("Search call failed")?.into_inner();
+                let response = self.search.search(request).await.context("Search call failed")?.into_inner();
                 anyhow::ensure!(
                     response.results.len() == 1 && !response.results[0].hits.is_empty(),
                     "Search answered {} results (the first with {} hits) for one query",
