@@ -77,12 +77,6 @@ impl RssSampler {
 mod tests {
     use super::*;
 
-    #[test]
-    fn reads_own_rss() {
-        let rss = rss_bytes(std::process::id()).unwrap();
-        assert!(rss > 1024 * 1024, "{rss} bytes");
-    }
-
     #[tokio::test]
     async fn sampler_keeps_a_series_with_its_peak() {
         let pid = std::process::id();

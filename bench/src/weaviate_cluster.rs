@@ -41,13 +41,8 @@ impl WeaviateCluster {
         anyhow::ensure!(nodes >= 1, "a Weaviate cluster needs at least one node");
         let state_dir = fresh_state_dir();
         let started = Instant::now();
-        let mut cluster = WeaviateCluster {
-            state_dir,
-            http_urls: Vec::new(),
-            grpc_addrs: Vec::new(),
-            pids: Vec::new(),
-            stopped: false,
-        };
+        let (http_urls, grpc_addrs, pids) = (Vec::new(), Vec::new(), Vec::new());
+        let mut cluster = WeaviateCluster { state_dir, http_urls, grpc_addrs, pids, stopped: false };
         // From here on, drop runs `down` whatever happens.
         let up = ["up", "--nodes", &nodes.to_string(), "--weaviate-only"];
         let logs = format!("scripts/cluster.sh up (logs in {}/logs)", cluster.state_dir.display());
