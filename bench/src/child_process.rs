@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -120,6 +121,16 @@ impl ChildProcess {
     fn failure(&self, what: &str) -> anyhow::Error {
         anyhow::anyhow!("{} {what}; its last log lines:\n{}", self.name, self.log_tail().join("\n"))
     }
+}
+
+/// A directory of its own, not there yet, for each process the bench starts
+/// (`embedwire-bench-<what>-<bench pid>-<n>` in the temporary directory).
+pub fn fresh_dir(what: &str) -> PathBuf {
+    static STARTED: AtomicUsize = AtomicUsize::new(0);
+    let n = STARTED.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("embedwire-bench-{what}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
 }
 
 /// Runs a helper command to its end (stdin closed) and returns its output; when it

@@ -13,7 +13,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::child_process::ChildProcess;
+use crate::child_process::{ChildProcess, fresh_dir};
 
 /// Longest wait for a server to listen and then to report SERVING.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -45,9 +45,7 @@ impl ServerCommand {
 
 /// A data directory of its own for each server the bench starts.
 pub fn fresh_data_dir() -> PathBuf {
-    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    std::env::temp_dir().join(format!("embedwire-bench-data-{}-{n}", std::process::id()))
+    fresh_dir("data")
 }
 
 /// A running server; its data directory goes when it ends.

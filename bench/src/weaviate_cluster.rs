@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::child_process::run_to_end;
+use crate::child_process::{fresh_dir, run_to_end};
 
 /// The script that starts and stops clusters.
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/cluster.sh");
@@ -39,7 +39,7 @@ impl WeaviateCluster {
     /// the cluster is healthy; also returns how long that took.
     pub fn start(nodes: usize) -> anyhow::Result<(Self, Duration)> {
         anyhow::ensure!(nodes >= 1, "a Weaviate cluster needs at least one node");
-        let state_dir = fresh_state_dir();
+        let state_dir = fresh_dir("weaviate");
         let started = Instant::now();
         let (http_urls, grpc_addrs, pids) = (Vec::new(), Vec::new(), Vec::new());
         let mut cluster = WeaviateCluster { state_dir, http_urls, grpc_addrs, pids, stopped: false };
@@ -106,15 +106,6 @@ impl Drop for WeaviateCluster {
             }
         }
     }
-}
-
-/// A state directory of its own for each cluster the bench starts.
-fn fresh_state_dir() -> PathBuf {
-    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("embedwire-bench-weaviate-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
 }
 
 /// The port `NAME=PORT` in ports.env.
