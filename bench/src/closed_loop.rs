@@ -1,17 +1,40 @@
-//! A closed-loop load generator for any kind of call (HTTP or gRPC): N workers, each
+//! The closed-loop load engine for any kind of call (HTTP or gRPC): N workers, each
 //! sending its next call when the previous answer has arrived, every call timed.
 //! HTTP and gRPC sides of a comparison run through this same code, so the only
-//! difference between them is the protocol. Unlike [`crate::load`], failed calls are
-//! recorded rather than ending the run: an overloaded gateway answering errors is a
-//! result to report (the run's `errors`), not a bench failure.
+//! difference between them is the protocol. Failed calls are recorded rather than
+//! ending the run: an overloaded gateway answering errors is a result to report (the
+//! run's `errors`), not a bench failure; [`crate::load`] turns them into one.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
 use crate::latency::LatencySummary;
-use crate::load::Stop;
+
+/// How long the workers keep calling.
+#[derive(Debug, Clone)]
+pub enum Stop {
+    /// Calls leave until this much time has passed.
+    After(Duration),
+    /// Each worker makes this many calls.
+    Calls(usize),
+    /// Calls leave until the flag is set (by whatever the run is measured against).
+    When(Arc<AtomicBool>),
+}
+
+impl Stop {
+    /// Whether a worker that started at `started` and made `calls` calls stops.
+    pub fn reached(&self, started: Instant, calls: usize) -> bool {
+        match self {
+            Stop::After(time) => started.elapsed() >= *time,
+            Stop::Calls(limit) => calls >= *limit,
+            Stop::When(flag) => flag.load(Ordering::Acquire),
+        }
+    }
+}
 
 /// One worker's way of making a call; `n` counts its calls from 0 (to rotate inputs).
 pub trait Caller: Send + 'static {

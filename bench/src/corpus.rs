@@ -12,7 +12,6 @@
 //!   corpus document), spread evenly over all of them.
 
 use std::collections::HashSet;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -21,25 +20,23 @@ use clap::Parser;
 use embedwire_server::ServerConfig;
 use serde::{Deserialize, Serialize};
 
+use crate::child_process::run_to_end;
+
 /// The venv `make setup` creates, under the cache directory: its packages are
 /// pinned, so every set-up machine extracts the same corpus.
 const VENV_PYTHON: &str = "venv/bin/python";
 
+/// Where the corpus comes from: the options of every scenario that uses one.
 /// `explicit`, or the interpreter of the venv `make setup` creates.
-pub fn python_or_venv(explicit: Option<&Path>) -> Result<PathBuf, String> {
+pub fn python_or_venv(explicit: Option<&std::path::Path>) -> anyhow::Result<PathBuf> {
     if let Some(python) = explicit {
         return Ok(python.to_path_buf());
     }
-    let server = ServerConfig::try_parse_from(["embedwire-server"]).map_err(|e| e.to_string())?;
-    let python = server.cache_dir().join(VENV_PYTHON);
-    if python.is_file() {
-        Ok(python)
-    } else {
-        Err(format!("no Python at {} (run `make setup`, or pass --python)", python.display()))
-    }
+    let python = ServerConfig::try_parse_from(["embedwire-server"])?.cache_dir().join(VENV_PYTHON);
+    anyhow::ensure!(python.is_file(), "no Python at {} (run `make setup`, or pass --python)", python.display());
+    Ok(python)
 }
 
-/// Where the corpus comes from: the options of every scenario that uses one.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CorpusOptions {
     /// The Python interpreter whose standard library and packages give the corpus
@@ -58,7 +55,7 @@ pub struct CorpusOptions {
 impl CorpusOptions {
     /// `--python`, or the interpreter of the venv `make setup` creates.
     pub fn python(&self) -> anyhow::Result<PathBuf> {
-        python_or_venv(self.python.as_deref()).map_err(anyhow::Error::msg)
+        python_or_venv(self.python.as_deref())
     }
 
     /// [`select`] over the docstrings of [`CorpusOptions::python`].
@@ -129,17 +126,8 @@ pub fn docstrings(python: &Path, cache_dir: &Path, refresh: bool) -> anyhow::Res
     {
         return Ok(docstrings);
     }
-    let output = Command::new(python)
-        .args(["-I", "-B", "-c", SCRIPT])
-        .output()
-        .with_context(|| format!("running {} (pass --python)", python.display()))?;
-    anyhow::ensure!(
-        output.status.success(),
-        "{} failed extracting docstrings ({}):\n{}",
-        python.display(),
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let what = format!("{} extracting docstrings (pass --python)", python.display());
+    let output = run_to_end(Command::new(python).args(["-I", "-B", "-c", SCRIPT]), &what)?;
     let stdout = String::from_utf8(output.stdout).context("the docstring script printed non-UTF-8")?;
     let docstrings = stdout
         .lines()
@@ -163,15 +151,11 @@ fn parse_cache(text: &str, python: &Path) -> Option<Vec<Docstring>> {
 /// Writes the cache through a temporary file, so a concurrent run never reads half
 /// of it.
 fn write_cache(cache: &Path, python: &Path, lines: &str) -> anyhow::Result<()> {
-    let dir = cache.parent().context("cache file without a directory")?;
-    std::fs::create_dir_all(dir)?;
-    let partial = dir.join(format!("{CACHE_FILE}.{}.partial", std::process::id()));
-    let mut file = std::fs::File::create(&partial)?;
-    writeln!(file, "{}", serde_json::to_string(&CacheHeader { python: python.to_path_buf() })?)?;
-    file.write_all(lines.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&partial, cache)?;
-    Ok(())
+    std::fs::create_dir_all(cache.parent().context("cache file without a directory")?)?;
+    let partial = cache.with_extension(format!("{}.partial", std::process::id()));
+    let header = serde_json::to_string(&CacheHeader { python: python.to_path_buf() })?;
+    std::fs::write(&partial, format!("{header}\n{lines}"))?;
+    Ok(std::fs::rename(&partial, cache)?)
 }
 
 /// The paragraphs of a docstring, each with its whitespace folded; blank lines
@@ -196,13 +180,8 @@ pub fn paragraphs(docstring: &str) -> Vec<String> {
 /// the end); the whole text when there is none. "e.g. x" ends early, as a simple
 /// splitter does; such fragments are rare and still real text.
 pub fn first_sentence(text: &str) -> &str {
-    let bytes = text.as_bytes();
-    for (i, &b) in bytes.iter().enumerate() {
-        if matches!(b, b'.' | b'?' | b'!') && bytes.get(i + 1).is_none_or(|next| *next == b' ') {
-            return &text[..=i];
-        }
-    }
-    text
+    let mut ends = text.match_indices(['.', '?', '!']).map(|(i, _)| i + 1);
+    ends.find(|&end| text[end..].is_empty() || text[end..].starts_with(' ')).map_or(text, |end| &text[..end])
 }
 
 /// Cuts the docstrings into paragraphs and picks `documents` corpus documents,

@@ -1,20 +1,28 @@
-//! CPU time of a process, and of each of its threads, read from /proc, to show where
-//! the cores went during a run: the server's share against the benchmark's own
-//! clients on the same machine, and inside the server which threads used it (what
-//! `top -H -p PID` shows, summed over the run instead of sampled).
+//! CPU time of a process, and of each of its threads, read from /proc (with procfs),
+//! to show where the cores went during a run: the server's share against the
+//! benchmark's own clients on the same machine, and inside the server which threads
+//! used it (what `top -H -p PID` shows, summed over the run instead of sampled).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use procfs::process::{Process, Stat};
+use procfs::{CurrentSI, KernelStats};
 
-/// Length of a /proc clock tick: USER_HZ, 100 on every Linux architecture in use.
-const TICK: Duration = Duration::from_millis(10);
+/// /proc's clock ticks (USER_HZ) as time.
+fn ticks(count: u64) -> Duration {
+    Duration::from_nanos(count * 1_000_000_000 / procfs::ticks_per_second())
+}
+
+/// The stat file of a process (all its threads).
+fn stat(pid: u32) -> anyhow::Result<Stat> {
+    Ok(Process::new(pid as i32)?.stat().with_context(|| format!("reading /proc/{pid}/stat"))?)
+}
 
 /// User plus system CPU time the process has used so far, all threads included.
 pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
-    let stat = read_stat(&format!("/proc/{pid}/stat"))?;
-    Ok(stat.user + stat.system)
+    stat(pid).map(|stat| ticks(stat.utime + stat.stime))
 }
 
 /// User plus system CPU time of several processes together (the nodes of a
@@ -24,31 +32,23 @@ pub fn cpu_time_of(pids: &[u32]) -> anyhow::Result<Duration> {
 }
 
 /// CPU time the whole machine has been busy so far, every core, process and the
-/// kernel (the first line of /proc/stat, all but idle and iowait): against the
-/// processes a bench knows of, it shows the load that others put on the machine.
+/// kernel (/proc/stat's user + nice + system + irq + softirq + steal; guest time is
+/// already part of user): against the processes a bench knows of, it shows the load
+/// that others put on the machine.
 pub fn machine_busy_time() -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
-    parse_machine_busy(&stat).context("parsing the cpu line of /proc/stat")
-}
-
-/// user + nice + system + irq + softirq + steal of the `cpu` line (guest time is
-/// already part of user).
-fn parse_machine_busy(stat: &str) -> Option<Duration> {
-    let line = stat.lines().find(|line| line.starts_with("cpu "))?;
-    let ticks: Vec<u64> = line.split_whitespace().skip(1).map(|field| field.parse().ok()).collect::<Option<_>>()?;
-    let busy: u64 = [0, 1, 2, 5, 6, 7].iter().map(|&i| ticks.get(i).copied().unwrap_or(0)).sum();
-    Some(Duration::from_millis(busy * TICK.as_millis() as u64))
-}
-
-/// System (kernel) CPU time the process has used so far: page faults, system
-/// calls. A large share points at memory being mapped and zeroed over and over.
-pub fn system_time(pid: u32) -> anyhow::Result<Duration> {
-    Ok(read_stat(&format!("/proc/{pid}/stat"))?.system)
+    let cpu = KernelStats::current().context("reading /proc/stat")?.total;
+    let optional: u64 = [cpu.irq, cpu.softirq, cpu.steal].iter().map(|time| time.unwrap_or(0)).sum();
+    Ok(ticks(cpu.user + cpu.nice + cpu.system + optional))
 }
 
 /// CPU time used between two readings, as a number of cores kept busy.
 pub fn cores(cpu_before: Duration, cpu_after: Duration, wall: Duration) -> f64 {
     cpu_after.saturating_sub(cpu_before).as_secs_f64() / wall.as_secs_f64()
+}
+
+/// (user + system, system) CPU time the process has used so far.
+fn times(pid: u32) -> anyhow::Result<[Duration; 2]> {
+    stat(pid).map(|stat| [ticks(stat.utime + stat.stime), ticks(stat.stime)])
 }
 
 /// CPU readings at the start of a measured run: the server's threads and the bench
@@ -57,8 +57,7 @@ pub struct CpuWindow {
     server_pid: u32,
     started: Instant,
     server_threads: ThreadTimes,
-    server: Duration,
-    server_system: Duration,
+    server: [Duration; 2],
     bench: Duration,
 }
 
@@ -69,7 +68,8 @@ pub struct CpuUse {
     pub wall: Duration,
     /// The server process, all threads, as cores kept busy.
     pub server_cores: f64,
-    /// The part of `server_cores` spent in the kernel.
+    /// The part of `server_cores` spent in the kernel: page faults, system calls. A
+    /// large share points at memory being mapped and zeroed over and over.
     pub server_system_cores: f64,
     /// The bench process (its clients), as cores kept busy.
     pub bench_cores: f64,
@@ -84,8 +84,7 @@ impl CpuWindow {
             server_pid,
             started: Instant::now(),
             server_threads: ThreadTimes::read(server_pid)?,
-            server: cpu_time(server_pid)?,
-            server_system: system_time(server_pid)?,
+            server: times(server_pid)?,
             bench: cpu_time(std::process::id())?,
         })
     }
@@ -101,10 +100,11 @@ impl CpuWindow {
     pub fn finish(self) -> anyhow::Result<CpuUse> {
         let wall = self.started.elapsed();
         let server_threads = self.server_threads.busiest_since(&ThreadTimes::read(self.server_pid)?, wall);
+        let [server, server_system] = times(self.server_pid)?;
         Ok(CpuUse {
             wall,
-            server_cores: cores(self.server, cpu_time(self.server_pid)?, wall),
-            server_system_cores: cores(self.server_system, system_time(self.server_pid)?, wall),
+            server_cores: cores(self.server[0], server, wall),
+            server_system_cores: cores(self.server[1], server_system, wall),
             bench_cores: cores(self.bench, cpu_time(std::process::id())?, wall),
             server_threads,
         })
@@ -129,30 +129,27 @@ impl CpuUse {
                     .or_insert_with(|| ThreadCpu { cores: used, ..thread.clone() });
             }
         }
-        let mut server_threads: Vec<ThreadCpu> = threads.into_values().collect();
-        server_threads.sort_by(|a, b| b.cores.total_cmp(&a.cores).then_with(|| a.tid.cmp(&b.tid)));
         CpuUse {
             wall,
             server_cores: weighted(&|part| part.server_cores),
             server_system_cores: weighted(&|part| part.server_system_cores),
             bench_cores: weighted(&|part| part.bench_cores),
-            server_threads,
+            server_threads: busiest_first(threads.into_values()),
         }
     }
 }
 
 impl std::fmt::Display for CpuUse {
-    /// `server 1.85 cores, 0.10 in the kernel (embedwire-model/812 0.95, ...), bench
-    /// 0.10 cores`.
+    /// `server 1.85 cores, 0.10 in the kernel (embedwire-model/812 0.95, other/813
+    /// 0.40, 3 more 0.02), bench 0.10 cores`: the busiest four threads, then the rest.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "server {:.2} cores, {:.2} in the kernel ({}), bench {:.2} cores",
-            self.server_cores,
-            self.server_system_cores,
-            format_threads(&self.server_threads, 4),
-            self.bench_cores
-        )
+        let (busiest, rest) = self.server_threads.split_at(self.server_threads.len().min(4));
+        let mut threads: Vec<String> = busiest.iter().map(|t| format!("{}/{} {:.2}", t.name, t.tid, t.cores)).collect();
+        if !rest.is_empty() {
+            threads.push(format!("{} more {:.2}", rest.len(), rest.iter().map(|t| t.cores).sum::<f64>()));
+        }
+        let (server, kernel, bench) = (self.server_cores, self.server_system_cores, self.bench_cores);
+        write!(f, "server {server:.2} cores, {kernel:.2} in the kernel ({}), bench {bench:.2} cores", threads.join(", "))
     }
 }
 
@@ -163,16 +160,12 @@ pub struct ThreadTimes(HashMap<u32, (String, Duration)>);
 impl ThreadTimes {
     /// Reads /proc/PID/task/*/stat. A thread that ends while being read is skipped.
     pub fn read(pid: u32) -> anyhow::Result<Self> {
-        let dir = format!("/proc/{pid}/task");
-        let mut threads = HashMap::new();
-        for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {dir}"))? {
-            let entry = entry?;
-            let Some(tid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
-            if let Ok(stat) = read_stat(&format!("{dir}/{tid}/stat")) {
-                threads.insert(tid, (stat.name, stat.user + stat.system));
-            }
-        }
-        Ok(ThreadTimes(threads))
+        let tasks = Process::new(pid as i32)?.tasks().with_context(|| format!("reading /proc/{pid}/task"))?;
+        let threads = tasks.flatten().filter_map(|task| {
+            let stat = task.stat().ok()?;
+            Some((task.tid as u32, (stat.comm, ticks(stat.utime + stat.stime))))
+        });
+        Ok(ThreadTimes(threads.collect()))
     }
 
     /// CPU used by each thread from `self` to `later`, as cores over `wall`,
@@ -180,21 +173,12 @@ impl ThreadTimes {
     /// between count from zero; threads gone by `later` are left out (their last
     /// share is unknown).
     pub fn busiest_since(&self, later: &ThreadTimes, wall: Duration) -> Vec<ThreadCpu> {
-        let mut busiest: Vec<ThreadCpu> = later
-            .0
-            .iter()
-            .filter_map(|(tid, (name, after))| {
-                let before = self.0.get(tid).map_or(Duration::ZERO, |(_, time)| *time);
-                let used = after.saturating_sub(before);
-                (used > Duration::ZERO).then(|| ThreadCpu {
-                    tid: *tid,
-                    name: name.clone(),
-                    cores: used.as_secs_f64() / wall.as_secs_f64(),
-                })
-            })
-            .collect();
-        busiest.sort_by(|a, b| b.cores.total_cmp(&a.cores).then_with(|| a.tid.cmp(&b.tid)));
-        busiest
+        busiest_first(later.0.iter().filter_map(|(tid, (name, after))| {
+            let before = self.0.get(tid).map_or(Duration::ZERO, |(_, time)| *time);
+            let used = after.saturating_sub(before);
+            let cores = used.as_secs_f64() / wall.as_secs_f64();
+            (used > Duration::ZERO).then(|| ThreadCpu { tid: *tid, name: name.clone(), cores })
+        }))
     }
 }
 
@@ -209,40 +193,11 @@ pub struct ThreadCpu {
     pub cores: f64,
 }
 
-/// Formats threads as `name/tid 0.91, other/tid 0.10, 3 more 0.02`: the busiest
-/// `limit` ones, then the rest summed.
-pub fn format_threads(threads: &[ThreadCpu], limit: usize) -> String {
-    let mut shown: Vec<String> =
-        threads.iter().take(limit).map(|t| format!("{}/{} {:.2}", t.name, t.tid, t.cores)).collect();
-    let rest = &threads[limit.min(threads.len())..];
-    if !rest.is_empty() {
-        shown.push(format!("{} more {:.2}", rest.len(), rest.iter().map(|t| t.cores).sum::<f64>()));
-    }
-    shown.join(", ")
-}
-
-/// The name and user plus system CPU time in a /proc stat file.
-/// The fields of a /proc stat file that the bench reads.
-#[derive(Debug, Clone, PartialEq)]
-struct Stat {
-    name: String,
-    user: Duration,
-    system: Duration,
-}
-
-fn read_stat(path: &str) -> anyhow::Result<Stat> {
-    let stat = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
-    parse_stat(&stat).with_context(|| format!("parsing {path}"))
-}
-
-fn parse_stat(stat: &str) -> Option<Stat> {
-    // The command name (field 2) is in parentheses and may hold spaces and
-    // parentheses; it ends at the last ')'. utime and stime are fields 14 and 15.
-    let (head, after_name) = stat.rsplit_once(')')?;
-    let name = head.split_once('(')?.1.to_string();
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |index: usize| -> Option<u32> { fields.get(index - 3)?.parse().ok() };
-    Some(Stat { name, user: TICK * ticks(14)?, system: TICK * ticks(15)? })
+/// The threads sorted busiest first (ties by thread id, so the order is stable).
+fn busiest_first(threads: impl Iterator<Item = ThreadCpu>) -> Vec<ThreadCpu> {
+    let mut threads: Vec<ThreadCpu> = threads.collect();
+    threads.sort_by(|a, b| b.cores.total_cmp(&a.cores).then_with(|| a.tid.cmp(&b.tid)));
+    threads
 }
 
 #[cfg(test)]
@@ -258,10 +213,11 @@ mod tests {
     }
 
     #[test]
-    fn own_cpu_time_grows() {
-        let before = cpu_time(std::process::id()).unwrap();
+    fn own_and_machine_cpu_time_grow() {
+        let before = (cpu_time(std::process::id()).unwrap(), machine_busy_time().unwrap());
         spin(Duration::from_millis(50));
-        assert!(cpu_time(std::process::id()).unwrap() > before);
+        assert!(cpu_time(std::process::id()).unwrap() > before.0);
+        assert!(machine_busy_time().unwrap() > before.1);
     }
 
     #[test]
@@ -286,24 +242,6 @@ mod tests {
         assert!((both.server_cores - 1.25).abs() < 1e-9 && (both.bench_cores - 0.3).abs() < 1e-9);
         assert!((both.server_system_cores - 0.2).abs() < 1e-9);
         assert_eq!(both.server_threads, [thread(1, 1.0), thread(2, 0.25)]);
-    }
-
-    #[test]
-    fn machine_busy_leaves_out_idle_and_iowait() {
-        let stat = "cpu  100 5 50 9000 40 3 2 1 0 0\ncpu0 50 2 25 4500 20 1 1 0 0 0\nintr 1\n";
-        assert_eq!(parse_machine_busy(stat), Some(TICK * 161));
-        assert!(machine_busy_time().unwrap() > Duration::ZERO);
-    }
-
-    #[test]
-    fn parses_a_name_with_spaces_and_parentheses() {
-        let stat = "42 (tokio (w) 1) S 1 42 42 0 -1 4194560 100 0 0 0 150 25 0 0 20 0 3 0";
-        let parsed = Stat {
-            name: "tokio (w) 1".to_string(),
-            user: Duration::from_millis(1500),
-            system: Duration::from_millis(250),
-        };
-        assert_eq!(parse_stat(stat), Some(parsed));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
-use crate::wire_count::{ByteCounters, CountingStream};
+use crate::wire_count::{ByteCounters, connect_counted};
 
 /// A complete answer: status, headers and the whole body.
 #[derive(Debug, Clone)]
@@ -49,8 +49,8 @@ impl HttpResponse {
     }
 }
 
-/// One keep-alive connection to one server. Reopened (and counted as such) if the
-/// server closed it between requests, which idle keep-alive timeouts do.
+/// One keep-alive connection to one server. Reopened if the server closed it
+/// between requests, which idle keep-alive timeouts do.
 pub struct HttpConnection {
     address: SocketAddr,
     host: HeaderValue,
@@ -58,8 +58,6 @@ pub struct HttpConnection {
     sender: SendRequest<Full<Bytes>>,
     /// Drives the connection; aborted when the connection is dropped.
     driver: JoinHandle<()>,
-    /// Times the connection was reopened after the server closed it.
-    pub reopened: usize,
 }
 
 impl Drop for HttpConnection {
@@ -73,7 +71,7 @@ impl HttpConnection {
     pub async fn open(address: SocketAddr, counters: Arc<ByteCounters>) -> anyhow::Result<Self> {
         let (sender, driver) = handshake(address, &counters).await?;
         let host = HeaderValue::from_str(&address.to_string())?;
-        Ok(HttpConnection { address, host, counters, sender, driver, reopened: 0 })
+        Ok(HttpConnection { address, host, counters, sender, driver })
     }
 
     /// Sends one request and reads the whole answer. `accept` defaults to JSON.
@@ -87,7 +85,6 @@ impl HttpConnection {
         if self.sender.is_closed() || self.sender.ready().await.is_err() {
             self.driver.abort();
             (self.sender, self.driver) = handshake(self.address, &self.counters).await?;
-            self.reopened += 1;
         }
         let mut request = Request::builder()
             .method(method)
@@ -127,8 +124,7 @@ async fn handshake(
     address: SocketAddr,
     counters: &Arc<ByteCounters>,
 ) -> anyhow::Result<(SendRequest<Full<Bytes>>, JoinHandle<()>)> {
-    let stream =
-        CountingStream::connect(address, counters.clone()).await.with_context(|| format!("connecting to {address}"))?;
+    let stream = connect_counted(address, counters.clone()).await.with_context(|| format!("connecting to {address}"))?;
     let (sender, connection) = http1::handshake(TokioIo::new(stream)).await.context("HTTP/1.1 handshake")?;
     let driver = tokio::spawn(async move {
         // An error here ends the connection; the next send sees it closed and reopens.

@@ -69,24 +69,14 @@ impl Ceiling {
 
     /// Passes over the same batch sizes as one: each size's batches pooled.
     pub fn combine(passes: &[Ceiling]) -> Ceiling {
-        let mut sizes: Vec<usize> = Vec::new();
+        let mut pooled: Vec<BatchSizeRun> = Vec::new();
         for run in passes.iter().flat_map(|pass| &pass.runs) {
-            if !sizes.contains(&run.batch_size) {
-                sizes.push(run.batch_size);
+            match pooled.iter_mut().find(|known| known.batch_size == run.batch_size) {
+                Some(known) => known.samples.extend(&run.samples),
+                None => pooled.push(run.clone()),
             }
         }
-        let runs = sizes
-            .into_iter()
-            .map(|size| {
-                let samples = passes
-                    .iter()
-                    .flat_map(|pass| pass.runs.iter().filter(|run| run.batch_size == size))
-                    .flat_map(|run| run.samples.iter().copied())
-                    .collect();
-                BatchSizeRun::from_samples(size, samples)
-            })
-            .collect();
-        Ceiling { runs }
+        Ceiling { runs: pooled.into_iter().map(|run| BatchSizeRun::from_samples(run.batch_size, run.samples)).collect() }
     }
 }
 

@@ -83,10 +83,10 @@ pub async fn ingest(
     for watcher in watchers {
         let (job, ended) = watcher.await.context("job watcher")??;
         anyhow::ensure!(
-            job.status == JobStatus::Completed as i32 && job.processed_documents == job.total_documents,
+            job.status() == JobStatus::Completed && job.processed_documents == job.total_documents,
             "job {} ended {:?} with {} of {} documents processed, {} failed: {}",
             job.job_id,
-            JobStatus::try_from(job.status).unwrap_or(JobStatus::Unspecified),
+            job.status(),
             job.processed_documents,
             job.total_documents,
             job.failed_documents,
@@ -110,8 +110,7 @@ async fn watch_to_end(
         .into_inner();
     while let Some(update) = updates.message().await.with_context(|| format!("WatchJob {job_id} stream"))? {
         let job = update.job.context("WatchJob update without a job")?;
-        let terminal = [JobStatus::Completed, JobStatus::Failed].map(|s| s as i32).contains(&job.status);
-        if terminal {
+        if matches!(job.status(), JobStatus::Completed | JobStatus::Failed) {
             return Ok((job, started.elapsed()));
         }
     }

@@ -14,18 +14,24 @@
 //! - [`report`]: the result model: figures, tables, environment; CSV, JSON, markdown.
 //! - [`targets`]: a figure against its target, the printed table, the summary CSV.
 //! - [`server_binary`]: finds (or builds) the server binary to measure.
+//! - [`child_process`]: any process a bench starts: spawned, its address read from
+//!   its log, ready when a probe says so, its last log lines, stopped by pid; helper
+//!   commands run to their end.
 //! - [`server_process`]: one server process: its flags, spawn on 127.0.0.1:0 with a
-//!   fresh data directory, address, health, stop.
+//!   fresh data directory, health, gRPC connections.
 //! - [`http_process`]: any HTTP gateway process (embedwire or the baseline), ready
 //!   when /healthz says so; its cold start.
 //! - [`http_client`]: one HTTP/1.1 keep-alive connection of a load worker.
 //! - [`wire_count`]: TCP streams that count the bytes crossing them; a gRPC channel
 //!   over them and a codec sending a request encoded once.
-//! - [`load`]: closed-loop clients sending one text per Embed or Search call, and
-//!   their latencies.
-//! - [`closed_loop`]: closed-loop workers for any call, every call timed, errors
-//!   counted.
+//! - [`closed_loop`]: the closed-loop engine: workers for any call, every call
+//!   timed, errors counted.
+//! - [`load`]: one text per Embed or Search call, in a closed loop (workers of
+//!   [`closed_loop`]) or paced; a failed call fails the run.
+//! - [`open_loop`]: calls at a fixed rate, latency apart from the generator's lag,
+//!   refusals apart from failures.
 //! - [`corpus`]: the real text corpus (Python docstrings found on this machine).
+//! - [`sentences`]: generated sentences, the same on every machine.
 //! - [`ingest`]: documents through gRPC Ingest, followed to COMPLETED.
 //! - [`memory`]: a process's RSS, once or sampled over a run.
 //! - [`in_process`]: the in-process ceiling of any model the server batches: batches
@@ -33,10 +39,10 @@
 //! - [`server_metrics`]: the server's /metrics counters, read before and after a run.
 //! - [`latency`]: mean and percentiles; the median time of work too short to time once.
 //! - [`cpu`]: CPU time of a process and of each of its threads, from /proc.
-//! - [`targets`]: figures against targets: the printed table and the summary CSV.
 //! - [`weaviate_cluster`]: a Weaviate cluster of N nodes on loopback, started and
 //!   stopped with `scripts/cluster.sh`; its addresses and node pids.
 
+pub mod child_process;
 pub mod closed_loop;
 pub mod corpus;
 pub mod cpu;

@@ -1,12 +1,12 @@
-//! Client load on the server: a number of clients, each a tokio task sending one
-//! text per call (Embed, or Search with one text query) in a closed loop (the next
-//! call leaves when the previous answer arrives), sharing a few HTTP/2 connections
-//! the way real clients would; or one open-loop client, whose calls leave on a fixed
-//! schedule whether or not earlier ones have been answered, so that they sample the
-//! server at moments that do not depend on how fast it answers.
+//! Clients sending one text per call (Embed, or Search with one text query), sharing
+//! a few HTTP/2 connections the way real clients would: in a closed loop, as workers
+//! of [`crate::closed_loop`] (the next call leaves when the previous answer arrives);
+//! or one open-loop client, whose calls leave on a fixed schedule whether or not
+//! earlier ones have been answered, so that they sample the server at moments that
+//! do not depend on how fast it answers. A failed call fails the run: a run with
+//! errors would measure something else than the work asked for.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -16,6 +16,8 @@ use embedwire_proto::v1::search_service_client::SearchServiceClient;
 use embedwire_proto::v1::{EmbedRequest, SearchQuery, SearchRequest};
 use tonic::transport::Channel;
 
+pub use crate::closed_loop::Stop;
+use crate::closed_loop::{self, Caller};
 use crate::latency::LatencySummary;
 
 /// What a load run did.
@@ -62,31 +64,8 @@ pub enum Rpc {
     },
 }
 
-/// How long the clients keep calling.
-#[derive(Debug, Clone)]
-pub enum Stop {
-    /// Calls leave until this much time has passed.
-    After(Duration),
-    /// Each client makes this many calls.
-    Calls(usize),
-    /// Calls leave until the flag is set (by whatever the run is measured against).
-    When(Arc<AtomicBool>),
-}
-
-impl Stop {
-    /// Whether a client that started at `started` and made `calls` calls stops.
-    pub fn reached(&self, started: Instant, calls: usize) -> bool {
-        match self {
-            Stop::After(time) => started.elapsed() >= *time,
-            Stop::Calls(limit) => calls >= *limit,
-            Stop::When(flag) => flag.load(Ordering::Acquire),
-        }
-    }
-}
-
 /// Runs `clients` clients spread evenly over `channels` (client k on channel
-/// k mod n) until `stop`, and fails on the first failed call: a run with errors
-/// would measure something else than the work asked for.
+/// k mod n) until `stop`, and fails if a call failed.
 pub async fn run(
     channels: &[Channel],
     clients: usize,
@@ -95,21 +74,15 @@ pub async fn run(
     stop: Stop,
 ) -> anyhow::Result<LoadResult> {
     anyhow::ensure!(!channels.is_empty() && clients > 0 && !texts.is_empty(), "nothing to run");
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|k| {
-            let client = Client::new(rpc, channels[k % channels.len()].clone());
-            // Clients start far apart in the text list, so concurrent calls carry
-            // different texts.
-            let first = k * texts.len() / clients;
-            tokio::spawn(client_loop(client, texts.clone(), first, started, stop.clone()))
-        })
-        .collect();
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await.context("client task")??);
+    // Clients start far apart in the text list, so concurrent calls carry different
+    // texts.
+    let callers =
+        (0..clients).map(|k| OneText::new(rpc, &channels[k % channels.len()], &texts, k * texts.len() / clients));
+    let run = closed_loop::run(callers.collect(), stop).await?;
+    if let Some(error) = run.first_error {
+        anyhow::bail!(error);
     }
-    Ok(LoadResult::from_samples(latencies, started.elapsed()))
+    Ok(LoadResult::from_samples(run.timings.iter().map(|timing| timing.latency).collect(), run.elapsed))
 }
 
 /// Open-loop calls beyond which a paced client waits for an answer before sending
@@ -124,7 +97,9 @@ const MAX_PACED_IN_FLIGHT: usize = 256;
 /// short gaps (a model batch of background work, then a gap where a query slips
 /// in), each next call leaves right after the previous answer, at the start of the
 /// next slow phase, and waits all of it. Calls on a fixed schedule arrive at moments
-/// independent of the server's phases, as users' do.
+/// independent of the server's phases, as users' do. Unlike [`crate::open_loop`],
+/// whose calls are due at fixed times from the start, a paced client that falls
+/// behind goes on at the same pace instead of sending the missed calls in a burst.
 pub async fn run_paced(
     channel: &Channel,
     texts: Arc<[String]>,
@@ -133,10 +108,8 @@ pub async fn run_paced(
     interval: Duration,
 ) -> anyhow::Result<LoadResult> {
     anyhow::ensure!(!texts.is_empty() && !interval.is_zero(), "nothing to run");
-    let client = Client::new(rpc, channel.clone());
+    let caller = OneText::new(rpc, channel, &texts, 0);
     let mut ticks = tokio::time::interval(interval);
-    // If the bench itself falls behind, it goes on at the same pace instead of
-    // sending the missed calls in a burst.
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut in_flight = tokio::task::JoinSet::new();
     let mut latencies = Vec::new();
@@ -149,10 +122,10 @@ pub async fn run_paced(
         while in_flight.len() >= MAX_PACED_IN_FLIGHT {
             latencies.push(in_flight.join_next().await.context("no call in flight")?.context("call task")??);
         }
-        let (mut client, text) = (client.clone(), texts[n % texts.len()].clone());
+        let mut caller = caller.clone();
         in_flight.spawn(async move {
             let call = Instant::now();
-            client.call(text).await?;
+            caller.call(n).await?;
             anyhow::Ok(call.elapsed())
         });
         while let Some(done) = in_flight.try_join_next() {
@@ -165,49 +138,31 @@ pub async fn run_paced(
     Ok(LoadResult::from_samples(latencies, started.elapsed()))
 }
 
-/// One client: calls until `stop`, each right after the previous answer; returns
-/// the latency of each call.
-async fn client_loop(
-    mut client: Client,
+/// One client: its rpc, and the texts it sends in rotation from `first`.
+#[derive(Clone)]
+struct OneText {
+    rpc: Rpc,
+    embed: EmbedServiceClient<Channel>,
+    search: SearchServiceClient<Channel>,
     texts: Arc<[String]>,
     first: usize,
-    started: Instant,
-    stop: Stop,
-) -> anyhow::Result<Vec<Duration>> {
-    let mut latencies = Vec::new();
-    for n in 0.. {
-        if stop.reached(started, n) {
-            break;
-        }
-        let text = texts[(first + n) % texts.len()].clone();
-        let call = Instant::now();
-        client.call(text).await?;
-        latencies.push(call.elapsed());
-    }
-    Ok(latencies)
 }
 
-/// A generated client for the rpc under load.
-#[derive(Clone)]
-enum Client {
-    Embed(EmbedServiceClient<Channel>),
-    Search { client: SearchServiceClient<Channel>, top_k: u32 },
+impl OneText {
+    fn new(rpc: Rpc, channel: &Channel, texts: &Arc<[String]>, first: usize) -> Self {
+        let (embed, search) = (EmbedServiceClient::new(channel.clone()), SearchServiceClient::new(channel.clone()));
+        OneText { rpc, embed, search, texts: texts.clone(), first }
+    }
 }
 
-impl Client {
-    fn new(rpc: Rpc, channel: Channel) -> Self {
-        match rpc {
-            Rpc::Embed => Client::Embed(EmbedServiceClient::new(channel)),
-            Rpc::Search { top_k } => Client::Search { client: SearchServiceClient::new(channel), top_k },
-        }
-    }
-
-    /// One call with one text; checks that the answer has the expected shape.
-    async fn call(&mut self, text: String) -> anyhow::Result<()> {
-        match self {
-            Client::Embed(client) => {
+impl Caller for OneText {
+    /// One call with the next text; checks that the answer has the expected shape.
+    async fn call(&mut self, n: usize) -> anyhow::Result<()> {
+        let text = self.texts[(self.first + n) % self.texts.len()].clone();
+        match self.rpc {
+            Rpc::Embed => {
                 let request = EmbedRequest { inputs: vec![text], ..Default::default() };
-                let response = client.embed(request).await.context("Embed call failed")?.into_inner();
+                let response = self.embed.embed(request).await.context("Embed call failed")?.into_inner();
                 anyhow::ensure!(
                     response.count == 1 && response.embeddings.len() == response.dim as usize * 4,
                     "Embed answered {} vectors in {} bytes for one input",
@@ -215,13 +170,13 @@ impl Client {
                     response.embeddings.len()
                 );
             }
-            Client::Search { client, top_k } => {
+            Rpc::Search { top_k } => {
                 let request = SearchRequest {
                     queries: vec![SearchQuery { query: Some(Query::Text(text)) }],
-                    top_k: Some(*top_k),
+                    top_k: Some(top_k),
                     ..Default::default()
                 };
-                let response = client.search(request).await.context("Search call failed")?.into_inner();
+                let response = self.search.search(request).await.context("Search call failed")?.into_inner();
                 anyhow::ensure!(
                     response.results.len() == 1 && !response.results[0].hits.is_empty(),
                     "Search answered {} results (the first with {} hits) for one query",

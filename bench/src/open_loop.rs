@@ -115,21 +115,13 @@ pub async fn run<C: Call>(
     for n in 0..calls {
         let due = Duration::from_secs_f64(n as f64 / schedule.rate);
         let at = started + due;
-        // Until the call is due, collect the answers that arrive.
+        // Until the call is due, collect the answers that arrive (those already in
+        // first: biased).
         loop {
-            while let Some(done) = in_flight.try_join_next() {
-                on_sample(done.context("call task")?);
-            }
-            if Instant::now() >= at {
-                break;
-            }
-            if in_flight.is_empty() {
-                tokio::time::sleep_until(at.into()).await;
-            } else {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(at.into()) => {}
-                    Some(done) = in_flight.join_next() => on_sample(done.context("call task")?),
-                }
+            tokio::select! {
+                biased;
+                Some(done) = in_flight.join_next() => on_sample(done.context("call task")?),
+                () = tokio::time::sleep_until(at.into()) => break,
             }
         }
         if in_flight.len() >= schedule.max_in_flight {

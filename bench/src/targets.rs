@@ -57,13 +57,16 @@ impl Row {
         })
     }
 
+    /// PASS or MISS; None for a figure without a target.
+    fn verdict(&self) -> Option<&'static str> {
+        self.passes().map(|pass| if pass { "PASS" } else { "MISS" })
+    }
+
     fn result(&self) -> String {
-        match self.passes() {
+        match self.verdict() {
             None => "-".into(),
-            Some(pass) => {
-                let word = if pass { "PASS" } else { "MISS" };
-                if self.note.is_empty() { word.into() } else { format!("{word} ({})", self.note) }
-            }
+            Some(word) if self.note.is_empty() => word.into(),
+            Some(word) => format!("{word} ({})", self.note),
         }
     }
 }
@@ -71,26 +74,18 @@ impl Row {
 /// The table as printed: one line per row, columns as wide as their widest cell,
 /// then how many targets were met.
 pub fn table(rows: &[Row]) -> String {
-    let target_text = |row: &Row| row.target.as_ref().map_or("-".to_string(), |(_, text)| text.clone());
-    let width = |header: &str, cell: &dyn Fn(&Row) -> usize| rows.iter().map(cell).max().unwrap_or(0).max(header.len());
-    let figure_width = width("figure", &|row| row.figure.chars().count());
-    let measured_width = width("measured", &|row| row.measured.chars().count());
-    let target_width = width("target", &|row| target_text(row).chars().count());
+    let header = ["figure", "measured", "target", "result"].map(String::from);
+    let cells: Vec<[String; 4]> = std::iter::once(header)
+        .chain(rows.iter().map(|row| {
+            let target = row.target.as_ref().map_or("-".to_string(), |(_, text)| text.clone());
+            [row.figure.clone(), row.measured.clone(), target, row.result()]
+        }))
+        .collect();
+    let width = |column: usize| cells.iter().map(|cell| cell[column].chars().count()).max().unwrap_or(0);
+    let (figure, measured, target) = (width(0), width(1), width(2));
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<figure_width$}  {:<measured_width$}  {:<target_width$}  result",
-        "figure", "measured", "target"
-    );
-    for row in rows {
-        let _ = writeln!(
-            out,
-            "{:<figure_width$}  {:<measured_width$}  {:<target_width$}  {}",
-            row.figure,
-            row.measured,
-            target_text(row),
-            row.result()
-        );
+    for [a, b, c, result] in &cells {
+        let _ = writeln!(out, "{a:<figure$}  {b:<measured$}  {c:<target$}  {result}");
     }
     let judged: Vec<bool> = rows.iter().filter_map(Row::passes).collect();
     let _ = writeln!(out, "{} of {} targets met", judged.iter().filter(|&&pass| pass).count(), judged.len());
@@ -107,12 +102,7 @@ pub fn summary_csv(rows: &[Row]) -> String {
             Some(Bound::AtMost(limit)) => ("<=", format!("{limit:.3}")),
             None => ("", String::new()),
         };
-        let result = match row.passes() {
-            Some(true) => "PASS",
-            Some(false) => "MISS",
-            None => "",
-        };
-        let figure = csv_field(&row.figure);
+        let (figure, result) = (csv_field(&row.figure), row.verdict().unwrap_or(""));
         let _ = writeln!(out, "{figure},{:.3},{},{comparison},{limit},{result}", row.value, row.unit);
     }
     out

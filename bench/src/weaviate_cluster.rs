@@ -10,10 +10,12 @@
 //! stops them.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+
+use crate::child_process::{fresh_dir, run_to_end};
 
 /// The script that starts and stops clusters.
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/cluster.sh");
@@ -37,28 +39,14 @@ impl WeaviateCluster {
     /// the cluster is healthy; also returns how long that took.
     pub fn start(nodes: usize) -> anyhow::Result<(Self, Duration)> {
         anyhow::ensure!(nodes >= 1, "a Weaviate cluster needs at least one node");
-        let state_dir = fresh_state_dir();
+        let state_dir = fresh_dir("weaviate");
         let started = Instant::now();
-        let mut cluster = WeaviateCluster {
-            state_dir,
-            http_urls: Vec::new(),
-            grpc_addrs: Vec::new(),
-            pids: Vec::new(),
-            stopped: false,
-        };
+        let (http_urls, grpc_addrs, pids) = (Vec::new(), Vec::new(), Vec::new());
+        let mut cluster = WeaviateCluster { state_dir, http_urls, grpc_addrs, pids, stopped: false };
         // From here on, drop runs `down` whatever happens.
-        let output = cluster
-            .script()
-            .args(["up", "--nodes", &nodes.to_string(), "--weaviate-only"])
-            .output()
-            .context("running scripts/cluster.sh")?;
-        anyhow::ensure!(
-            output.status.success(),
-            "scripts/cluster.sh up --nodes {nodes} --weaviate-only failed ({}); logs in {}/logs:\n{}",
-            output.status,
-            cluster.state_dir.display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let up = ["up", "--nodes", &nodes.to_string(), "--weaviate-only"];
+        let logs = format!("scripts/cluster.sh up (logs in {}/logs)", cluster.state_dir.display());
+        run_to_end(cluster.script().args(up), &logs)?;
         let ports = std::fs::read_to_string(cluster.state_dir.join("ports.env")).context("reading ports.env")?;
         for i in 0..nodes {
             cluster.http_urls.push(format!("http://127.0.0.1:{}", port(&ports, &format!("WEAVIATE_HTTP_{i}"))?));
@@ -97,19 +85,12 @@ impl WeaviateCluster {
 
     fn down(&mut self) -> anyhow::Result<()> {
         self.stopped = true;
-        let output = self.script().arg("down").output().context("running scripts/cluster.sh down")?;
-        anyhow::ensure!(
-            output.status.success(),
-            "scripts/cluster.sh down failed ({}):\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        Ok(())
+        run_to_end(self.script().arg("down"), "scripts/cluster.sh down").map(drop)
     }
 
     fn script(&self) -> Command {
         let mut command = Command::new("bash");
-        command.arg(SCRIPT).env("EMBEDWIRE_CLUSTER_DIR", &self.state_dir).stdin(Stdio::null());
+        command.arg(SCRIPT).env("EMBEDWIRE_CLUSTER_DIR", &self.state_dir);
         command
     }
 }
@@ -125,15 +106,6 @@ impl Drop for WeaviateCluster {
             }
         }
     }
-}
-
-/// A state directory of its own for each cluster the bench starts.
-fn fresh_state_dir() -> PathBuf {
-    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("embedwire-bench-weaviate-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
 }
 
 /// The port `NAME=PORT` in ports.env.

@@ -6,15 +6,14 @@
 use std::io;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use embedwire_proto::transport;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_util::io::{InspectReader, InspectWriter};
 use tonic::codec::{Codec, EncodeBuf, Encoder};
 use tonic::transport::{Channel, Endpoint};
 
@@ -39,19 +38,21 @@ impl ByteCounters {
     }
 }
 
-/// A TCP stream whose reads and writes are added to shared counters.
-pub struct CountingStream {
-    inner: TcpStream,
+/// A TCP connection to `address` whose reads and writes add to `counters`, with
+/// Nagle off (requests are small and latency-bound).
+pub async fn connect_counted(
+    address: SocketAddr,
     counters: Arc<ByteCounters>,
-}
-
-impl CountingStream {
-    /// Connects to `address` with Nagle off (requests are small and latency-bound).
-    pub async fn connect(address: SocketAddr, counters: Arc<ByteCounters>) -> io::Result<Self> {
-        let inner = TcpStream::connect(address).await?;
-        inner.set_nodelay(true)?;
-        Ok(CountingStream { inner, counters })
-    }
+) -> io::Result<impl AsyncRead + AsyncWrite + Send + Unpin + 'static> {
+    let stream = TcpStream::connect(address).await?;
+    stream.set_nodelay(true)?;
+    let sent = counters.clone();
+    let writes = InspectWriter::new(stream, move |bytes: &[u8]| {
+        sent.sent.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    });
+    Ok(InspectReader::new(writes, move |bytes: &[u8]| {
+        counters.received.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    }))
 }
 
 /// A gRPC channel whose bytes add to `counters`, with the Rust client's frame size
@@ -59,7 +60,7 @@ impl CountingStream {
 pub async fn grpc_channel(address: SocketAddr, counters: Arc<ByteCounters>) -> anyhow::Result<Channel> {
     let connector = tower::service_fn(move |_: http::Uri| {
         let counters = counters.clone();
-        async move { CountingStream::connect(address, counters).await.map(hyper_util::rt::TokioIo::new) }
+        async move { connect_counted(address, counters).await.map(hyper_util::rt::TokioIo::new) }
     });
     let endpoint = Endpoint::from_shared(format!("http://{address}"))?.max_frame_size(transport::MAX_FRAME_SIZE);
     Ok(endpoint.connect_with_connector(connector).await?)
@@ -104,50 +105,6 @@ impl Encoder for BytesEncoder {
     }
 }
 
-impl AsyncRead for CountingStream {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
-        let read = (buf.filled().len() - before) as u64;
-        self.counters.received.fetch_add(read, Ordering::Relaxed);
-        poll
-    }
-}
-
-impl AsyncWrite for CountingStream {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let Poll::Ready(Ok(written)) = &poll {
-            self.counters.sent.fetch_add(*written as u64, Ordering::Relaxed);
-        }
-        poll
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(written)) = &poll {
-            self.counters.sent.fetch_add(*written as u64, Ordering::Relaxed);
-        }
-        poll
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -166,7 +123,7 @@ mod tests {
             socket.write_all(b"0123456789").await.unwrap();
         });
         let counters = ByteCounters::new();
-        let mut stream = CountingStream::connect(address, counters.clone()).await.unwrap();
+        let mut stream = connect_counted(address, counters.clone()).await.unwrap();
         stream.write_all(b"hello").await.unwrap();
         let mut answer = Vec::new();
         stream.read_to_end(&mut answer).await.unwrap();

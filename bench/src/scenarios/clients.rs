@@ -49,7 +49,7 @@ pub struct Args {
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let &[in_flight] = common.sweep(&[8], &[8]).as_slice() else { anyhow::bail!("clients runs at one --concurrency") };
     let (texts, rounds) = (args.texts.unwrap_or(common.pick(100_000, 2_000)), args.rounds.unwrap_or(common.pick(3, 1)));
-    let python = python_or_venv(args.python.as_deref()).map_err(anyhow::Error::msg)?;
+    let python = python_or_venv(args.python.as_deref())?;
     let server_binary = common.server_binary()?;
     let rust = args.client_bench_bin.clone().unwrap_or_else(|| server_binary.with_file_name("embedwire-client-bench"));
     anyhow::ensure!(

@@ -1,0 +1,195 @@
+//! The processes a bench starts, handled once: a measured process (the embedwire
+//! server, an HTTP gateway, the Python baseline) spawned with its stderr read to the
+//! end, its address taken from its first "listening on HOST:PORT" log line, ready
+//! when a probe says so, killed at the end (also when dropped, so an error never
+//! leaves it running); and a helper command run to its end (a script, an
+//! interpreter). Every measured process is started and judged the same way, so
+//! their cold starts compare.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStderr, Command};
+use tokio::sync::oneshot;
+
+/// Log lines kept to explain a failed start.
+const STDERR_TAIL_LINES: usize = 20;
+
+/// A running process that listens on an address.
+pub struct ChildProcess {
+    /// What messages call it ("embedwire-server", "baseline").
+    pub name: String,
+    pub pid: u32,
+    pub address: SocketAddr,
+    child: Child,
+    /// The last log lines, for error messages.
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// A directory the process owns (its data directory), removed when it ends.
+    scratch_dir: Option<PathBuf>,
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.scratch_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+impl ChildProcess {
+    /// Spawns `command` and waits up to `timeout` for it to log its address. NO_COLOR
+    /// keeps the log plain (tracing-subscriber honours it), so the line parses.
+    pub async fn spawn(
+        name: &str,
+        mut command: Command,
+        scratch_dir: Option<PathBuf>,
+        timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        let mut child = command
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {name} ({:?})", command.as_std().get_program()))?;
+        let pid = child.id().with_context(|| format!("{name} exited at once"))?;
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        let (address_tx, address_rx) = oneshot::channel();
+        let stderr = child.stderr.take().context("no stderr pipe")?;
+        tokio::spawn(read_log(BufReader::new(stderr), address_tx, stderr_tail.clone()));
+        // The sender goes away when the log ends, so a process that exits early ends
+        // this wait too, with its whole log already in the tail.
+        let address = tokio::time::timeout(timeout, address_rx).await;
+        let mut process = ChildProcess {
+            name: name.to_string(),
+            pid,
+            // Until it logs one; meanwhile drop kills it and removes its directory.
+            address: ([127, 0, 0, 1], 0).into(),
+            child,
+            stderr_tail,
+            scratch_dir,
+        };
+        let Ok(Ok(address)) = address else {
+            return Err(process.failure("did not log its address (exited, or too slow)"));
+        };
+        process.address = address;
+        Ok(process)
+    }
+
+    /// Asks `ready` every `interval` until it says yes; fails when the process exits
+    /// first or `timeout` passes.
+    pub async fn wait_ready(
+        &mut self,
+        timeout: Duration,
+        interval: Duration,
+        mut ready: impl AsyncFnMut() -> bool,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait()? {
+                return Err(self.failure(&format!("exited while loading ({status})")));
+            }
+            if ready().await {
+                return Ok(());
+            }
+            tokio::time::sleep(interval).await;
+        }
+        Err(self.failure("was not ready in time"))
+    }
+
+    /// The last log lines (warnings during a run show up here).
+    pub fn log_tail(&self) -> Vec<String> {
+        self.stderr_tail.lock().map(|tail| tail.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Kills the process and reaps it.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        self.child.start_kill().with_context(|| format!("killing {}", self.name))?;
+        self.child.wait().await.with_context(|| format!("waiting for {} to exit", self.name))?;
+        Ok(())
+    }
+
+    /// An error that says what went wrong and shows the last log lines.
+    fn failure(&self, what: &str) -> anyhow::Error {
+        anyhow::anyhow!("{} {what}; its last log lines:\n{}", self.name, self.log_tail().join("\n"))
+    }
+}
+
+/// A directory of its own, not there yet, for each process the bench starts
+/// (`embedwire-bench-<what>-<bench pid>-<n>` in the temporary directory).
+pub fn fresh_dir(what: &str) -> PathBuf {
+    static STARTED: AtomicUsize = AtomicUsize::new(0);
+    let n = STARTED.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("embedwire-bench-{what}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Runs a helper command to its end (stdin closed) and returns its output; when it
+/// fails, an error that names it by `what` and shows its status and stderr.
+pub fn run_to_end(command: &mut std::process::Command, what: &str) -> anyhow::Result<Output> {
+    let output = command.stdin(Stdio::null()).output().with_context(|| format!("running {what}"))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{what} failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(output)
+}
+
+/// Reads the log to its end (so the pipe never fills and blocks the process), sends
+/// the address of the first "listening on" line, and keeps the last lines.
+async fn read_log(
+    stderr: BufReader<ChildStderr>,
+    address: oneshot::Sender<SocketAddr>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+) {
+    let mut address = Some(address);
+    let mut lines = stderr.lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(found) = listening_address(&line)
+            && let Some(sender) = address.take()
+        {
+            let _ = sender.send(found);
+        }
+        if let Ok(mut tail) = tail.lock() {
+            if tail.len() == STDERR_TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(line);
+        }
+    }
+}
+
+/// The address in a "... listening on 127.0.0.1:PORT" line.
+fn listening_address(line: &str) -> Option<SocketAddr> {
+    line.split("listening on ").nth(1)?.split_whitespace().next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_address_in_a_log_line() {
+        let line = "2026-01-01T00:00:00Z  INFO embedwire_server: listening on 127.0.0.1:40123";
+        assert_eq!(listening_address(line), Some("127.0.0.1:40123".parse().unwrap()));
+        assert_eq!(listening_address("INFO model ready"), None);
+    }
+
+    #[test]
+    fn a_failed_helper_shows_its_stderr() {
+        let error = run_to_end(std::process::Command::new("sh").args(["-c", "echo oops >&2; exit 3"]), "sh");
+        let error = error.unwrap_err();
+        assert!(format!("{error}").contains("oops"), "{error}");
+    }
+}
