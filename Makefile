@@ -47,7 +47,7 @@ bench: setup
 
 ## bench-long: the benchmarks kept out of `make bench` for time: embedwire-bench search (~6 min),
 ## embedwire-bench overload, embedwire-bench soak (10 min), embedwire-bench index at 1M vectors (~20 min) and
-## embedwire-bench store (~15 min: embedded store vs Weaviate 1 and 3 nodes, 10k documents)
+## embedwire-bench store (~20 min: embedded store vs Weaviate 1 and 3 nodes and PostgreSQL, 10k documents)
 bench-long: setup
 	./target/release/embedwire-bench search
 	./target/release/embedwire-bench overload

@@ -17,7 +17,7 @@
 # target/bench-quick), so a quick run never overwrites the real figures. Not part of
 # this run (`make bench-long` runs them): `embedwire-bench search` (about 6 minutes), `embedwire-bench overload`,
 # `embedwire-bench soak`, `embedwire-bench index` at 1M, and `embedwire-bench store` (about 15 minutes: the embedded store
-# against Weaviate clusters of 1 and 3 nodes, results in bench/results/store/).
+# against Weaviate clusters of 1 and 3 nodes and PostgreSQL, results in bench/results/store/).
 #
 # Builds the server, the bench and the Rust client's bench first (BENCH_NO_BUILD=1
 # skips that, to measure the binaries already in target/release; BENCH_SERVER_BIN

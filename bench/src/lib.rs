@@ -39,8 +39,9 @@
 //! - [`server_metrics`]: the server's /metrics counters, read before and after a run.
 //! - [`latency`]: mean and percentiles; the median time of work too short to time once.
 //! - [`cpu`]: CPU time of a process and of each of its threads, from /proc.
-//! - [`weaviate_cluster`]: a Weaviate cluster of N nodes on loopback, started and
-//!   stopped with `scripts/cluster.sh`; its addresses and node pids.
+//! - [`store_cluster`]: a Weaviate cluster of N nodes or a PostgreSQL primary with a
+//!   replica on loopback, started and stopped with `scripts/cluster.sh`; its server
+//!   flags and pids.
 
 pub mod child_process;
 pub mod closed_loop;
@@ -60,6 +61,6 @@ pub mod sentences;
 pub mod server_binary;
 pub mod server_metrics;
 pub mod server_process;
+pub mod store_cluster;
 pub mod targets;
-pub mod weaviate_cluster;
 pub mod wire_count;

@@ -1,12 +1,13 @@
-//! store: what a Weaviate cluster costs against the embedded store, with the real
-//! model and server binary. One embedwire server per store (the embedded store, and a
-//! Weaviate cluster of each size asked, `scripts/cluster.sh up --nodes N
-//! --weaviate-only`, on the server's defaults: shards = nodes, replication min(3,
-//! nodes), write QUORUM, read ONE) ingests search-bench's docstring corpus (calls of
-//! 1000, to every job COMPLETED), then serves closed-loop Search at c=16 (top_k 5).
-//! Targets on the largest cluster, as ratios to the embedded store: ingest docs/s >=
-//! 0.8 x, searches/s >= 0.7 x. The CPU of the server and of the nodes per chunk and per
-//! search is what the capacity model is built on.
+//! store: what a shared store costs against the embedded store, with the real model
+//! and server binary. One embedwire server per store (the embedded store; a Weaviate
+//! cluster of each size asked, on the server's defaults: shards = nodes, replication
+//! min(3, nodes), write QUORUM, read ONE; and PostgreSQL with pgvector, a primary and
+//! a streaming replica the server reads from; each by `scripts/cluster.sh up
+//! --store-only`) ingests search-bench's docstring corpus (calls of 1000, to every job
+//! COMPLETED), then serves closed-loop Search at c=16 (top_k 5). Targets on the
+//! largest Weaviate cluster and on PostgreSQL, as ratios to the embedded store: ingest
+//! docs/s >= 0.8 x, searches/s >= 0.7 x. The CPU of the server and of the store's
+//! processes per chunk and per search is what the capacity model is built on.
 //!
 //! All stores run at once and take turns: slice k of the corpus goes into every store
 //! before slice k+1 goes into any, search rounds alike, so that a change in the
@@ -26,12 +27,13 @@ use embedwire_bench::options::{Common, SearchLoad, at_least_one, connections};
 use embedwire_bench::report::{Report, Table, load_average};
 use embedwire_bench::server_process::ServerProcess;
 use embedwire_bench::targets::{Bound, Row};
-use embedwire_bench::{latency::ms, memory::mib, memory::rss_bytes, weaviate_cluster::WeaviateCluster};
+use embedwire_bench::store_cluster::{StoreCluster, StoreKind};
+use embedwire_bench::{latency::ms, memory::mib, memory::rss_bytes};
 use embedwire_server::ServerConfig;
 use tonic::transport::Channel;
 
-/// On the largest cluster, against the embedded store: ingest documents/s and
-/// searches/s at least these shares.
+/// On the largest Weaviate cluster and on PostgreSQL, against the embedded store:
+/// ingest documents/s and searches/s at least these shares.
 const MIN_INGEST_RATIO: f64 = 0.8;
 const MIN_SEARCH_RATIO: f64 = 0.7;
 
@@ -44,6 +46,9 @@ pub struct Args {
     /// The targets are judged on the largest.
     #[arg(long, value_delimiter = ',')]
     pub nodes: Vec<usize>,
+    /// Measure PostgreSQL with pgvector (a primary and a streaming replica) too.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub postgres: bool,
     /// Documents ingested into every store [default: 10000, --quick: 200].
     #[arg(long, value_parser = at_least_one::<usize>())]
     pub documents: Option<usize>,
@@ -71,9 +76,13 @@ struct Layout {
     read: String,
 }
 
-/// One store under measurement: its server and the Weaviate nodes behind it.
+/// One store under measurement: its server and the store's processes behind it.
 struct Store {
     label: String,
+    /// "weaviate" or "postgres": whose processes `nodes` are.
+    engine: &'static str,
+    /// Whether its ratios are judged against the targets.
+    judged: bool,
     layout: Option<Layout>,
     server: ServerProcess,
     nodes: Vec<u32>,
@@ -108,11 +117,13 @@ impl Cost {
 /// What one store did.
 struct StoreResult {
     label: String,
+    engine: &'static str,
+    judged: bool,
     layout: Option<Layout>,
     ingest: IngestRun,
     ingest_cost: Cost,
-    /// The index after the ingest (documents, chunks), the RSS of the server and its
-    /// nodes then, and the nodes' data on disk.
+    /// The index after the ingest (documents, chunks), the RSS of the server and the
+    /// store's processes then, and the store's data on disk.
     index: (u64, u64),
     rss: u64,
     data_bytes: Option<u64>,
@@ -153,21 +164,27 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let binary = common.server_binary()?; // before measuring: a failed build should not come after minutes
     let flags = std::iter::once("embedwire-server".to_string()).chain(common.server_args.iter().cloned());
     let server = ServerConfig::try_parse_from(flags)?;
-    println!("store: embedded and Weaviate clusters of {nodes:?} nodes; load average {}", load_average());
+    let postgres = if args.postgres { " and PostgreSQL (primary + replica)" } else { "" };
+    println!("store: embedded, Weaviate clusters of {nodes:?} nodes{postgres}; load average {}", load_average());
     // Warm-up texts: corpus-like paragraphs that are not in the corpus.
     let corpus = args.corpus.select(documents.unwrap_or(common.pick(10_000, 200)), warmup_calls, args.queries)?;
     let mut clusters = Vec::new();
-    for &n in &nodes {
-        let (cluster, took) = WeaviateCluster::start(n)?;
-        println!("weaviate {n} node(s) healthy after {:.1} s in {}", took.as_secs_f64(), cluster.state_dir().display());
+    let kinds = nodes.iter().map(|&n| StoreKind::Weaviate(n)).chain(args.postgres.then_some(StoreKind::Postgres));
+    for kind in kinds {
+        let (cluster, took) = StoreCluster::start(kind)?;
+        println!("{kind:?} healthy after {:.1} s in {}", took.as_secs_f64(), cluster.state_dir().display());
         clusters.push(cluster);
     }
     let runtime = tokio::runtime::Runtime::new()?;
     let measured = async {
         let mut stores = Vec::new();
         for cluster in [None].into_iter().chain(clusters.iter().map(Some)) {
-            let n = cluster.map_or(0, |c| c.pids.len());
-            let layout = cluster.map(|_| Layout {
+            let kind = cluster.map(|c| c.kind);
+            let n = match kind {
+                Some(StoreKind::Weaviate(n)) => n,
+                _ => 0,
+            };
+            let layout = (n > 0).then(|| Layout {
                 nodes: n,
                 shards: server.shards.unwrap_or(n),
                 replication: server.replication_factor.unwrap_or(n.min(3)),
@@ -181,17 +198,20 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             // queue-time bound off.
             let command = with_cluster.server_command(binary.clone(), vec![("--max-queue-ms", "0".into())]);
             let (server, took) = ServerProcess::start(&command).await?;
-            let label =
-                if n == 0 { "embedded".into() } else { format!("weaviate {n} node{}", if n == 1 { "" } else { "s" }) };
+            let (label, engine) = match kind {
+                None => ("embedded".to_string(), "embedded"),
+                Some(StoreKind::Postgres) => ("postgres primary + replica".into(), "postgres"),
+                Some(StoreKind::Weaviate(n)) => (format!("weaviate {n} node{}", if n == 1 { "" } else { "s" }), "weaviate"),
+            };
+            let judged = kind == Some(StoreKind::Postgres) || (n > 0 && Some(&n) == nodes.last());
             println!("{label}: server pid {} SERVING after {:.2} s", server.pid, took.as_secs_f64());
             let channels = connections(&server, args.load.clients.div_ceil(args.load.clients_per_connection)).await?;
             // One-text Embed calls, untimed: the model's first batches.
             let texts: Arc<[String]> = corpus.second_ingest.iter().map(|p| p.text.clone()).collect();
             let clients = 4.min(warmup_calls);
             load::run(&channels, clients, texts, Rpc::Embed, Stop::Calls(warmup_calls / clients)).await?;
-            let (nodes, data_dir) =
-                (cluster.map(|c| c.pids.clone()).unwrap_or_default(), cluster.map(|c| c.state_dir().join("data")));
-            stores.push(Store { label, layout, server, nodes, data_dir, channels });
+            let (pids, data_dir) = (cluster.map(|c| c.pids.clone()).unwrap_or_default(), cluster.map(|c| c.data_dir()));
+            stores.push(Store { label, engine, judged, layout, server, nodes: pids, data_dir, channels });
         }
         measure(common, &args, (&corpus.documents, corpus.queries.clone().into()), stores, (slices, rounds)).await
     };
@@ -247,7 +267,7 @@ async fn measure(
     let mut counts = Vec::new();
     for store in &stores {
         let stats = ingest::index_stats(store.channels[0].clone()).await?;
-        let nodes = store.nodes.iter().map(|&pid| rss_bytes(pid)).sum::<anyhow::Result<u64>>()?;
+        let nodes = with_children(&store.nodes).iter().map(|&pid| rss_bytes(pid).unwrap_or(0)).sum::<u64>();
         let (documents, chunks, kind) = (stats.document_count, stats.chunk_count, stats.index_kind);
         println!("  {}: index of {documents} documents, {chunks} chunks ({kind})", store.label);
         counts.push((
@@ -274,8 +294,20 @@ async fn measure(
         }
         store.server.stop().await?;
         let (ingest, search) = (IngestRun::combine(&ingests), LoadResult::combine(&searches));
-        let (label, layout) = (store.label, store.layout);
-        results.push(StoreResult { label, layout, ingest, ingest_cost, index, rss, data_bytes, search, search_cost });
+        let (label, engine, judged, layout) = (store.label, store.engine, store.judged, store.layout);
+        results.push(StoreResult {
+            label,
+            engine,
+            judged,
+            layout,
+            ingest,
+            ingest_cost,
+            index,
+            rss,
+            data_bytes,
+            search,
+            search_cost,
+        });
     }
     Ok(results)
 }
@@ -292,8 +324,8 @@ async fn in_turns<'a, T: Progress, F: Future<Output = anyhow::Result<T>> + 'a>(
     for turn in 0..turns {
         for i in (0..stores.len()).map(|k| (turn + k) % stores.len()) {
             let others = stores.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, s)| s);
-            let others: Vec<u32> = others.flat_map(|s| s.nodes.iter().copied().chain([s.server.pid])).collect();
-            let groups = [vec![stores[i].server.pid], stores[i].nodes.clone(), others, vec![std::process::id()]];
+            let others: Vec<u32> = others.flat_map(|s| with_children(&s.nodes).into_iter().chain([s.server.pid])).collect();
+            let groups = [vec![stores[i].server.pid], with_children(&stores[i].nodes), others, vec![std::process::id()]];
             let read = || -> anyhow::Result<Vec<Duration>> {
                 groups.iter().map(|pids| cpu_time_of(pids)).chain([machine_busy_time()]).collect()
             };
@@ -303,11 +335,7 @@ async fn in_turns<'a, T: Progress, F: Future<Output = anyhow::Result<T>> + 'a>(
             let cost = Cost { wall, cpu: std::array::from_fn(|k| after[k].saturating_sub(before[k])) };
             let (server, nodes) = (cost.cores(cost.cpu[SERVER]), cost.cores(cost.cpu[NODES]));
             let label = &stores[i].label;
-            println!(
-                "  {}/{turns} {label}: {}; server {server:.2} cores, weaviate {nodes:.2}",
-                turn + 1,
-                run.progress()
-            );
+            println!("  {}/{turns} {label}: {}; server {server:.2} cores, store {nodes:.2}", turn + 1, run.progress());
             let (runs, total) = &mut done[i];
             runs.push(run);
             *total = Cost { wall: total.wall + cost.wall, cpu: std::array::from_fn(|k| total.cpu[k] + cost.cpu[k]) };
@@ -332,6 +360,18 @@ impl Progress for LoadResult {
     }
 }
 
+/// `pids` and their children: a PostgreSQL postmaster's backends do the work. (A
+/// child that has ended took its CPU time with it; backends live as long as the
+/// server's pooled connections.) RSS summed this way counts shared buffers once per
+/// process that touched them: an upper bound.
+fn with_children(pids: &[u32]) -> Vec<u32> {
+    let children = procfs::process::all_processes().into_iter().flatten().flatten().filter_map(|process| {
+        let stat = process.stat().ok()?;
+        pids.contains(&(stat.ppid as u32)).then_some(stat.pid as u32)
+    });
+    pids.iter().copied().chain(children).collect()
+}
+
 /// The bytes of the files under `dir` (the nodes' data); files gone while read (a
 /// compaction) are left out.
 fn dir_bytes(dir: &Path) -> u64 {
@@ -346,7 +386,6 @@ fn dir_bytes(dir: &Path) -> u64 {
 
 fn figures(args: &Args, documents: usize, queries: usize, stores: &[StoreResult]) -> Vec<Row> {
     let base = &stores[0];
-    let largest = stores.iter().filter_map(|s| s.layout.as_ref()).map(|l| l.nodes).max();
     let (c, k, batch) = (args.load.clients, args.load.top_k, args.load.ingest_batch);
     let mut rows = vec![
         Row::info("corpus documents", documents as f64, "docs", documents.to_string()),
@@ -370,11 +409,13 @@ fn figures(args: &Args, documents: usize, queries: usize, stores: &[StoreResult]
         ];
         for (what, value) in [
             ("CPU per chunk, embedwire", s.per_chunk(SERVER)),
-            ("CPU per chunk, weaviate", s.per_chunk(NODES)),
+            ("CPU per chunk, store", s.per_chunk(NODES)),
             ("CPU per search, embedwire", s.per_search(SERVER)),
-            ("CPU per search, weaviate", s.per_search(NODES)),
+            ("CPU per search, store", s.per_search(NODES)),
         ] {
-            info.push((what.into(), value, "CPU-ms", format!("{value:.2} ms")));
+            if !(s.engine == "embedded" && what.ends_with("store")) {
+                info.push((what.replace("store", s.engine), value, "CPU-ms", format!("{value:.2} ms")));
+            }
         }
         for (phase, cost) in costs {
             let (outside, others) = (cost.cores(cost.outside()), cost.cores(cost.cpu[OTHERS]));
@@ -388,7 +429,9 @@ fn figures(args: &Args, documents: usize, queries: usize, stores: &[StoreResult]
         for (figure, value, unit, measured) in info {
             rows.push(Row::info(format!("{label}: {figure}"), value, unit, measured));
         }
-        let Some(layout) = &s.layout else { continue };
+        if s.engine == "embedded" {
+            continue;
+        }
         for (what, ratio) in ["ingest", "search"].into_iter().zip(s.cpu_bound_ratios(base)) {
             let figure = format!("{label} / embedded: {what} if bound by CPU (ratio of CPU per unit)");
             rows.push(Row::info(figure, ratio, "x", format!("{ratio:.2} x")));
@@ -403,7 +446,7 @@ fn figures(args: &Args, documents: usize, queries: usize, stores: &[StoreResult]
             (format!("search/s c={c}"), search / base.search.rate(), MIN_SEARCH_RATIO, search_note),
         ] {
             let (figure, measured) = (format!("{label} / embedded: {what}"), format!("{ratio:.2} x"));
-            rows.push(if Some(layout.nodes) == largest {
+            rows.push(if s.judged {
                 Row::judged(figure, ratio, "x", measured, Bound::AtLeast(limit), format!(">= {limit:.1} x"))
                     .with_note(note)
             } else {
@@ -417,11 +460,11 @@ fn figures(args: &Args, documents: usize, queries: usize, stores: &[StoreResult]
 /// One row per store: every figure the capacity model needs.
 fn stores_table(stores: &[StoreResult]) -> Table {
     let columns = "store,nodes,shards,replication_factor,write_consistency,read_consistency,documents,chunks,ingest_s,\
-        ingest_docs_per_s,ingest_ratio,ingest_server_cpu_s,ingest_weaviate_cpu_s,ingest_server_cpu_ms_per_chunk,\
-        ingest_weaviate_cpu_ms_per_chunk,ingest_bench_cores,ingest_other_stores_cores,ingest_outside_cores,searches,\
+        ingest_docs_per_s,ingest_ratio,ingest_server_cpu_s,ingest_store_cpu_s,ingest_server_cpu_ms_per_chunk,\
+        ingest_store_cpu_ms_per_chunk,ingest_bench_cores,ingest_other_stores_cores,ingest_outside_cores,searches,\
         search_s,search_per_s,search_ratio,search_p50_ms,search_p95_ms,search_p99_ms,search_server_cpu_ms_per_search,\
-        search_weaviate_cpu_ms_per_search,search_bench_cores,search_other_stores_cores,search_outside_cores,\
-        ingest_cpu_bound_ratio,search_cpu_bound_ratio,rss_after_ingest_mib,weaviate_data_mib";
+        search_store_cpu_ms_per_search,search_bench_cores,search_other_stores_cores,search_outside_cores,\
+        ingest_cpu_bound_ratio,search_cpu_bound_ratio,rss_after_ingest_mib,store_data_mib";
     let mut table = Table::new(columns);
     let (base, f3) = (&stores[0], |v: f64| format!("{v:.3}"));
     for s in stores {
