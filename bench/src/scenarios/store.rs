@@ -46,6 +46,9 @@ pub struct Args {
     /// The targets are judged on the largest.
     #[arg(long, value_delimiter = ',')]
     pub nodes: Vec<usize>,
+    /// Measure Weaviate clusters (of the sizes --nodes gives).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub weaviate: bool,
     /// Measure PostgreSQL with pgvector (a primary and a streaming replica) too.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub postgres: bool,
@@ -159,6 +162,9 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let mut nodes = if args.nodes.is_empty() { common.pick(vec![1, 3], vec![1]) } else { args.nodes.clone() };
     nodes.sort_unstable();
     nodes.dedup();
+    if !args.weaviate {
+        nodes.clear();
+    }
     let (slices, rounds) = (slices.unwrap_or(common.pick(10, 1)), rounds.unwrap_or(common.pick(6, 1)));
     let warmup_calls = common.pick(64, 16);
     let binary = common.server_binary()?; // before measuring: a failed build should not come after minutes
