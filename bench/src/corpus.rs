@@ -20,11 +20,25 @@ use clap::Parser;
 use embedwire_server::ServerConfig;
 use serde::{Deserialize, Serialize};
 
-use crate::child_process::run_to_end;
+use crate::child_process::program_output;
 
 /// The venv `make setup` creates, under the cache directory: its packages are
 /// pinned, so every set-up machine extracts the same corpus.
 const VENV_PYTHON: &str = "venv/bin/python";
+
+/// `explicit`, or the interpreter of the venv `make setup` creates.
+pub fn python_or_venv(explicit: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(python) = explicit {
+        return Ok(python.to_path_buf());
+    }
+    let server = ServerConfig::try_parse_from(["embedwire-server"]).map_err(|e| e.to_string())?;
+    let python = server.cache_dir().join(VENV_PYTHON);
+    if python.is_file() {
+        Ok(python)
+    } else {
+        Err(format!("no Python at {} (run `make setup`, or pass --python)", python.display()))
+    }
+}
 
 /// Where the corpus comes from: the options of every scenario that uses one.
 #[derive(Debug, Clone, clap::Args)]
@@ -45,12 +59,7 @@ pub struct CorpusOptions {
 impl CorpusOptions {
     /// `--python`, or the interpreter of the venv `make setup` creates.
     pub fn python(&self) -> anyhow::Result<PathBuf> {
-        if let Some(python) = &self.python {
-            return Ok(python.clone());
-        }
-        let python = ServerConfig::try_parse_from(["embedwire-server"])?.cache_dir().join(VENV_PYTHON);
-        anyhow::ensure!(python.is_file(), "no Python at {} (run `make setup`, or pass --python)", python.display());
-        Ok(python)
+        python_or_venv(self.python.as_deref()).map_err(anyhow::Error::msg)
     }
 
     /// [`select`] over the docstrings of [`CorpusOptions::python`].
@@ -121,9 +130,9 @@ pub fn docstrings(python: &Path, cache_dir: &Path, refresh: bool) -> anyhow::Res
     {
         return Ok(docstrings);
     }
-    let what = format!("{} extracting docstrings (pass --python)", python.display());
-    let output = run_to_end(Command::new(python).args(["-I", "-B", "-c", SCRIPT]), &what)?;
-    let stdout = String::from_utf8(output.stdout).context("the docstring script printed non-UTF-8")?;
+    // The script prints JSON lines, ASCII only (json.dumps escapes the rest).
+    let mut script = Command::new(python);
+    let stdout = program_output(script.args(["-I", "-B", "-c", SCRIPT]), "extracting docstrings; or pass --python")?;
     let docstrings = stdout
         .lines()
         .map(|line| serde_json::from_str::<Docstring>(line).with_context(|| format!("bad script line: {line}")))

@@ -146,7 +146,11 @@ impl std::fmt::Display for CpuUse {
             threads.push(format!("{} more {:.2}", rest.len(), rest.iter().map(|t| t.cores).sum::<f64>()));
         }
         let (server, kernel, bench) = (self.server_cores, self.server_system_cores, self.bench_cores);
-        write!(f, "server {server:.2} cores, {kernel:.2} in the kernel ({}), bench {bench:.2} cores", threads.join(", "))
+        write!(
+            f,
+            "server {server:.2} cores, {kernel:.2} in the kernel ({}), bench {bench:.2} cores",
+            threads.join(", ")
+        )
     }
 }
 

@@ -124,7 +124,8 @@ async fn handshake(
     address: SocketAddr,
     counters: &Arc<ByteCounters>,
 ) -> anyhow::Result<(SendRequest<Full<Bytes>>, JoinHandle<()>)> {
-    let stream = connect_counted(address, counters.clone()).await.with_context(|| format!("connecting to {address}"))?;
+    let stream =
+        connect_counted(address, counters.clone()).await.with_context(|| format!("connecting to {address}"))?;
     let (sender, connection) = http1::handshake(TokioIo::new(stream)).await.context("HTTP/1.1 handshake")?;
     let driver = tokio::spawn(async move {
         // An error here ends the connection; the next send sees it closed and reopens.

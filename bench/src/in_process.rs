@@ -76,7 +76,9 @@ impl Ceiling {
                 None => pooled.push(run.clone()),
             }
         }
-        Ceiling { runs: pooled.into_iter().map(|run| BatchSizeRun::from_samples(run.batch_size, run.samples)).collect() }
+        Ceiling {
+            runs: pooled.into_iter().map(|run| BatchSizeRun::from_samples(run.batch_size, run.samples)).collect(),
+        }
     }
 }
 

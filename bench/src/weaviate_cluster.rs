@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::child_process::{fresh_dir, run_to_end};
+use crate::child_process::{fresh_dir, program_output};
 
 /// The script that starts and stops clusters.
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/cluster.sh");
@@ -45,8 +45,8 @@ impl WeaviateCluster {
         let mut cluster = WeaviateCluster { state_dir, http_urls, grpc_addrs, pids, stopped: false };
         // From here on, drop runs `down` whatever happens.
         let up = ["up", "--nodes", &nodes.to_string(), "--weaviate-only"];
-        let logs = format!("scripts/cluster.sh up (logs in {}/logs)", cluster.state_dir.display());
-        run_to_end(cluster.script().args(up), &logs)?;
+        let logs = format!("scripts/cluster.sh up; logs in {}/logs", cluster.state_dir.display());
+        program_output(cluster.script().args(up), &logs)?;
         let ports = std::fs::read_to_string(cluster.state_dir.join("ports.env")).context("reading ports.env")?;
         for i in 0..nodes {
             cluster.http_urls.push(format!("http://127.0.0.1:{}", port(&ports, &format!("WEAVIATE_HTTP_{i}"))?));
@@ -85,7 +85,7 @@ impl WeaviateCluster {
 
     fn down(&mut self) -> anyhow::Result<()> {
         self.stopped = true;
-        run_to_end(self.script().arg("down"), "scripts/cluster.sh down").map(drop)
+        program_output(self.script().arg("down"), "scripts/cluster.sh down").map(drop)
     }
 
     fn script(&self) -> Command {
