@@ -2,14 +2,14 @@
 //! server, an HTTP gateway, the Python baseline) spawned with its stderr read to the
 //! end, its address taken from its first "listening on HOST:PORT" log line, ready
 //! when a probe says so, killed at the end (also when dropped, so an error never
-//! leaves it running); and a helper command run to its end (a script, an
+//! leaves it running); and a helper program run to its end (a script, an
 //! interpreter). Every measured process is started and judged the same way, so
 //! their cold starts compare.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -133,17 +133,14 @@ pub fn fresh_dir(what: &str) -> PathBuf {
     dir
 }
 
-/// Runs a helper command to its end (stdin closed) and returns its output; when it
-/// fails, an error that names it by `what` and shows its status and stderr.
-pub fn run_to_end(command: &mut std::process::Command, what: &str) -> anyhow::Result<Output> {
-    let output = command.stdin(Stdio::null()).output().with_context(|| format!("running {what}"))?;
-    anyhow::ensure!(
-        output.status.success(),
-        "{what} failed ({}):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(output)
+/// Runs a helper program to its end and returns its stdout; when it fails, an error
+/// with its status, its output and `hint` (what to do about it).
+pub fn program_output(command: &mut std::process::Command, hint: &str) -> anyhow::Result<String> {
+    let program = command.get_program().to_string_lossy().into_owned();
+    let output = command.output().with_context(|| format!("running {program} ({hint})"))?;
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    anyhow::ensure!(output.status.success(), "{program} failed ({}; {hint}):\n{stdout}{stderr}", output.status);
+    Ok(stdout.into_owned())
 }
 
 /// Reads the log to its end (so the pipe never fills and blocks the process), sends
@@ -187,9 +184,9 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_helper_shows_its_stderr() {
-        let error = run_to_end(std::process::Command::new("sh").args(["-c", "echo oops >&2; exit 3"]), "sh");
-        let error = error.unwrap_err();
+    fn a_failed_helper_shows_its_output() {
+        let mut failing = std::process::Command::new("sh");
+        let error = program_output(failing.args(["-c", "echo oops >&2; exit 3"]), "hint").unwrap_err();
         assert!(format!("{error}").contains("oops"), "{error}");
     }
 }

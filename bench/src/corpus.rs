@@ -20,15 +20,14 @@ use clap::Parser;
 use embedwire_server::ServerConfig;
 use serde::{Deserialize, Serialize};
 
-use crate::child_process::run_to_end;
+use crate::child_process::program_output;
 
 /// The venv `make setup` creates, under the cache directory: its packages are
 /// pinned, so every set-up machine extracts the same corpus.
 const VENV_PYTHON: &str = "venv/bin/python";
 
-/// Where the corpus comes from: the options of every scenario that uses one.
 /// `explicit`, or the interpreter of the venv `make setup` creates.
-pub fn python_or_venv(explicit: Option<&std::path::Path>) -> anyhow::Result<PathBuf> {
+pub fn python_or_venv(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(python) = explicit {
         return Ok(python.to_path_buf());
     }
@@ -37,6 +36,7 @@ pub fn python_or_venv(explicit: Option<&std::path::Path>) -> anyhow::Result<Path
     Ok(python)
 }
 
+/// Where the corpus comes from: the options of every scenario that uses one.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CorpusOptions {
     /// The Python interpreter whose standard library and packages give the corpus
@@ -126,9 +126,9 @@ pub fn docstrings(python: &Path, cache_dir: &Path, refresh: bool) -> anyhow::Res
     {
         return Ok(docstrings);
     }
-    let what = format!("{} extracting docstrings (pass --python)", python.display());
-    let output = run_to_end(Command::new(python).args(["-I", "-B", "-c", SCRIPT]), &what)?;
-    let stdout = String::from_utf8(output.stdout).context("the docstring script printed non-UTF-8")?;
+    // The script prints JSON lines, ASCII only (json.dumps escapes the rest).
+    let mut script = Command::new(python);
+    let stdout = program_output(script.args(["-I", "-B", "-c", SCRIPT]), "extracting docstrings; or pass --python")?;
     let docstrings = stdout
         .lines()
         .map(|line| serde_json::from_str::<Docstring>(line).with_context(|| format!("bad script line: {line}")))

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use procfs::process::{Process, Stat};
+use procfs::process::Process;
 use procfs::{CurrentSI, KernelStats};
 
 /// /proc's clock ticks (USER_HZ) as time.
@@ -15,14 +15,16 @@ fn ticks(count: u64) -> Duration {
     Duration::from_nanos(count * 1_000_000_000 / procfs::ticks_per_second())
 }
 
-/// The stat file of a process (all its threads).
-fn stat(pid: u32) -> anyhow::Result<Stat> {
-    Ok(Process::new(pid as i32)?.stat().with_context(|| format!("reading /proc/{pid}/stat"))?)
+/// User plus system, and system, CPU time the process has used so far, all threads
+/// included.
+fn times(pid: u32) -> anyhow::Result<[Duration; 2]> {
+    let stat = Process::new(pid as i32)?.stat().with_context(|| format!("reading /proc/{pid}/stat"))?;
+    Ok([ticks(stat.utime + stat.stime), ticks(stat.stime)])
 }
 
 /// User plus system CPU time the process has used so far, all threads included.
 pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
-    stat(pid).map(|stat| ticks(stat.utime + stat.stime))
+    times(pid).map(|[total, _]| total)
 }
 
 /// User plus system CPU time of several processes together (the nodes of a
@@ -44,11 +46,6 @@ pub fn machine_busy_time() -> anyhow::Result<Duration> {
 /// CPU time used between two readings, as a number of cores kept busy.
 pub fn cores(cpu_before: Duration, cpu_after: Duration, wall: Duration) -> f64 {
     cpu_after.saturating_sub(cpu_before).as_secs_f64() / wall.as_secs_f64()
-}
-
-/// (user + system, system) CPU time the process has used so far.
-fn times(pid: u32) -> anyhow::Result<[Duration; 2]> {
-    stat(pid).map(|stat| [ticks(stat.utime + stat.stime), ticks(stat.stime)])
 }
 
 /// CPU readings at the start of a measured run: the server's threads and the bench

@@ -5,10 +5,8 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Parser;
 use clap::builder::RangedU64ValueParser;
 use embedwire_server::ServerConfig;
@@ -107,15 +105,8 @@ pub async fn connections(server: &ServerProcess, count: usize) -> anyhow::Result
     Ok(channels)
 }
 
-/// Runs another program a scenario needs (ghz, a Python script, a client's bench) to
-/// its end and returns its stdout; if it fails, an error with its output and `hint`.
-pub fn program_output(command: &mut Command, hint: &str) -> anyhow::Result<String> {
-    let program = command.get_program().to_string_lossy().into_owned();
-    let output = command.output().with_context(|| format!("running {program} ({hint})"))?;
-    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    anyhow::ensure!(output.status.success(), "{program} failed ({}; {hint}):\n{stdout}{stderr}", output.status);
-    Ok(stdout.into_owned())
-}
+/// Runs another program a scenario needs to its end (ghz, a Python script, a client's bench).
+pub use crate::child_process::program_output;
 
 /// The model files the server and an in-process ceiling both load.
 #[derive(Debug, Clone)]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::child_process::{fresh_dir, run_to_end};
+use crate::child_process::{fresh_dir, program_output};
 
 /// The script that starts and stops clusters.
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/cluster.sh");
@@ -59,7 +59,7 @@ impl StoreCluster {
             StoreKind::Postgres => vec!["up".into(), "--store-only".into(), "--store".into(), "postgres".into()],
         };
         let logs = format!("scripts/cluster.sh up (logs in {}/logs)", cluster.state_dir.display());
-        run_to_end(cluster.script().args(up), &logs)?;
+        program_output(cluster.script().args(up), &logs)?;
         let ports = std::fs::read_to_string(cluster.state_dir.join("ports.env")).context("reading ports.env")?;
         let names: Vec<String> = match kind {
             StoreKind::Weaviate(nodes) => {
@@ -126,7 +126,7 @@ impl StoreCluster {
 
     fn down(&mut self) -> anyhow::Result<()> {
         self.stopped = true;
-        run_to_end(self.script().arg("down"), "scripts/cluster.sh down").map(drop)
+        program_output(self.script().arg("down"), "scripts/cluster.sh down").map(drop)
     }
 
     fn script(&self) -> Command {
