@@ -1,15 +1,10 @@
-//! The corpus: real text found on this machine, nothing generated. A small Python
-//! script (`docstrings.py`, run once, its output cached under `bench/results/tmp/`)
-//! collects the docstrings of the Python standard library, of the built-in help
-//! topics and of the packages installed next to the interpreter; this module cuts
-//! them into paragraphs and picks, deterministically:
-//!
-//! - documents: paragraphs of 20 to 120 words, doctest examples left out, each text
-//!   once, in extraction order;
-//! - the second ingest's documents: more such paragraphs, spread evenly over all of
-//!   them, none of them in the corpus;
-//! - queries: the first sentence of one-line docstrings (4 to 19 words, so never a
-//!   corpus document), spread evenly over all of them.
+//! The corpus: real text found on this machine, nothing generated. `docstrings.py`
+//! (run once, its output cached under `bench/results/tmp/`) collects the docstrings of
+//! the Python standard library, its help topics and the installed packages; this module
+//! cuts them into paragraphs and picks, deterministically: documents (paragraphs of 20
+//! to 120 words, no doctests, each text once), the second ingest's documents (more such
+//! paragraphs, spread evenly, none in the corpus) and queries (the first sentence of
+//! one-line docstrings, 4 to 19 words so never a document, spread evenly).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -18,20 +13,17 @@ use std::process::Command;
 use anyhow::Context;
 use clap::Parser;
 use embedwire_server::ServerConfig;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::child_process::program_output;
 
-/// The venv `make setup` creates, under the cache directory: its packages are
+/// `explicit`, or the interpreter of the venv `make setup` creates: its packages are
 /// pinned, so every set-up machine extracts the same corpus.
-const VENV_PYTHON: &str = "venv/bin/python";
-
-/// `explicit`, or the interpreter of the venv `make setup` creates.
 pub fn python_or_venv(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(python) = explicit {
         return Ok(python.to_path_buf());
     }
-    let python = ServerConfig::try_parse_from(["embedwire-server"])?.cache_dir().join(VENV_PYTHON);
+    let python = ServerConfig::try_parse_from(["embedwire-server"])?.cache_dir().join("venv/bin/python");
     anyhow::ensure!(python.is_file(), "no Python at {} (run `make setup`, or pass --python)", python.display());
     Ok(python)
 }
@@ -53,7 +45,6 @@ pub struct CorpusOptions {
 }
 
 impl CorpusOptions {
-    /// `--python`, or the interpreter of the venv `make setup` creates.
     pub fn python(&self) -> anyhow::Result<PathBuf> {
         python_or_venv(self.python.as_deref())
     }
@@ -75,18 +66,12 @@ const DOCUMENT_WORDS: std::ops::RangeInclusive<usize> = 20..=120;
 const QUERY_WORDS: std::ops::RangeInclusive<usize> = 4..=19;
 
 /// One docstring as the script prints it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct Docstring {
     /// Where it comes from: `module.Class.function` or `pydoc_data.topics.NAME`.
     pub source: String,
     /// The cleaned docstring; paragraphs are separated by blank lines.
     pub text: String,
-}
-
-/// The first line of the cache: which interpreter produced it.
-#[derive(Debug, Serialize, Deserialize)]
-struct CacheHeader {
-    python: PathBuf,
 }
 
 /// A document to embed or ingest.
@@ -137,12 +122,16 @@ pub fn docstrings(python: &Path, cache_dir: &Path, refresh: bool) -> anyhow::Res
     Ok(docstrings)
 }
 
+/// The first line of the cache: which interpreter produced it.
+fn cache_header(python: &Path) -> String {
+    serde_json::json!({ "python": python }).to_string()
+}
+
 /// The cached docstrings, or None when the cache is unreadable or from another
 /// interpreter.
 fn parse_cache(text: &str, python: &Path) -> Option<Vec<Docstring>> {
     let mut lines = text.lines();
-    let header: CacheHeader = serde_json::from_str(lines.next()?).ok()?;
-    if header.python != python {
+    if lines.next()? != cache_header(python) {
         return None;
     }
     lines.map(|line| serde_json::from_str(line).ok()).collect()
@@ -153,27 +142,16 @@ fn parse_cache(text: &str, python: &Path) -> Option<Vec<Docstring>> {
 fn write_cache(cache: &Path, python: &Path, lines: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(cache.parent().context("cache file without a directory")?)?;
     let partial = cache.with_extension(format!("{}.partial", std::process::id()));
-    let header = serde_json::to_string(&CacheHeader { python: python.to_path_buf() })?;
-    std::fs::write(&partial, format!("{header}\n{lines}"))?;
+    std::fs::write(&partial, format!("{}\n{lines}", cache_header(python)))?;
     Ok(std::fs::rename(&partial, cache)?)
 }
 
 /// The paragraphs of a docstring, each with its whitespace folded; blank lines
 /// separate paragraphs.
 pub fn paragraphs(docstring: &str) -> Vec<String> {
-    let mut paragraphs = Vec::new();
-    let mut current: Vec<&str> = Vec::new();
-    for line in docstring.lines().chain(std::iter::once("")) {
-        if line.trim().is_empty() {
-            if !current.is_empty() {
-                paragraphs.push(current.join(" ").split_whitespace().collect::<Vec<_>>().join(" "));
-                current.clear();
-            }
-        } else {
-            current.push(line);
-        }
-    }
-    paragraphs
+    let lines: Vec<&str> = docstring.lines().collect();
+    let blocks = lines.split(|line| line.trim().is_empty()).filter(|block| !block.is_empty());
+    blocks.map(|block| block.join(" ").split_whitespace().collect::<Vec<_>>().join(" ")).collect()
 }
 
 /// The text up to and including the first `.`, `?` or `!` followed by a space (or
@@ -193,10 +171,9 @@ pub fn select(
     second_ingest: usize,
     queries: usize,
 ) -> anyhow::Result<Corpus> {
+    // One set for both: queries are shorter than any document, so never the same text.
     let mut seen = HashSet::new();
-    let mut eligible: Vec<Paragraph> = Vec::new();
-    let mut seen_queries = HashSet::new();
-    let mut query_candidates: Vec<String> = Vec::new();
+    let (mut eligible, mut query_candidates) = (Vec::new(), Vec::new());
     for docstring in docstrings {
         let parts = paragraphs(&docstring.text);
         for text in &parts {
@@ -210,7 +187,7 @@ pub fn select(
             let words = sentence.split_whitespace().count();
             if QUERY_WORDS.contains(&words)
                 && sentence.starts_with(|c: char| c.is_ascii_uppercase())
-                && seen_queries.insert(sentence.to_string())
+                && seen.insert(sentence.to_string())
             {
                 query_candidates.push(sentence.to_string());
             }
@@ -311,14 +288,5 @@ mod tests {
         assert_eq!(texts(&corpus.second_ingest), [words(40, "delta")]);
         assert_eq!(corpus.documents[0].source, "m.f");
         assert!(select(&docstrings, 3, 1, 1).is_err(), "four documents asked of three");
-    }
-
-    #[test]
-    fn split_evenly_spreads_the_set_aside_items() {
-        let (kept, aside) = split_evenly((0..20).collect(), 10, 4);
-        assert_eq!(aside, [4, 9, 14, 19]);
-        assert_eq!(kept, [0, 1, 2, 3, 5, 6, 7, 8, 10, 11]);
-        let (kept, aside) = split_evenly((0..5).collect(), 5, 0);
-        assert_eq!((kept, aside), (vec![0, 1, 2, 3, 4], vec![]));
     }
 }

@@ -1,11 +1,9 @@
-//! gateway: the /v1 HTTP contract driven the way the existing gateways' benchmark
-//! client drives it (five warm-up searches, then N workers, each on its own keep-alive
-//! HTTP/1.1 connection, sending one known query), on embedwire and on the Python
-//! baseline (`bench/baseline/app.py`: FastAPI, uvicorn, onnxruntime, numpy), each alone
-//! on the machine with the same model and real documents ingested through /v1 first
-//! (never an empty index). Cold starts are judged alike (spawn to /healthz saying the
-//! model is loaded). On embedwire also /v1/search against gRPC Search on the same
-//! index and queries, alternating in rounds so that the machine's load hits both.
+//! gateway: the /v1 HTTP contract driven as the existing gateways' benchmark client
+//! drives it (N workers, each on its own keep-alive connection, one known query), on
+//! embedwire and on the Python baseline (`bench/baseline/app.py`), each alone on the
+//! machine with the same model and real documents ingested through /v1 first (never an
+//! empty index); cold starts alike (spawn to /healthz saying the model is loaded). On
+//! embedwire also /v1/search against gRPC Search, alternating in rounds.
 
 use std::ffi::OsString;
 use std::path::PathBuf;

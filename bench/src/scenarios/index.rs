@@ -1,14 +1,12 @@
-//! index: the vector index alone, no server and no model, so its share of a search is
-//! judged apart: exact search (the scan on one thread and split over two) and HNSW
-//! (build, recall@10 against exact search, latency per `ef_search`). Latency is of the
-//! search step, one query at a time; q/s is of searchers sharing the index behind an
-//! `RwLock`, as in the server. The vectors are clustered like real embeddings (seeded,
-//! `embedwire_server::index::synthetic`); the queries continue the same generator, so
-//! a query is a new text on a known topic.
+//! index: the vector index alone, no server and no model, so that its share of a search
+//! is judged apart: exact search (on one thread and on two) and HNSW (build, recall@10
+//! against exact, latency per `ef_search`). Latency is of one query at a time; q/s of
+//! searchers sharing the index behind an `RwLock`, as in the server. The vectors are
+//! clustered like real embeddings; the queries continue the same generator (new texts
+//! on known topics).
 
 use std::fmt::Display;
 use std::sync::RwLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use embedwire_bench::latency::{LatencySummary, ms};
@@ -190,29 +188,27 @@ fn one_at_a_time(index: &VectorIndex, queries: &[Vec<f32>]) -> anyhow::Result<(L
 /// Queries per second of `searchers` threads searching for `run`, each cycling
 /// through the queries from its own offset, a read lock per search as in the server.
 fn throughput(index: VectorIndex, queries: &[Vec<f32>], searchers: usize, run: Duration) -> anyhow::Result<f64> {
-    let (index, stop, done) = (RwLock::new(index), AtomicBool::new(false), AtomicU64::new(0));
-    let started = Instant::now();
-    std::thread::scope(|scope| -> anyhow::Result<()> {
+    let (index, started) = (RwLock::new(index), Instant::now());
+    let done = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..searchers)
             .map(|searcher| {
-                let (index, stop, done) = (&index, &stop, &done);
-                scope.spawn(move || -> anyhow::Result<()> {
+                let index = &index;
+                scope.spawn(move || -> anyhow::Result<usize> {
+                    let mut done = 0;
                     for query in queries.iter().cycle().skip(searcher * queries.len() / searchers) {
-                        if stop.load(Ordering::Relaxed) {
+                        if started.elapsed() >= run {
                             break;
                         }
                         index.read().expect("no writer panics").search(query, K, None, None)?;
-                        done.fetch_add(1, Ordering::Relaxed);
+                        done += 1;
                     }
-                    Ok(())
+                    Ok(done)
                 })
             })
             .collect();
-        std::thread::sleep(run);
-        stop.store(true, Ordering::Relaxed);
-        workers.into_iter().try_for_each(|worker| worker.join().expect("searcher panicked"))
+        workers.into_iter().map(|worker| worker.join().expect("searcher panicked")).sum::<anyhow::Result<usize>>()
     })?;
-    Ok(done.into_inner() as f64 / started.elapsed().as_secs_f64())
+    Ok(done as f64 / started.elapsed().as_secs_f64())
 }
 
 /// The share of the true top k (from exact search) that `found` contains.

@@ -1,14 +1,11 @@
-//! search: what the search feature costs next to plain Embed of the same texts, with
-//! the real model, on real paragraphs (Python docstrings found on this machine). The
-//! corpus goes through Embed (calls of 64 from 4 clients) on one server and through
-//! Ingest on a second, fresh one, to every job COMPLETED; Search at concurrency 16
-//! runs against Embed of the same query texts; one open-loop client's search latency
-//! (a search every 50 ms, so that searches sample the server at moments independent of
-//! its answers) is taken idle and while a second ingest runs. Both targets are ratios
-//! to Embed in the same run, and both comparisons alternate their sides (slice by
-//! slice, round by round) so that a change in the machine's load hits both alike. The
-//! CPU of the server (per thread) and of the bench's clients is recorded around every
-//! run, and the model's padded tokens estimated per path, to show where time went.
+//! search: what the search feature costs next to plain Embed of the same texts, with the
+//! real model on real paragraphs. The corpus goes through Embed on one server and through
+//! Ingest (to every job COMPLETED) on a second; Search at c=16 runs against Embed of the
+//! same queries; an open-loop client's search latency is taken idle and during a second
+//! ingest. Both targets are ratios to Embed in the same run, and both comparisons
+//! alternate their sides (slice by slice, round by round) so that a change in the
+//! machine's load hits both alike. The server's CPU (per thread) and the bench's, and the
+//! model's padded tokens per path (estimated), show where the time went.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -117,7 +114,7 @@ async fn measure(
         ingests.push((ingest, ingest_cpu));
     }
     finish(embed_server).await?;
-    let (embed, ingest) = (EmbedCorpus::combine(embeds), combine(ingests, IngestRun::combine));
+    let (embed, ingest) = (combine(embeds, EmbedCorpus::combine), combine(ingests, IngestRun::combine));
     let control = server.connect().await?;
     let stats = ingest::index_stats(control.clone()).await?;
     println!("index ({}): {} documents, {} chunks", stats.index_kind, stats.document_count, stats.chunk_count);
@@ -186,25 +183,18 @@ async fn measure(
     let second_text = format!("{:.1} docs/s ({:.1} s)", second.rate(), second.completed.as_secs_f64());
     let ingested = format!("Ingest corpus ({} docs/call, to COMPLETED)", args.load.ingest_batch);
     let searched = format!("Search c={c} (top_k {})", args.load.top_k);
+    let embedded = format!("Embed corpus ({}/call, {} clients)", args.embed_batch, args.embed_clients);
+    let second_ingest = format!("second ingest ({} docs) under search", second.documents);
     let figures = [
         Row::info("corpus documents", documents as f64, "documents", docs_text),
-        Row::info(
-            format!("Embed corpus ({}/call, {} clients)", args.embed_batch, args.embed_clients),
-            embed_rate,
-            "texts/s",
-            format!("{embed_rate:.1} texts/s"),
-        ),
+        Row::info(embedded, embed_rate, "texts/s", format!("{embed_rate:.1} texts/s")),
         at_least(ingested, (ingest_rate, "documents/s", "docs/s"), (MIN_INGEST_RATIO, embed_rate, "Embed".into())),
         Row::info("index after ingest: chunks", stats.chunk_count as f64, "chunks", index_text),
         per_cpu_row("Ingest / Embed per server CPU-second", (ingest_rate, &ingest.1), (embed_rate, &embed.1)),
         Row::info("padded tokens est. Embed/Ingest/sorted", padded, "x", padding),
         cpu_row("CPU Embed corpus", &embed.1),
         cpu_row("CPU Ingest", &ingest.1),
-        at_least(
-            searched,
-            (search_rate, "searches/s", "searches/s"),
-            (MIN_SEARCH_RATIO, embed_one, format!("Embed c={c}")),
-        ),
+        at_least(searched, (search_rate, "searches/s", "searches/s"), (MIN_SEARCH_RATIO, embed_one, format!("Embed c={c}"))),
         per_cpu_row("Search / Embed per server CPU-second", (search_rate, &search.1), (embed_one, &embed_queries.1)),
         latency_row(format!("Search c={c} p50 / p95 / p99"), &search.0.latency),
         Row::info(format!("Embed c={c} (1 text)"), embed_one, "texts/s", format!("{embed_one:.1} texts/s")),
@@ -213,12 +203,7 @@ async fn measure(
         cpu_row("CPU Embed queries", &embed_queries.1),
         latency_row("Search c=1 idle p50 / p95 / p99".into(), idle_l),
         Row::info("Search c=1 during ingest p50/p95/p99", ms(busy_l.p50), "ms", busy_text),
-        Row::info(
-            format!("second ingest ({} docs) under search", second.documents),
-            second.rate(),
-            "documents/s",
-            second_text,
-        ),
+        Row::info(second_ingest, second.rate(), "documents/s", second_text),
     ];
     report.figures(figures);
 
@@ -319,10 +304,9 @@ fn combine<T>(parts: Vec<(T, CpuUse)>, runs: impl Fn(&[T]) -> T) -> (T, CpuUse) 
 }
 
 /// What embedding a list of texts did; the token counts as the server counted them,
-/// in text order.
+/// one per text, in text order.
 #[derive(Debug, Clone)]
 struct EmbedCorpus {
-    texts: usize,
     calls: usize,
     elapsed: Duration,
     token_counts: Vec<u32>,
@@ -330,16 +314,15 @@ struct EmbedCorpus {
 
 impl EmbedCorpus {
     fn rate(&self) -> f64 {
-        self.texts as f64 / self.elapsed.as_secs_f64()
+        self.token_counts.len() as f64 / self.elapsed.as_secs_f64()
     }
 
-    fn combine(parts: Vec<(EmbedCorpus, CpuUse)>) -> (EmbedCorpus, CpuUse) {
-        combine(parts, |runs| EmbedCorpus {
-            texts: runs.iter().map(|run| run.texts).sum(),
+    fn combine(runs: &[EmbedCorpus]) -> EmbedCorpus {
+        EmbedCorpus {
             calls: runs.iter().map(|run| run.calls).sum(),
             elapsed: runs.iter().map(|run| run.elapsed).sum(),
             token_counts: runs.iter().flat_map(|run| run.token_counts.iter().copied()).collect(),
-        })
+        }
     }
 }
 
@@ -354,40 +337,30 @@ async fn embed_all(
 ) -> anyhow::Result<EmbedCorpus> {
     let (calls, next) = (texts.len().div_ceil(per_call), Arc::new(AtomicUsize::new(0)));
     let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|k| {
-            let (texts, next) = (texts.clone(), next.clone());
-            let mut client = EmbedServiceClient::new(channels[k % channels.len()].clone());
-            tokio::spawn(async move {
-                let mut answered = Vec::new();
-                loop {
-                    let call = next.fetch_add(1, Ordering::Relaxed);
-                    if call >= calls {
-                        return anyhow::Ok(answered);
-                    }
-                    let inputs = texts[call * per_call..((call + 1) * per_call).min(texts.len())].to_vec();
-                    let count = inputs.len();
-                    let request = EmbedRequest { inputs, ..Default::default() };
-                    let response =
-                        client.embed(request).await.with_context(|| format!("Embed call {call}"))?.into_inner();
-                    anyhow::ensure!(
-                        response.token_counts.len() == count,
-                        "Embed answered {} of {count} texts",
-                        response.count
-                    );
-                    answered.push((call, response.token_counts));
+    let mut tasks = tokio::task::JoinSet::new();
+    for k in 0..clients {
+        let (texts, next) = (texts.clone(), next.clone());
+        let mut client = EmbedServiceClient::new(channels[k % channels.len()].clone());
+        tasks.spawn(async move {
+            let mut answered = Vec::new();
+            loop {
+                let call = next.fetch_add(1, Ordering::Relaxed);
+                if call >= calls {
+                    return anyhow::Ok(answered);
                 }
-            })
-        })
-        .collect();
-    let mut answered = Vec::new();
-    for task in tasks {
-        answered.extend(task.await.context("client task")??);
+                let inputs = texts[call * per_call..((call + 1) * per_call).min(texts.len())].to_vec();
+                let count = inputs.len();
+                let request = EmbedRequest { inputs, ..Default::default() };
+                let response = client.embed(request).await.with_context(|| format!("Embed call {call}"))?.into_inner();
+                anyhow::ensure!(response.token_counts.len() == count, "Embed answered {} of {count} texts", response.count);
+                answered.push((call, response.token_counts));
+            }
+        });
     }
+    let mut answered: Vec<_> = tasks.join_all().await.into_iter().collect::<anyhow::Result<Vec<_>>>()?.concat();
     let elapsed = started.elapsed();
     answered.sort_unstable_by_key(|(call, _)| *call);
-    let token_counts: Vec<u32> = answered.into_iter().flat_map(|(_, counts)| counts).collect();
-    Ok(EmbedCorpus { texts: texts.len(), calls, elapsed, token_counts })
+    Ok(EmbedCorpus { calls, elapsed, token_counts: answered.into_iter().flat_map(|(_, counts)| counts).collect() })
 }
 
 /// The model's work for a list of sequence lengths on one path: real tokens, tokens

@@ -1,17 +1,13 @@
-//! store: what a shared store costs against the embedded store, with the real model
-//! and server binary. One embedwire server per store (the embedded store; a Weaviate
-//! cluster of each size asked, on the server's defaults: shards = nodes, replication
-//! min(3, nodes), write QUORUM, read ONE; and PostgreSQL with pgvector, a primary and
-//! a streaming replica the server reads from; each by `scripts/cluster.sh up
-//! --store-only`) ingests search-bench's docstring corpus (calls of 1000, to every job
-//! COMPLETED), then serves closed-loop Search at c=16 (top_k 5). Targets on the
-//! largest Weaviate cluster and on PostgreSQL, as ratios to the embedded store: ingest
-//! docs/s >= 0.8 x, searches/s >= 0.7 x. The CPU of the server and of the store's
-//! processes per chunk and per search is what the capacity model is built on.
-//!
-//! All stores run at once and take turns: slice k of the corpus goes into every store
-//! before slice k+1 goes into any, search rounds alike, so that a change in the
-//! machine's load (measured too) hits every store alike.
+//! store: what a shared store costs against the embedded store, with the real model and
+//! server binary. One embedwire server per store (embedded; a Weaviate cluster of each
+//! size asked, on the server's defaults; PostgreSQL with pgvector, a primary and a
+//! streaming replica the server reads from; each by `scripts/cluster.sh up --store-only`)
+//! ingests the docstring corpus to every job COMPLETED, then serves closed-loop Search.
+//! Targets on the largest Weaviate cluster and on PostgreSQL, as ratios to the embedded
+//! store. The CPU of the server and of the store's processes per chunk and per search is
+//! what the capacity model is built on. All stores run at once and take turns (slice k
+//! into every store before slice k+1 into any, search rounds alike), so that a change in
+//! the machine's load (measured too) hits every store alike.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -70,24 +66,18 @@ pub struct Args {
     pub rounds: Option<usize>,
 }
 
-/// A Weaviate collection's layout and consistency, as the server runs it.
-struct Layout {
-    nodes: usize,
-    shards: usize,
-    replication: usize,
-    write: String,
-    read: String,
-}
-
-/// One store under measurement: its server and the store's processes behind it.
+/// One store under measurement: what it is, and the processes behind it.
 struct Store {
     label: String,
-    /// "weaviate" or "postgres": whose processes `nodes` are.
+    /// "embedded", "weaviate" or "postgres": whose processes `nodes` are.
     engine: &'static str,
     /// Whether its ratios are judged against the targets.
     judged: bool,
-    layout: Option<Layout>,
-    server: ServerProcess,
+    /// The table's nodes, shards, replication, write and read consistency, as the
+    /// server runs a Weaviate collection (`0` and blanks for the others).
+    layout: [String; 5],
+    /// Its server's pid (the `ServerProcess` is stopped apart, in `run`).
+    server: u32,
     nodes: Vec<u32>,
     data_dir: Option<PathBuf>,
     channels: Vec<Channel>,
@@ -119,10 +109,7 @@ impl Cost {
 
 /// What one store did.
 struct StoreResult {
-    label: String,
-    engine: &'static str,
-    judged: bool,
-    layout: Option<Layout>,
+    store: Store,
     ingest: IngestRun,
     ingest_cost: Cost,
     /// The index after the ingest (documents, chunks), the RSS of the server and the
@@ -155,7 +142,6 @@ impl StoreResult {
 }
 
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
-    let (documents, slices, rounds) = (args.documents, args.slices, args.rounds);
     anyhow::ensure!(args.nodes.iter().all(|n| (1..=9).contains(n)), "--nodes: cluster sizes from 1 to 9");
     // store_bench.csv: every figure and the setup (which the printed table leaves out).
     let mut report = Report::new(common.results("store"), "store_bench")?.summary_also_as("store_bench.csv");
@@ -165,7 +151,8 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     if !args.weaviate {
         nodes.clear();
     }
-    let (slices, rounds) = (slices.unwrap_or(common.pick(10, 1)), rounds.unwrap_or(common.pick(6, 1)));
+    let slices = args.slices.unwrap_or(common.pick(10, 1));
+    let rounds = args.rounds.unwrap_or(common.pick(6, 1));
     let warmup_calls = common.pick(64, 16);
     let binary = common.server_binary()?; // before measuring: a failed build should not come after minutes
     let flags = std::iter::once("embedwire-server".to_string()).chain(common.server_args.iter().cloned());
@@ -173,7 +160,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let postgres = if args.postgres { " and PostgreSQL (primary + replica)" } else { "" };
     println!("store: embedded, Weaviate clusters of {nodes:?} nodes{postgres}; load average {}", load_average());
     // Warm-up texts: corpus-like paragraphs that are not in the corpus.
-    let corpus = args.corpus.select(documents.unwrap_or(common.pick(10_000, 200)), warmup_calls, args.queries)?;
+    let corpus = args.corpus.select(args.documents.unwrap_or(common.pick(10_000, 200)), warmup_calls, args.queries)?;
     let mut clusters = Vec::new();
     let kinds = nodes.iter().map(|&n| StoreKind::Weaviate(n)).chain(args.postgres.then_some(StoreKind::Postgres));
     for kind in kinds {
@@ -183,43 +170,48 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Runtime::new()?;
     let measured = async {
-        let mut stores = Vec::new();
+        let (mut servers, mut stores) = (Vec::new(), Vec::new());
         for cluster in [None].into_iter().chain(clusters.iter().map(Some)) {
-            let kind = cluster.map(|c| c.kind);
-            let n = match kind {
-                Some(StoreKind::Weaviate(n)) => n,
-                _ => 0,
-            };
-            let layout = (n > 0).then(|| Layout {
-                nodes: n,
-                shards: server.shards.unwrap_or(n),
-                replication: server.replication_factor.unwrap_or(n.min(3)),
-                write: format!("{:?}", server.write_consistency).to_uppercase(),
-                read: format!("{:?}", server.read_consistency).to_uppercase(),
-            });
             let mut with_cluster = common.clone();
             with_cluster.server_args =
                 [cluster.map(|c| c.server_args()).unwrap_or_default(), common.server_args.clone()].concat();
             // Capacity with closed-loop clients, whose calls wait for full batches: the
             // queue-time bound off.
             let command = with_cluster.server_command(binary.clone(), vec![("--max-queue-ms", "0".into())]);
-            let (server, took) = ServerProcess::start(&command).await?;
-            let (label, engine) = match kind {
-                None => ("embedded".to_string(), "embedded"),
-                Some(StoreKind::Postgres) => ("postgres primary + replica".into(), "postgres"),
-                Some(StoreKind::Weaviate(n)) => (format!("weaviate {n} node{}", if n == 1 { "" } else { "s" }), "weaviate"),
+            let (process, took) = ServerProcess::start(&command).await?;
+            let no_layout = || ["0".to_string(), String::new(), String::new(), String::new(), String::new()];
+            // The shared stores are judged: PostgreSQL and the largest Weaviate cluster.
+            let (label, engine, judged, layout) = match cluster.map(|c| c.kind) {
+                None => ("embedded".to_string(), "embedded", false, no_layout()),
+                Some(StoreKind::Postgres) => ("postgres primary + replica".into(), "postgres", true, no_layout()),
+                Some(StoreKind::Weaviate(n)) => {
+                    let (shards, replication) = (server.shards.unwrap_or(n), server.replication_factor.unwrap_or(n.min(3)));
+                    let [write, read] =
+                        [server.write_consistency, server.read_consistency].map(|c| format!("{c:?}").to_uppercase());
+                    let layout = [n.to_string(), shards.to_string(), replication.to_string(), write, read];
+                    let label = format!("weaviate {n} node{}", if n == 1 { "" } else { "s" });
+                    (label, "weaviate", Some(&n) == nodes.last(), layout)
+                }
             };
-            let judged = kind == Some(StoreKind::Postgres) || (n > 0 && Some(&n) == nodes.last());
-            println!("{label}: server pid {} SERVING after {:.2} s", server.pid, took.as_secs_f64());
-            let channels = connections(&server, args.load.clients.div_ceil(args.load.clients_per_connection)).await?;
+            println!("{label}: server pid {} SERVING after {:.2} s", process.pid, took.as_secs_f64());
+            let channels = connections(&process, args.load.clients.div_ceil(args.load.clients_per_connection)).await?;
             // One-text Embed calls, untimed: the model's first batches.
             let texts: Arc<[String]> = corpus.second_ingest.iter().map(|p| p.text.clone()).collect();
             let clients = 4.min(warmup_calls);
             load::run(&channels, clients, texts, Rpc::Embed, Stop::Calls(warmup_calls / clients)).await?;
-            let (pids, data_dir) = (cluster.map(|c| c.pids.clone()).unwrap_or_default(), cluster.map(|c| c.data_dir()));
-            stores.push(Store { label, engine, judged, layout, server, nodes: pids, data_dir, channels });
+            let (nodes, data_dir) = (cluster.map(|c| c.pids.clone()).unwrap_or_default(), cluster.map(|c| c.data_dir()));
+            stores.push(Store { label, engine, judged, layout, server: process.pid, nodes, data_dir, channels });
+            servers.push(process);
         }
-        measure(common, &args, (&corpus.documents, corpus.queries.clone().into()), stores, (slices, rounds)).await
+        let queries = corpus.queries.clone().into();
+        let results = measure(common, &args, (&corpus.documents, queries), stores, (slices, rounds)).await?;
+        for (server, store) in servers.into_iter().zip(&results) {
+            for line in server.log_tail().iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")) {
+                println!("  {} server log: {line}", store.store.label);
+            }
+            server.stop().await?;
+        }
+        anyhow::Ok(results)
     };
     // On SIGINT or SIGTERM everything started is stopped by pid: the servers as their
     // handles drop, the clusters as `clusters` drops.
@@ -266,9 +258,12 @@ async fn measure(
     let slice_len = documents.len().div_ceil(slices);
     let slices: Vec<_> = documents.chunks(slice_len).collect();
     let batch = args.load.ingest_batch;
-    let ingests = in_turns(&stores, slices.len(), |slice, store| {
-        ingest::ingest(store.channels[0].clone(), slices[slice], ("doc-", slice * slice_len), batch)
-    })
+    let ingests = in_turns(
+        &stores,
+        slices.len(),
+        |slice, store| ingest::ingest(store.channels[0].clone(), slices[slice], ("doc-", slice * slice_len), batch),
+        |run| format!("{:.1} docs/s", run.rate()),
+    )
     .await?;
     let mut counts = Vec::new();
     for store in &stores {
@@ -276,62 +271,43 @@ async fn measure(
         let nodes = with_children(&store.nodes).iter().map(|&pid| rss_bytes(pid).unwrap_or(0)).sum::<u64>();
         let (documents, chunks, kind) = (stats.document_count, stats.chunk_count, stats.index_kind);
         println!("  {}: index of {documents} documents, {chunks} chunks ({kind})", store.label);
-        counts.push((
-            (documents, chunks),
-            rss_bytes(store.server.pid)? + nodes,
-            store.data_dir.as_deref().map(dir_bytes),
-        ));
+        counts.push(((documents, chunks), rss_bytes(store.server)? + nodes, store.data_dir.as_deref().map(dir_bytes)));
     }
     let (rpc, warmup) = (Rpc::Search { top_k: args.load.top_k }, common.warmup(2.0, 0.5));
     for store in &stores {
         load::run(&store.channels, args.load.clients, queries.clone(), rpc, Stop::After(warmup)).await?;
     }
     let round_time = common.duration(30.0, 2.0) / rounds as u32;
-    let searches = in_turns(&stores, rounds, |_, store| {
-        load::run(&store.channels, args.load.clients, queries.clone(), rpc, Stop::After(round_time))
-    })
+    let searches = in_turns(
+        &stores,
+        rounds,
+        |_, store| load::run(&store.channels, args.load.clients, queries.clone(), rpc, Stop::After(round_time)),
+        |run| format!("{:.1} searches/s, p99 {:.1} ms", run.rate(), ms(run.latency.p99)),
+    )
     .await?;
-    let mut results = Vec::new();
-    for (((store, (ingests, ingest_cost)), (searches, search_cost)), (index, rss, data_bytes)) in
-        stores.into_iter().zip(ingests).zip(searches).zip(counts)
-    {
-        for line in store.server.log_tail().iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")) {
-            println!("  {} server log: {line}", store.label);
-        }
-        store.server.stop().await?;
+    let measured = stores.into_iter().zip(ingests).zip(searches).zip(counts);
+    let results = measured.map(|(((store, (ingests, ingest_cost)), (searches, search_cost)), (index, rss, data_bytes))| {
         let (ingest, search) = (IngestRun::combine(&ingests), LoadResult::combine(&searches));
-        let (label, engine, judged, layout) = (store.label, store.engine, store.judged, store.layout);
-        results.push(StoreResult {
-            label,
-            engine,
-            judged,
-            layout,
-            ingest,
-            ingest_cost,
-            index,
-            rss,
-            data_bytes,
-            search,
-            search_cost,
-        });
-    }
-    Ok(results)
+        StoreResult { store, ingest, ingest_cost, index, rss, data_bytes, search, search_cost }
+    });
+    Ok(results.collect())
 }
 
 /// `turns` turns of `work(turn, store)` on every store, the order rotating (so no store
 /// always follows the same one, whose background work, e.g. Weaviate compacting,
 /// would fall on it); each store's results, and their CPU summed.
-async fn in_turns<'a, T: Progress, F: Future<Output = anyhow::Result<T>> + 'a>(
+async fn in_turns<'a, T, F: Future<Output = anyhow::Result<T>> + 'a>(
     stores: &'a [Store],
     turns: usize,
     mut work: impl FnMut(usize, &'a Store) -> F,
+    progress: impl Fn(&T) -> String,
 ) -> anyhow::Result<Vec<(Vec<T>, Cost)>> {
     let mut done: Vec<(Vec<T>, Cost)> = stores.iter().map(|_| (Vec::new(), Cost::default())).collect();
     for turn in 0..turns {
         for i in (0..stores.len()).map(|k| (turn + k) % stores.len()) {
             let others = stores.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, s)| s);
-            let others: Vec<u32> = others.flat_map(|s| with_children(&s.nodes).into_iter().chain([s.server.pid])).collect();
-            let groups = [vec![stores[i].server.pid], with_children(&stores[i].nodes), others, vec![std::process::id()]];
+            let others: Vec<u32> = others.flat_map(|s| with_children(&s.nodes).into_iter().chain([s.server])).collect();
+            let groups = [vec![stores[i].server], with_children(&stores[i].nodes), others, vec![std::process::id()]];
             let read = || -> anyhow::Result<Vec<Duration>> {
                 groups.iter().map(|pids| cpu_time_of(pids)).chain([machine_busy_time()]).collect()
             };
@@ -341,29 +317,13 @@ async fn in_turns<'a, T: Progress, F: Future<Output = anyhow::Result<T>> + 'a>(
             let cost = Cost { wall, cpu: std::array::from_fn(|k| after[k].saturating_sub(before[k])) };
             let (server, nodes) = (cost.cores(cost.cpu[SERVER]), cost.cores(cost.cpu[NODES]));
             let label = &stores[i].label;
-            println!("  {}/{turns} {label}: {}; server {server:.2} cores, store {nodes:.2}", turn + 1, run.progress());
+            println!("  {}/{turns} {label}: {}; server {server:.2} cores, store {nodes:.2}", turn + 1, progress(&run));
             let (runs, total) = &mut done[i];
             runs.push(run);
             *total = Cost { wall: total.wall + cost.wall, cpu: std::array::from_fn(|k| total.cpu[k] + cost.cpu[k]) };
         }
     }
     Ok(done)
-}
-
-trait Progress {
-    fn progress(&self) -> String;
-}
-
-impl Progress for IngestRun {
-    fn progress(&self) -> String {
-        format!("{:.1} docs/s", self.rate())
-    }
-}
-
-impl Progress for LoadResult {
-    fn progress(&self) -> String {
-        format!("{:.1} searches/s, p99 {:.1} ms", self.rate(), ms(self.latency.p99))
-    }
 }
 
 /// `pids` and their children: a PostgreSQL postmaster's backends do the work. (A
@@ -398,7 +358,7 @@ fn figures(args: &Args, documents: usize, queries: usize, stores: &[StoreResult]
         Row::info("query texts", queries as f64, "queries", queries.to_string()),
     ];
     for s in stores {
-        let (label, ingest, search, latency) = (&s.label, s.ingest.rate(), s.search.rate(), &s.search.latency);
+        let (label, ingest, search, latency) = (&s.store.label, s.ingest.rate(), s.search.rate(), &s.search.latency);
         let (p50, p99, secs, calls) =
             (ms(latency.p50), ms(latency.p99), s.ingest.completed.as_secs_f64(), s.search.calls);
         let (rss, costs) = (mib(s.rss), [("ingest", &s.ingest_cost), ("search", &s.search_cost)]);
@@ -419,8 +379,8 @@ fn figures(args: &Args, documents: usize, queries: usize, stores: &[StoreResult]
             ("CPU per search, embedwire", s.per_search(SERVER)),
             ("CPU per search, store", s.per_search(NODES)),
         ] {
-            if !(s.engine == "embedded" && what.ends_with("store")) {
-                info.push((what.replace("store", s.engine), value, "CPU-ms", format!("{value:.2} ms")));
+            if !(s.store.engine == "embedded" && what.ends_with("store")) {
+                info.push((what.replace("store", s.store.engine), value, "CPU-ms", format!("{value:.2} ms")));
             }
         }
         for (phase, cost) in costs {
@@ -435,7 +395,7 @@ fn figures(args: &Args, documents: usize, queries: usize, stores: &[StoreResult]
         for (figure, value, unit, measured) in info {
             rows.push(Row::info(format!("{label}: {figure}"), value, unit, measured));
         }
-        if s.engine == "embedded" {
+        if s.store.engine == "embedded" {
             continue;
         }
         for (what, ratio) in ["ingest", "search"].into_iter().zip(s.cpu_bound_ratios(base)) {
@@ -452,7 +412,7 @@ fn figures(args: &Args, documents: usize, queries: usize, stores: &[StoreResult]
             (format!("search/s c={c}"), search / base.search.rate(), MIN_SEARCH_RATIO, search_note),
         ] {
             let (figure, measured) = (format!("{label} / embedded: {what}"), format!("{ratio:.2} x"));
-            rows.push(if s.judged {
+            rows.push(if s.store.judged {
                 Row::judged(figure, ratio, "x", measured, Bound::AtLeast(limit), format!(">= {limit:.1} x"))
                     .with_note(note)
             } else {
@@ -475,12 +435,7 @@ fn stores_table(stores: &[StoreResult]) -> Table {
     let (base, f3) = (&stores[0], |v: f64| format!("{v:.3}"));
     for s in stores {
         let (i, q, l) = (&s.ingest_cost, &s.search_cost, &s.search.latency);
-        let mut cells = vec![s.label.clone(), s.layout.as_ref().map_or(0, |l| l.nodes).to_string()];
-        let layout = s
-            .layout
-            .as_ref()
-            .map(|l| [l.shards.to_string(), l.replication.to_string(), l.write.clone(), l.read.clone()]);
-        cells.extend(layout.unwrap_or_default());
+        let mut cells: Vec<String> = [&s.store.label].into_iter().chain(&s.store.layout).cloned().collect();
         cells.extend([s.index.0.to_string(), s.index.1.to_string(), f3(s.ingest.completed.as_secs_f64())]);
         cells.extend([format!("{:.2}", s.ingest.rate()), f3(s.ingest.rate() / base.ingest.rate())]);
         let cpu_s = [i.cpu[SERVER], i.cpu[NODES]].map(|t| t.as_secs_f64());
