@@ -176,7 +176,9 @@ async fn measure(
     let (p50, p99) = (ms(busy_l.p50) / ms(idle_l.p50).max(1e-6), ms(busy_l.p99) / ms(idle_l.p99).max(1e-6));
     let busy_text = format!("{} ({p50:.1}x / {p99:.1}x idle p50 / p99)", percentiles(busy_l));
     let cpu_row = |figure: &str, cpu: &CpuUse| {
-        Row::info(format!("{figure}: server / bench"), cpu.server_cores, "cores", cpu_text(cpu))
+        let (server, kernel, bench) = (cpu.server_cores, cpu.server_system_cores, cpu.bench_cores);
+        let text = format!("{server:.2} ({kernel:.2} kernel) / {bench:.2} cores");
+        Row::info(format!("{figure}: server / bench"), server, "cores", text)
     };
     let latency_row = |figure: String, l: &LatencySummary| Row::info(figure, ms(l.p50), "ms", percentiles(l));
     let index_text = format!("{} chunks / {} docs", stats.chunk_count, stats.document_count);
@@ -409,10 +411,6 @@ fn at_least(
     let target = format!(">= {min:.2} x {what} ({:.1})", min * base);
     Row::judged(figure, rate, unit, format!("{rate:.1} {short}"), Bound::AtLeast(min * base), target)
         .with_note(format!("{:.2} x", rate / base))
-}
-
-fn cpu_text(cpu: &CpuUse) -> String {
-    format!("{:.2} ({:.2} kernel) / {:.2} cores", cpu.server_cores, cpu.server_system_cores, cpu.bench_cores)
 }
 
 /// Two rates per second of server CPU: on a machine shared with other jobs the server
