@@ -124,7 +124,7 @@ pub fn docstrings(python: &Path, cache_dir: &Path, refresh: bool) -> anyhow::Res
 
 /// The first line of the cache: which interpreter produced it.
 fn cache_header(python: &Path) -> String {
-    serde_json::json!({ "python": python }).to_string()
+    serde_json::json!({ "python": python.to_string_lossy() }).to_string()
 }
 
 /// The cached docstrings, or None when the cache is unreadable or from another
