@@ -1,28 +1,21 @@
-//! embed: how close the server comes to ONNX Runtime called directly. In one run:
-//! the in-process ceiling (sentences/s of the bare model at batch sizes 1..64), the
-//! server's throughput with 32 one-sentence clients as a ratio to it, the latency of
-//! one sequential client against the in-process batch-1 time, the server's memory
-//! idle and loaded, and its cold start. Both sides load the same graph with the same
-//! thread count; the ceiling's model is dropped before the server starts, so the two
-//! never compete for the cores.
+//! embed: how close the server comes to ONNX Runtime called directly: the in-process
+//! ceiling (sentences/s of the bare model at batch sizes 1..64) against the server's
+//! throughput with 32 one-sentence clients, one sequential client against the batch-1
+//! time, the server's memory idle and loaded, its cold start. Both sides load the same
+//! graph with the same threads; the ceiling's model is dropped before the server starts.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use embedwire_server::model::files::ModelFiles;
-use embedwire_server::model::onnx::{OnnxModel, OnnxSettings, init_runtime};
-use embedwire_server::model::precision::PrecisionChoice;
-use embedwire_server::model::tokenizer::TextTokenizer;
-
 use embedwire_bench::in_process::{self, Ceiling, CeilingPlan};
-use embedwire_bench::latency::ms;
 use embedwire_bench::load::{self, LoadResult, Rpc, Stop};
 use embedwire_bench::memory::{RssSampler, mib, rss_bytes};
 use embedwire_bench::options::{Common, ModelPaths, at_least_one, connections};
 use embedwire_bench::report::{Judge, Report, Table};
 use embedwire_bench::server_process::{ServerCommand, ServerProcess};
-use embedwire_bench::targets::Row;
-use embedwire_bench::{cpu, sentences};
+use embedwire_bench::{cpu, latency::ms, sentences, targets::Row};
+use embedwire_server::model::onnx::{OnnxModel, OnnxSettings, init_runtime};
+use embedwire_server::model::{files::ModelFiles, precision::PrecisionChoice, tokenizer::TextTokenizer};
 
 /// Server throughput at least this share of the in-process ceiling.
 const MIN_THROUGHPUT_RATIO: f64 = 0.90;
@@ -119,17 +112,15 @@ async fn measure_server(
     texts: Arc<[String]>,
 ) -> anyhow::Result<ServerFigures> {
     let mut cold_starts = Vec::new();
-    let mut server = None;
-    for _ in 0..args.cold_starts.unwrap_or(common.pick(3, 1)).max(1) {
-        if let Some(previous) = server.take() {
-            ServerProcess::stop(previous).await?;
-        }
-        let (started, took) = ServerProcess::start(command).await?;
+    let server = loop {
+        let (server, took) = ServerProcess::start(command).await?;
         println!("cold start: {:.0} ms", ms(took));
         cold_starts.push(took);
-        server = Some(started);
-    }
-    let server = server.expect("at least one start");
+        if cold_starts.len() >= args.cold_starts.unwrap_or(common.pick(3, 1)) {
+            break server;
+        }
+        server.stop().await?;
+    };
     let control = [server.connect().await?];
     load::run(&control, 1, texts.clone(), Rpc::Embed, Stop::Calls(1)).await?;
     let idle = rss_bytes(server.pid)?;
