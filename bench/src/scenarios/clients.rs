@@ -111,12 +111,8 @@ fn summarize(mut report: Report, runs: &str) -> anyhow::Result<()> {
             ratios.push(format!("{name} {ratio:.2} x"));
         }
     }
-    let figure = "Python client CPU per vector / Rust (worst variant)";
-    report.figure(
-        Row::info(figure, worst, "x", format!("{worst:.2} x"))
-            .at_most(MAX_PYTHON_OVER_RUST, format!("<= {MAX_PYTHON_OVER_RUST} x"))
-            .with_note(ratios.join(", ")),
-    );
+    let row = Row::info("Python client CPU per vector / Rust (worst variant)", worst, "x", format!("{worst:.2} x"));
+    report.figure(row.at_most(MAX_PYTHON_OVER_RUST, format!("<= {MAX_PYTHON_OVER_RUST} x")).with_note(ratios.join(", ")));
     report.table("summary.csv", &summary)?;
     report.finish()
 }

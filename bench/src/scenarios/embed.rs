@@ -158,6 +158,7 @@ fn judge(args: &Args, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigu
     let (server_cores, bench_cores) = server.cores;
     let best_text = format!("{ceiling_rate:.0} s/s @ batch {}", best.batch_size);
     let loaded_text = format!("{:.1} / {:.1} ms", ms(tl.p50), ms(tl.p99));
+    let cores_text = format!("{server_cores:.2} / {bench_cores:.2} cores");
     let latency_target = format!("<= {LATENCY_FACTOR} x {batch_one:.2} + {LATENCY_SLACK_MS} ms ({latency_limit:.2})");
     vec![
         Row::info("in-process ceiling (best)", ceiling_rate, "sentences/s", best_text),
@@ -166,12 +167,7 @@ fn judge(args: &Args, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigu
             .at_least(min_rate, format!(">= {MIN_THROUGHPUT_RATIO:.2} x {ceiling_rate:.0} s/s ({min_rate:.0})"))
             .with_note(format!("{:.2} x", rate / ceiling_rate)),
         Row::info("throughput latency p50 / p99", ms(tl.p50), "ms", loaded_text),
-        Row::info(
-            "throughput CPU server / bench",
-            server_cores,
-            "cores",
-            format!("{server_cores:.2} / {bench_cores:.2} cores"),
-        ),
+        Row::info("throughput CPU server / bench", server_cores, "cores", cores_text),
         Row::info("latency c=1 p50", ms(cl.p50), "ms", format!("{:.2} ms", ms(cl.p50)))
             .at_most(latency_limit, latency_target)
             .with_note(format!("{:.2} x", ms(cl.p50) / batch_one)),
