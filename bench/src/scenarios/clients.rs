@@ -1,24 +1,19 @@
-//! clients: what the clients themselves cost. The Rust client (`embedwire-client-bench`,
-//! clients/rust) and the Python client (`clients/python/bench_client.py`, sync and
-//! `--async`) embed the same short texts through `embed_many` against one server on
-//! the pseudo backend (the transport alone, so that the client's own cost shows), with
-//! the same batch size and calls in flight, each run a fresh process. The clients take
-//! turns for some rounds and the median run of each counts (the machine is shared).
-//! Target: the Python client's CPU per vector at most 1.5 x the Rust client's, for the
-//! worse of its two variants. Each run appends a row to `client_bench.csv` (both bench
-//! programs write the same columns); `summary.csv` holds the medians.
+//! clients: what the clients themselves cost. The Rust client's bench (clients/rust) and
+//! the Python client's (`clients/python/bench_client.py`, sync and `--async`) embed the
+//! same texts through `embed_many` against one server on the pseudo backend (so the
+//! client's own cost shows), each run a fresh process appending a row to
+//! `client_bench.csv`. The clients take turns for some rounds; the median run of each
+//! counts (`summary.csv`), the machine being shared.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::Context;
-use embedwire_bench::corpus::python_or_venv;
 use embedwire_bench::options::{Common, at_least_one, program_output};
 use embedwire_bench::report::{Judge, Report, Table};
-use embedwire_bench::server_process::ServerProcess;
-use embedwire_bench::targets::Row;
+use embedwire_bench::{corpus::python_or_venv, server_process::ServerProcess, targets::Row};
 
-/// The Python client's CPU per vector at most this many times the Rust client's.
+/// The Python client's CPU per vector (the worse variant) at most this many times the Rust client's.
 const MAX_PYTHON_OVER_RUST: f64 = 1.5;
 
 /// Options of the clients scenario (`--concurrency`: Embed calls in flight, one level,
@@ -52,11 +47,8 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let python = python_or_venv(args.python.as_deref())?;
     let server_binary = common.server_binary()?;
     let rust = args.client_bench_bin.clone().unwrap_or_else(|| server_binary.with_file_name("embedwire-client-bench"));
-    anyhow::ensure!(
-        rust.is_file(),
-        "no {} (build the workspace: `make setup`; or pass --client-bench-bin)",
-        rust.display()
-    );
+    let hint = "build the workspace: `make setup`; or pass --client-bench-bin";
+    anyhow::ensure!(rust.is_file(), "no {} ({hint})", rust.display());
     let report = Report::new(common.results("clients"), "clients")?;
     let csv = report.dir().join("client_bench.csv");
     let _ = std::fs::remove_file(&csv); // the bench programs append to it
@@ -94,23 +86,21 @@ fn summarize(mut report: Report, runs: &str) -> anyhow::Result<()> {
     let column = |name: &str| header.iter().position(|c| *c == name).with_context(|| format!("no {name} column"));
     let [client, seconds, rate, cpu] = ["client", "seconds", "vectors_per_s", "cpu_us_per_vector"].map(column);
     let (client, columns) = (client?, [seconds?, rate?, cpu?]);
-    let mut clients: Vec<(String, Vec<[f64; 3]>)> = Vec::new();
+    // Each client's runs, in the order the clients first ran.
+    let mut clients: Vec<(&str, Vec<[f64; 3]>)> = Vec::new();
     for line in lines {
         let values = columns.map(|k| line.get(k).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN));
-        match clients.iter_mut().find(|(name, _)| name == line[client]) {
+        match clients.iter_mut().find(|(name, _)| *name == line[client]) {
             Some((_, known)) => known.push(values),
-            None => clients.push((line[client].to_string(), vec![values])),
+            None => clients.push((line[client], vec![values])),
         }
     }
-    let medians: Vec<(&str, usize, [f64; 3])> = clients
-        .iter()
-        .map(|(name, runs)| (name.as_str(), runs.len(), std::array::from_fn(|k| median(runs.iter().map(|r| r[k])))))
-        .collect();
-    let rust_cpu = medians.iter().find(|m| m.0 == "rust").context("no run of the Rust client")?.2[2];
+    let medians = clients.iter().map(|(name, runs)| (*name, runs.len(), median(runs)));
+    let rust_cpu = clients.iter().find(|c| c.0 == "rust").map(|c| median(&c.1)[2]).context("no run of the Rust client")?;
     // As Python's csv module writes floats (Rust's `{:?}` is the same shortest form).
     let mut summary = Table::new("client,runs,seconds,vectors_per_s,cpu_us_per_vector,ratio_to_rust");
     let (mut worst, mut ratios) = (0.0f64, Vec::new());
-    for &(name, count, [seconds, rate, cpu]) in &medians {
+    for (name, count, [seconds, rate, cpu]) in medians {
         let ratio = cpu / rust_cpu;
         let medians = [seconds, rate, cpu, ratio].map(|value| format!("{value:?}"));
         summary.row([name.to_string(), count.to_string()].into_iter().chain(medians));
@@ -121,20 +111,19 @@ fn summarize(mut report: Report, runs: &str) -> anyhow::Result<()> {
             ratios.push(format!("{name} {ratio:.2} x"));
         }
     }
-    let figure = "Python client CPU per vector / Rust (worst variant)";
-    report.figure(
-        Row::info(figure, worst, "x", format!("{worst:.2} x"))
-            .at_most(MAX_PYTHON_OVER_RUST, format!("<= {MAX_PYTHON_OVER_RUST} x"))
-            .with_note(ratios.join(", ")),
-    );
+    let row = Row::info("Python client CPU per vector / Rust (worst variant)", worst, "x", format!("{worst:.2} x"));
+    report.figure(row.at_most(MAX_PYTHON_OVER_RUST, format!("<= {MAX_PYTHON_OVER_RUST} x")).with_note(ratios.join(", ")));
     report.table("summary.csv", &summary)?;
     report.finish()
 }
 
-/// The median, the mean of the middle two for an even count (as Python's `statistics.median`).
-fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut values: Vec<f64> = values.collect();
-    values.sort_by(f64::total_cmp);
-    let middle = values.len() / 2;
-    if values.len() % 2 == 1 { values[middle] } else { (values[middle - 1] + values[middle]) / 2.0 }
+/// Each column's median over `runs`, the mean of the middle two for an even count (as
+/// Python's `statistics.median`).
+fn median(runs: &[[f64; 3]]) -> [f64; 3] {
+    std::array::from_fn(|k| {
+        let mut values: Vec<f64> = runs.iter().map(|run| run[k]).collect();
+        values.sort_by(f64::total_cmp);
+        let middle = values.len() / 2;
+        if values.len() % 2 == 1 { values[middle] } else { (values[middle - 1] + values[middle]) / 2.0 }
+    })
 }

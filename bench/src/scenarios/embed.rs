@@ -1,28 +1,21 @@
-//! embed: how close the server comes to ONNX Runtime called directly. In one run:
-//! the in-process ceiling (sentences/s of the bare model at batch sizes 1..64), the
-//! server's throughput with 32 one-sentence clients as a ratio to it, the latency of
-//! one sequential client against the in-process batch-1 time, the server's memory
-//! idle and loaded, and its cold start. Both sides load the same graph with the same
-//! thread count; the ceiling's model is dropped before the server starts, so the two
-//! never compete for the cores.
+//! embed: how close the server comes to ONNX Runtime called directly: the in-process
+//! ceiling (sentences/s of the bare model at batch sizes 1..64) against the server's
+//! throughput with 32 one-sentence clients, one sequential client against the batch-1
+//! time, the server's memory idle and loaded, its cold start. Both sides load the same
+//! graph with the same threads; the ceiling's model is dropped before the server starts.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use embedwire_server::model::files::ModelFiles;
-use embedwire_server::model::onnx::{OnnxModel, OnnxSettings, init_runtime};
-use embedwire_server::model::precision::PrecisionChoice;
-use embedwire_server::model::tokenizer::TextTokenizer;
-
 use embedwire_bench::in_process::{self, Ceiling, CeilingPlan};
-use embedwire_bench::latency::ms;
 use embedwire_bench::load::{self, LoadResult, Rpc, Stop};
 use embedwire_bench::memory::{RssSampler, mib, rss_bytes};
 use embedwire_bench::options::{Common, ModelPaths, at_least_one, connections};
 use embedwire_bench::report::{Judge, Report, Table};
 use embedwire_bench::server_process::{ServerCommand, ServerProcess};
-use embedwire_bench::targets::Row;
-use embedwire_bench::{cpu, sentences};
+use embedwire_bench::{cpu, latency::ms, sentences, targets::Row};
+use embedwire_server::model::onnx::{OnnxModel, OnnxSettings, init_runtime};
+use embedwire_server::model::{files::ModelFiles, precision::PrecisionChoice, tokenizer::TextTokenizer};
 
 /// Server throughput at least this share of the in-process ceiling.
 const MIN_THROUGHPUT_RATIO: f64 = 0.90;
@@ -119,17 +112,15 @@ async fn measure_server(
     texts: Arc<[String]>,
 ) -> anyhow::Result<ServerFigures> {
     let mut cold_starts = Vec::new();
-    let mut server = None;
-    for _ in 0..args.cold_starts.unwrap_or(common.pick(3, 1)).max(1) {
-        if let Some(previous) = server.take() {
-            ServerProcess::stop(previous).await?;
-        }
-        let (started, took) = ServerProcess::start(command).await?;
+    let server = loop {
+        let (server, took) = ServerProcess::start(command).await?;
         println!("cold start: {:.0} ms", ms(took));
         cold_starts.push(took);
-        server = Some(started);
-    }
-    let server = server.expect("at least one start");
+        if cold_starts.len() >= args.cold_starts.unwrap_or(common.pick(3, 1)) {
+            break server;
+        }
+        server.stop().await?;
+    };
     let control = [server.connect().await?];
     load::run(&control, 1, texts.clone(), Rpc::Embed, Stop::Calls(1)).await?;
     let idle = rss_bytes(server.pid)?;
@@ -167,6 +158,7 @@ fn judge(args: &Args, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigu
     let (server_cores, bench_cores) = server.cores;
     let best_text = format!("{ceiling_rate:.0} s/s @ batch {}", best.batch_size);
     let loaded_text = format!("{:.1} / {:.1} ms", ms(tl.p50), ms(tl.p99));
+    let cores_text = format!("{server_cores:.2} / {bench_cores:.2} cores");
     let latency_target = format!("<= {LATENCY_FACTOR} x {batch_one:.2} + {LATENCY_SLACK_MS} ms ({latency_limit:.2})");
     vec![
         Row::info("in-process ceiling (best)", ceiling_rate, "sentences/s", best_text),
@@ -175,12 +167,7 @@ fn judge(args: &Args, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigu
             .at_least(min_rate, format!(">= {MIN_THROUGHPUT_RATIO:.2} x {ceiling_rate:.0} s/s ({min_rate:.0})"))
             .with_note(format!("{:.2} x", rate / ceiling_rate)),
         Row::info("throughput latency p50 / p99", ms(tl.p50), "ms", loaded_text),
-        Row::info(
-            "throughput CPU server / bench",
-            server_cores,
-            "cores",
-            format!("{server_cores:.2} / {bench_cores:.2} cores"),
-        ),
+        Row::info("throughput CPU server / bench", server_cores, "cores", cores_text),
         Row::info("latency c=1 p50", ms(cl.p50), "ms", format!("{:.2} ms", ms(cl.p50)))
             .at_most(latency_limit, latency_target)
             .with_note(format!("{:.2} x", ms(cl.p50) / batch_one)),

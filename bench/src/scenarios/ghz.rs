@@ -1,16 +1,12 @@
-//! ghz: the gRPC calls under ghz, the community's gRPC load tool, so that the figures
-//! can be checked with a tool the bench did not write: the configs checked in under
-//! `bench/ghz/` (Embed with 1, 32 and 256 texts per call, EmbedStream, Search on an
-//! index of docstring paragraphs) at concurrency 1, 16 and 64, on a fresh server per
-//! backend (pseudo: the transport alone; onnx: the real model). The host,
-//! concurrency and duration go on ghz's command line, which overrides the file, so
-//! the configs also run by hand (`ghz --config bench/ghz/embed-256.json -c 16 -z 5s
-//! 127.0.0.1:50051` from the workspace root). The server's admission limits are
-//! lifted, so that every run measures throughput at saturation rather than
-//! RESOURCE_EXHAUSTED (the overload scenario measures admission); any error ghz sees
-//! is still reported. ghz's JSON summaries go to `<backend>/`, a line per run to
-//! `ghz_summary.csv`.
+//! ghz: the gRPC calls under ghz, the community's gRPC load tool, so the figures can be
+//! checked with a tool the bench did not write: the configs checked in under
+//! `bench/ghz/` (they also run by hand: `ghz --config bench/ghz/embed-256.json -c 16 -z 5s
+//! 127.0.0.1:50051`; host, concurrency and duration on the command line override the
+//! file) at several concurrencies, on a fresh server per backend. The server's admission
+//! limits are lifted, so every run measures throughput at saturation, not
+//! RESOURCE_EXHAUSTED (the overload scenario measures admission).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -25,6 +21,7 @@ use embedwire_bench::targets::Row;
 use embedwire_bench::{corpus::CorpusOptions, ingest};
 use embedwire_server::ServerConfig;
 use embedwire_server::config::BackendKind;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// ghz_summary.csv, one line per run.
@@ -73,16 +70,41 @@ struct Config {
     texts: usize,
 }
 
-/// What one ghz run measured (ghz's own `rps` counts errors too).
-struct GhzRun {
+/// What the bench reads of ghz's JSON report: times in ns; ghz's own `rps` counts errors too.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GhzReport {
     count: u64,
-    ok: u64,
-    errors: u64,
-    total: Duration,
+    total: u64,
+    average: u64,
     rps: f64,
+    latency_distribution: Option<Vec<Percentile>>,
+    status_code_distribution: Option<BTreeMap<String, u64>>,
+    error_distribution: Option<BTreeMap<String, u64>>,
+}
+
+#[derive(Deserialize)]
+struct Percentile {
+    percentage: u64,
+    latency: u64,
+}
+
+impl GhzReport {
+    fn calls(&self, ok: bool) -> u64 {
+        let codes = self.status_code_distribution.iter().flatten();
+        codes.filter(|(code, _)| (*code == "OK") == ok).map(|(_, n)| n).sum()
+    }
+
     /// Average, p50, p95, p99.
-    latency: [Duration; 4],
-    top_error: Option<String>,
+    fn latency(&self) -> [Duration; 4] {
+        let at = |p| self.latency_distribution.iter().flatten().find(|l| l.percentage == p).map_or(0, |l| l.latency);
+        [self.average, at(50), at(95), at(99)].map(Duration::from_nanos)
+    }
+
+    fn top_error(&self) -> Option<String> {
+        let errors = self.error_distribution.iter().flatten();
+        errors.max_by_key(|(_, n)| **n).map(|(error, n)| format!("{n} x {error}"))
+    }
 }
 
 pub fn run(common: &Common, args: Args) -> Result<()> {
@@ -139,23 +161,22 @@ pub fn run(common: &Common, args: Args) -> Result<()> {
                 let summary = dir.join(format!("{}_c{c}.json", config.stem));
                 let run = run_ghz(&ghz, config, server.address, c, (run_time, stop), &summary)?;
                 let cores = cpu.finish()?.server_cores;
-                let ok_rps = run.ok as f64 / run.total.as_secs_f64().max(1e-9);
+                let (ok, errors, seconds) = (run.calls(true), run.calls(false), run.total as f64 / 1e9);
+                let (ok_rps, top_error) = (ok as f64 / seconds.max(1e-9), run.top_error());
                 let texts = ok_rps * config.texts as f64;
-                let [avg, p50, p95, p99] = run.latency.map(ms);
-                println!("{backend} {} c={c}: {ok_rps:.1} calls/s, {} errors", config.stem, run.errors);
-                if let Some(error) = &run.top_error {
+                let [avg, p50, p95, p99] = run.latency().map(ms);
+                println!("{backend} {} c={c}: {ok_rps:.1} calls/s, {errors} errors", config.stem);
+                if let Some(error) = &top_error {
                     println!("  most frequent error: {error}");
                 }
                 let measured = format!(
-                    "{ok_rps:.1} calls/s, {texts:.1} texts/s, p50/p95/p99 {p50:.2}/{p95:.2}/{p99:.2} ms, {} errors, server {cores:.2} cores",
-                    run.errors
+                    "{ok_rps:.1} calls/s, {texts:.1} texts/s, p50/p95/p99 {p50:.2}/{p95:.2}/{p99:.2} ms, {errors} errors, server {cores:.2} cores"
                 );
                 report.figure(Row::info(format!("{backend} {} c={c}", config.stem), ok_rps, "calls/s", measured));
-                let counts = [config.texts as u64, c as u64, run.count, run.ok, run.errors].map(|n| n.to_string());
-                let seconds = run.total.as_secs_f64();
+                let counts = [config.texts as u64, c as u64, run.count, ok, errors].map(|n| n.to_string());
                 let times = [seconds, run.rps, ok_rps, texts, avg, p50, p95, p99, cores].map(|v| format!("{v:.3}"));
                 let names = [backend.to_string(), config.stem.clone(), config.call.clone()];
-                table.row(names.into_iter().chain(counts).chain(times).chain([run.top_error.unwrap_or_default()]));
+                table.row(names.into_iter().chain(counts).chain(times).chain([top_error.unwrap_or_default()]));
             }
         }
         runtime.block_on(server.stop())?;
@@ -164,10 +185,9 @@ pub fn run(common: &Common, args: Args) -> Result<()> {
     report.finish()
 }
 
-/// Runs ghz on `file` (one connection per worker) and keeps its report, without
-/// the per-call details and the call data (megabytes, and in the config already),
-/// as `out`.
-fn run_ghz(ghz: &Path, file: &Config, host: SocketAddr, c: usize, run: (Duration, &str), out: &Path) -> Result<GhzRun> {
+/// Runs ghz on `file` (one connection per worker); its report goes to `out` without the
+/// per-call details and the call data (megabytes, and in the config already).
+fn run_ghz(ghz: &Path, file: &Config, host: SocketAddr, c: usize, run: (Duration, &str), out: &Path) -> Result<GhzReport> {
     let raw = out.with_extension("raw.json");
     let (concurrency, (duration, duration_stop)) = (c.to_string(), run);
     let mut command = std::process::Command::new(ghz);
@@ -180,31 +200,10 @@ fn run_ghz(ghz: &Path, file: &Config, host: SocketAddr, c: usize, run: (Duration
     std::fs::remove_file(&raw)?;
     if let Some(object) = report.as_object_mut() {
         object.remove("details");
-        // The call data is the config's, repeated in every report.
-        if let Some(options) = object.get_mut("options").and_then(Value::as_object_mut) {
-            options.remove("data");
-        }
+        object.get_mut("options").and_then(Value::as_object_mut).map(|options| options.remove("data"));
     }
     std::fs::write(out, serde_json::to_string_pretty(&report)?)?;
-    // Times in nanoseconds.
-    let nanos = |value: &Value| Duration::from_nanos(value.as_u64().unwrap_or(0));
-    let percentile = |p: u64| {
-        let list = report["latencyDistribution"].as_array().into_iter().flatten();
-        list.into_iter().find(|l| l["percentage"] == p).map_or(Duration::ZERO, |l| nanos(&l["latency"]))
-    };
-    let codes = report["statusCodeDistribution"].as_object().cloned().unwrap_or_default();
-    let count_of = |code: &str| codes.get(code).and_then(Value::as_u64).unwrap_or(0);
-    let errors = report["errorDistribution"].as_object().cloned().unwrap_or_default();
-    let top_error = errors.iter().max_by_key(|(_, n)| n.as_u64()).map(|(e, n)| format!("{n} x {e}"));
-    Ok(GhzRun {
-        count: report["count"].as_u64().context("ghz's report has no count")?,
-        ok: count_of("OK"),
-        errors: codes.keys().filter(|code| *code != "OK").map(|code| count_of(code)).sum(),
-        total: nanos(&report["total"]),
-        rps: report["rps"].as_f64().unwrap_or(0.0),
-        latency: [nanos(&report["average"]), percentile(50), percentile(95), percentile(99)],
-        top_error,
-    })
+    serde_json::from_value(report).context("reading ghz's JSON report")
 }
 
 /// Writes the configs into `dir` from `queries` (at least 256 sentences).

@@ -1,29 +1,22 @@
-//! overload: the real server offered three times the Embed calls it can answer, and
-//! which queue-time bound (--max-queue-ms) keeps both overload targets: rejections
-//! (RESOURCE_EXHAUSTED) in p99 <= 5 ms, accepted calls' p99 <= 2 x the unloaded p99.
-//! For each bound (the server's derived default first), a reference server without a
-//! bound measures again the maximum (closed loop, one docstring sentence per call) and
-//! the unloaded p99 (open loop at half of it), since other work on a shared machine
-//! changes its capacity from minute to minute; then a fresh server with the bound is
-//! offered 3 x that maximum open loop, calls leaving on schedule whatever the answers,
-//! so that a queue in the server shows up as latency.
+//! overload: the real server offered three times the Embed calls it can answer, and which
+//! queue-time bound (--max-queue-ms) keeps both overload targets. Before each bound's run
+//! (the server's default first), a reference server without a bound measures the maximum
+//! (closed loop) and the unloaded p99 (open loop at half of it) again, since a shared
+//! machine's capacity changes from minute to minute; then a fresh server with the bound is
+//! offered 3 x that maximum open loop, so a queue in the server shows up as latency.
 
 use std::ffi::OsString;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use embedwire_bench::corpus::CorpusOptions;
-use embedwire_bench::cpu::CpuWindow;
 use embedwire_bench::latency::{LatencySummary, ms};
 use embedwire_bench::load::{self, Rpc, Stop};
 use embedwire_bench::open_loop::{self, Call, OpenLoopRun, Outcome, Schedule, Tally};
 use embedwire_bench::options::{Common, at_least_one, connections, seconds};
-use embedwire_bench::report::{Report, Table};
-use embedwire_bench::server_process::ServerProcess;
-use embedwire_bench::targets::{Bound, Row};
-use embedwire_proto::v1::EmbedRequest;
-use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
+use embedwire_bench::report::{Judge, Report, Table};
+use embedwire_bench::{corpus::CorpusOptions, cpu::CpuWindow, server_process::ServerProcess, targets::Row};
+use embedwire_proto::v1::{EmbedRequest, embed_service_client::EmbedServiceClient};
 use embedwire_server::ServerConfig;
 use tonic::transport::Channel;
 
@@ -152,7 +145,7 @@ async fn measure(common: &Common, args: &Args, texts: Arc<[String]>) -> anyhow::
         let goodput_text = format!("{goodput:.0} calls/s ({:.0}% of max)", 100.0 * goodput / max_rate);
         let row = |figure: &str, value, unit, measured| Row::info(format!("{figure} {label}"), value, unit, measured);
         let judged = |figure: &str, value, measured, limit, target: String| {
-            Row::judged(format!("{figure} {label}"), value, "ms", measured, Bound::AtMost(limit), target)
+            row(figure, value, "ms", measured).at_most(limit, target)
         };
         rows.extend([
             row("max Embed throughput, before", max_rate, "calls/s", format!("{max_rate:.0} calls/s")),

@@ -1,18 +1,11 @@
-//! rerank: the pairs/s the server's Rerank scores against the same cross-encoder
-//! in-process (the server crate's code and ONNX settings, pairs tokenized beforehand,
-//! several batch sizes: the ceiling), and one call's latency. Closed-loop gRPC clients
-//! at concurrency 1..32 call a server with `--rerank-model-dir`, then one without (the
-//! bi-encoder fallback), each call one query and 20 docstring passages of 50-70 tokens:
+//! rerank: the pairs/s of the server's Rerank against the same cross-encoder in-process
+//! (the server crate's code and ONNX settings, pairs tokenized beforehand: the ceiling),
+//! at concurrency 1..32, then the bi-encoder fallback (a server without
+//! `--rerank-model-dir`). A call is one query and 20 docstring passages of 50-70 tokens:
 //! call k takes query k mod Q and the passages from (k x texts) mod P on, P prime, so
-//! concurrent calls never share a passage and each lap shifts the windows.
-//!
-//! The ceiling and the cross-encoder server alternate in rounds, so that a drift of
-//! this shared machine's speed moves both alike; they never run at once. The server
-//! shares the cores with the bench's clients, which the ceiling does not (see the CPU
-//! columns). A refused client pauses 5 ms, doubling to 200 ms, as the clients' retry
-//! policies do: the figure is what the server answers clients that back off. From the
-//! server's /metrics: model busy (model time per second), inputs per batch (texts and
-//! queries for the bi-encoder), model ms per input (padding included).
+//! concurrent calls never share a passage. The ceiling and the server alternate in
+//! rounds, so a drift of this shared machine's speed moves both alike. A refused client
+//! backs off as the clients' retry policies do.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -26,10 +19,9 @@ use embedwire_bench::cpu::{self, CpuUse, CpuWindow};
 use embedwire_bench::in_process::{Ceiling, CeilingPlan, InProcess, MIN_BATCHES};
 use embedwire_bench::options::{Common, at_least_one, connections, program_output, seconds};
 use embedwire_bench::report::{Judge, Report, Table};
-use embedwire_bench::server_metrics::MetricsSnapshot;
 use embedwire_bench::server_process::{ServerCommand, ServerProcess};
-use embedwire_bench::targets::Row;
 use embedwire_bench::{corpus, corpus::CorpusOptions, latency::ms, load::Stop};
+use embedwire_bench::{server_metrics::MetricsSnapshot, targets::Row};
 use embedwire_proto::v1::{RerankRequest, rerank_service_client::RerankServiceClient};
 use embedwire_server::ServerConfig;
 use embedwire_server::model::pair_tokenizer::{PairTokenizer, TruncationSide};
@@ -83,15 +75,11 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let texts = args.texts_per_call;
     let mut report = Report::new(common.results("rerank"), "rerank_bench")?;
     let rounds = args.rounds.unwrap_or(common.pick(3, 1));
-    let sizes = if args.batch_sizes.is_empty() {
-        common.pick(vec![1, 8, 20, 32, 64], vec![1, 20])
-    } else {
-        args.batch_sizes.clone()
-    };
+    let sizes = Some(args.batch_sizes.clone()).filter(|sizes| !sizes.is_empty());
+    let batch_sizes = sizes.unwrap_or_else(|| common.pick(vec![1, 8, 20, 32, 64], vec![1, 20]));
     let seconds = args.ceiling_secs.unwrap_or(common.pick(3.0, 0.5));
-    let warmup = Duration::from_secs_f64(common.pick(1.0, 0.2));
-    let plan =
-        CeilingPlan { batch_sizes: sizes, time_per_size: Duration::from_secs_f64(seconds) / rounds as u32, warmup };
+    let (time_per_size, warmup) = (Duration::from_secs_f64(seconds) / rounds as u32, common.pick(1.0, 0.2));
+    let plan = CeilingPlan { batch_sizes, time_per_size, warmup: Duration::from_secs_f64(warmup) };
     let run_time = common.duration(15.0, 1.0);
     let levels = common.sweep(&[1, 2, 4, 8, 16, 32], &[1, 4]);
     let (python, cache_dir) = (args.corpus.python()?, &args.corpus.cache_dir);
@@ -165,7 +153,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
         args.map(|arg| arg.to_string_lossy()).collect::<Vec<_>>().join(" ")
     };
     let mut setup = Table::new("setting,value");
-    for (setting, value) in [
+    let settings = [
         ("quick", common.quick.to_string()),
         ("texts_per_call", texts.to_string()),
         ("clients_per_connection", args.clients_per_connection.to_string()),
@@ -179,9 +167,8 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
         ("queries", workload.queries.len().to_string()),
         ("passages", workload.passages.len().to_string()),
         ("mean_passage_tokens", format!("{:.1}", mean(&workload.passage_tokens))),
-    ] {
-        setup.row([setting.to_string(), value]);
-    }
+    ];
+    settings.into_iter().for_each(|(setting, value)| setup.row([setting.to_string(), value]));
     let mut batches = Table::new("batch_size,pairs,seconds,pairs_per_s,batch_mean_ms,batch_p50_ms,batch_p99_ms");
     for run in &ceiling.runs {
         let l = &run.batch_latency;
@@ -205,8 +192,8 @@ fn mean(values: &[usize]) -> f64 {
     values.iter().sum::<usize>() as f64 / values.len().max(1) as f64
 }
 
-/// `explicit` (holding a model.onnx), else SCRIPT's build in the cache, made now when
-/// missing or made by another version of the script (whose copy is kept beside it).
+/// `explicit`, else SCRIPT's build in the cache, made now when missing or made by another
+/// version of the script (whose copy is kept beside it).
 fn cross_encoder_dir(explicit: Option<&Path>, python: &Path, cache_dir: &Path) -> anyhow::Result<PathBuf> {
     if let Some(dir) = explicit {
         anyhow::ensure!(dir.join("model.onnx").is_file(), "no model.onnx in --rerank-model-dir {}", dir.display());
@@ -394,11 +381,8 @@ impl Sweep {
     async fn pass(&self, server: &ServerProcess, scorer: &Scorer) -> anyhow::Result<Vec<Point>> {
         let mut points = Vec::new();
         for &clients in &self.levels {
-            let point = self.point(server, scorer, clients).await;
-            if point.is_err() {
-                eprintln!("the server's last log lines:\n{}", server.log_tail().join("\n"));
-            }
-            points.push(point?);
+            let tail = |_: &_| eprintln!("the server's last log lines:\n{}", server.log_tail().join("\n"));
+            points.push(self.point(server, scorer, clients).await.inspect_err(tail)?);
         }
         Ok(points)
     }
@@ -421,26 +405,20 @@ impl Sweep {
         }
         let tally = Arc::default();
         let (metrics, machine) = (MetricsSnapshot::read(server.address).await?, cpu::machine_busy_time()?);
-        let window = CpuWindow::start(server.pid)?;
-        let run = closed_loop::run(callers(&tally), Stop::After(self.run_time)).await?;
-        let cpu = window.finish()?;
+        let load = closed_loop::run(callers(&tally), Stop::After(self.run_time));
+        let (run, cpu) = CpuWindow::around(server.pid, load).await?;
         let machine_cores = cpu::cores(machine, cpu::machine_busy_time()?, cpu.wall);
         let after = MetricsSnapshot::read(server.address).await?;
         let [batches, inputs, seconds] = scorer.1;
         let model = [batches, inputs, seconds, REFUSED].map(|name| after.since(&metrics, name).max(0.0));
         let tally = tally.each_ref().map(|n| n.load(Relaxed));
-        let p =
-            Point { scorer: scorer.0, clients, texts: self.work.texts_per_call, run, tally, cpu, machine_cores, model };
-        let (rate, p99, first) =
-            (p.pairs_per_s(), ms(p.run.latency().p99), p.run.first_error.as_deref().unwrap_or("-"));
-        println!(
-            "  {} c={clients:<2} {rate:>6.1} pairs/s  {} refused, {} errors  p99 {p99:.1} ms; {}",
-            scorer.0,
-            p.refused(),
-            p.errors(),
-            p.cpu
-        );
-        anyhow::ensure!(p.run.ok() > 0, "{} c={clients}: no call answered (first error: {first})", scorer.0);
+        let texts = self.work.texts_per_call;
+        let p = Point { scorer: scorer.0, clients, texts, run, tally, cpu, machine_cores, model };
+        let (name, rate, p99, first) =
+            (scorer.0, p.pairs_per_s(), ms(p.run.latency().p99), p.run.first_error.as_deref().unwrap_or("-"));
+        let (refused, errors) = (p.refused(), p.errors());
+        println!("  {name} c={clients:<2} {rate:>6.1} pairs/s  {refused} refused, {errors} errors  p99 {p99:.1} ms; {}", p.cpu);
+        anyhow::ensure!(p.run.ok() > 0, "{name} c={clients}: no call answered (first error: {first})");
         Ok(p)
     }
 }
@@ -536,16 +514,3 @@ fn sweep_table<'a>(points: impl Iterator<Item = &'a Point>) -> Table {
     table
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn consecutive_calls_share_no_passage_and_windows_shift_each_lap() {
-        let (queries, passages) =
-            ((0..3).map(|i| format!("q{i}")).collect(), (0..7).map(|i| format!("p{i}")).collect());
-        let workload = super::Workload { queries, passages, passage_tokens: vec![60; 7], texts_per_call: 3 };
-        assert_eq!(workload.call(0), ("q0".into(), vec!["p0".into(), "p1".into(), "p2".into()]));
-        assert_eq!(workload.call(1), ("q1".into(), vec!["p3".into(), "p4".into(), "p5".into()]));
-        assert_eq!(workload.call(2).1, ["p6", "p0", "p1"], "wraps, shifted by one");
-        assert_eq!(workload.call(3).0, "q0");
-    }
-}

@@ -1,10 +1,8 @@
-//! soak: ten minutes of mixed load on the real server (real model, default flags),
-//! against the soak targets: no errors besides RESOURCE_EXHAUSTED, RSS growth <= 10%
-//! and p99 drift <= 20%, the last window against the first after a warm-up. The index
-//! first gets 3000 docstring paragraphs; the mix's maximum is measured closed loop,
-//! then 80% of it is offered open loop, so a slow minute is sampled as densely as a
-//! fast one. The client shares the machine: its lag and the other processes' CPU are
-//! printed, so a late client or a busy machine can be told from a slow server.
+//! soak: ten minutes of mixed load on the real server (real model, default flags) against
+//! the soak targets: no errors besides RESOURCE_EXHAUSTED, RSS growth <= 10% and p99 drift
+//! <= 20%, last window against the first after a warm-up. The mix's maximum is measured
+//! closed loop, then 80% of it is offered open loop, so a slow minute is sampled as densely
+//! as a fast one; the client's lag and the other processes' CPU are printed beside.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,20 +13,15 @@ use anyhow::Context;
 use embedwire_bench::closed_loop::{self, Caller};
 use embedwire_bench::corpus::{CorpusOptions, Paragraph};
 use embedwire_bench::cpu::{CpuWindow, cpu_time, machine_busy_time};
-use embedwire_bench::ingest;
 use embedwire_bench::latency::{LatencySummary, ms};
-use embedwire_bench::load::Stop;
 use embedwire_bench::memory::{RssSeries, mib, rss_bytes};
 use embedwire_bench::open_loop::{self, Call, Outcome, Schedule, Tally};
 use embedwire_bench::options::{Common, at_least_one, connections, seconds};
 use embedwire_bench::report::{Judge, Report, Table};
-use embedwire_bench::server_process::ServerProcess;
-use embedwire_bench::targets::Row;
-use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
+use embedwire_bench::{ingest, load::Stop, server_process::ServerProcess, targets::Row};
 use embedwire_proto::v1::search_query::Query;
-use embedwire_proto::v1::search_service_client::SearchServiceClient;
-use embedwire_proto::v1::{Document, EmbedRequest, GetJobRequest, IngestRequest};
-use embedwire_proto::v1::{JobStatus, SearchQuery, SearchRequest};
+use embedwire_proto::v1::{embed_service_client::EmbedServiceClient, search_service_client::SearchServiceClient};
+use embedwire_proto::v1::{Document, EmbedRequest, GetJobRequest, IngestRequest, JobStatus, SearchQuery, SearchRequest};
 use tonic::transport::Channel;
 
 /// Most RSS growth and p99 drift, percent, first measured window to last.
@@ -193,8 +186,8 @@ async fn measure(
     let drained = (pending().await? == 0).then(|| waiting.elapsed().as_secs_f64());
     let (jobs, mut failed_jobs) = (load.jobs.lock().map(|jobs| jobs.clone()).unwrap_or_default(), Vec::new());
     let mut client = SearchServiceClient::new(channels[0].clone());
-    for job_id in &jobs {
-        let job = client.get_job(GetJobRequest { job_id: job_id.clone() }).await.context("GetJob")?.into_inner().job;
+    for job_id in jobs.iter().cloned() {
+        let job = client.get_job(GetJobRequest { job_id }).await.context("GetJob")?.into_inner().job;
         let job = job.context("GetJob answered without a job")?;
         if job.status != JobStatus::Completed as i32 || job.failed_documents > 0 {
             failed_jobs.push(format!("ingest job not completed: {job:?}"));
@@ -323,9 +316,9 @@ impl Call for MixedLoad {
     }
 }
 
-/// A closed-loop worker of the maximum's run: worker w makes calls w, w + W, ... A refused
-/// call is retried after a pause doubling up to 200 ms, as the clients do: the maximum is
-/// what the server answers to clients that back off, not how fast it refuses the others.
+/// A worker of the maximum's run: worker w makes calls w, w + W, ... A refused call is
+/// retried after a pause doubling up to 200 ms, as the clients do: the maximum is what the
+/// server answers clients that back off, not how fast it refuses the others.
 struct MixWorker {
     load: Arc<MixedLoad>,
     worker: usize,

@@ -1,19 +1,12 @@
-//! tokenize: the `Tokenize` rpc, which runs the server's tokenizer and no model.
-//! It says what a call costs without inference (gRPC, admission, tokenization) next
-//! to an `Embed` of the same sentence, so a slow Embed can be told apart from a slow
-//! server: Tokenize at concurrency 1 should serve many times the calls of Embed.
-//! Written as the harness's example of a scenario: workload, targets, nothing else.
+//! tokenize: the `Tokenize` rpc (the server's tokenizer, no model): what a call costs
+//! without inference, next to an `Embed` of the same sentence, so a slow Embed can be told
+//! apart from a slow server. The harness's example of a scenario: workload, targets.
 
 use embedwire_bench::closed_loop::{self, Caller, ClosedLoopRun};
-use embedwire_bench::latency::ms;
-use embedwire_bench::load::Stop;
-use embedwire_bench::options::Common;
-use embedwire_bench::report::{Report, Table};
-use embedwire_bench::sentences::sentence;
+use embedwire_bench::report::{Judge, Report, Table};
+use embedwire_bench::{latency::ms, load::Stop, options::Common, sentences::sentence, targets::Row};
 use embedwire_bench::server_process::ServerProcess;
-use embedwire_bench::targets::{Bound, Row};
-use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
-use embedwire_proto::v1::{EmbedRequest, TokenizeRequest};
+use embedwire_proto::v1::{EmbedRequest, TokenizeRequest, embed_service_client::EmbedServiceClient};
 use tonic::transport::Channel;
 
 /// Tokenize calls/s at concurrency 1 at least this many times Embed's.
@@ -77,9 +70,8 @@ pub fn run(common: &Common, _: Args) -> anyhow::Result<()> {
     let rate_at_one =
         |name: &str| runs.iter().find(|(rpc, c, _)| *rpc == name && *c == 1).map_or(0.0, |(_, _, run)| run.rate());
     let ratio = rate_at_one("tokenize") / rate_at_one("embed").max(1e-9);
-    let (measured, target) = (format!("{ratio:.1} x"), format!(">= {MIN_TOKENIZE_OVER_EMBED} x"));
-    let bound = Bound::AtLeast(MIN_TOKENIZE_OVER_EMBED);
-    report.figure(Row::judged("Tokenize vs Embed calls/s, c=1", ratio, "x", measured, bound, target));
+    let row = Row::info("Tokenize vs Embed calls/s, c=1", ratio, "x", format!("{ratio:.1} x"));
+    report.figure(row.at_least(MIN_TOKENIZE_OVER_EMBED, format!(">= {MIN_TOKENIZE_OVER_EMBED} x")));
     report.table("tokenize.csv", &table)?;
     report.finish()
 }

@@ -1,14 +1,11 @@
-//! wire: JSON against binary on one server, with the same texts (256 real query
-//! sentences per call) and the pseudo backend by default, so that the transport and
-//! the encodings are all that differ: gRPC Embed answering each dtype, against POST
-//! /v1/embeddings answering JSON floats, base64 and octet-stream, and the legacy POST
-//! /embed. For each: requests/s and latency at the same concurrency (one connection
-//! per worker on both sides), bytes per response counted on the sockets, the server's
-//! encode step (its own code, in-process), the client's decode in Rust and in Python
-//! (`bench/decode_bench.py`), and the server's CPU per call with one client. Every
-//! answer is decoded into vectors inside the timed call, as a real client would.
-//! `--duration-secs` is the load per variant, split over rounds the variants take in
-//! turn, so that a change in the machine's load hits them alike.
+//! wire: JSON against binary on one server (pseudo backend by default, 256 real query
+//! sentences per call), so the transport and the encodings are all that differ: gRPC
+//! Embed in each dtype against POST /v1/embeddings (JSON floats, base64, octet-stream)
+//! and the legacy POST /embed. Per variant: requests/s and latency under load, bytes on
+//! the sockets, the server's encode step (its own code, in-process), the client's decode
+//! in Rust and Python (`bench/decode_bench.py`), and server CPU per call at c=1. Every
+//! answer is decoded inside the timed call, as a real client would. The variants take
+//! turns in rounds, so a change in the machine's load hits them alike.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -17,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use base64::Engine;
+use base64::{Engine, engine::general_purpose::STANDARD as BASE64};
 use bytes::Bytes;
 use embedwire_bench::closed_loop::{self, Caller, ClosedLoopRun};
 use embedwire_bench::cpu::{CpuUse, CpuWindow};
@@ -139,23 +136,15 @@ fn decode(kind: Kind, body: &[u8], dim_header: Option<&str>) -> anyhow::Result<D
             flatten(serde_json::from_slice::<OpenAi<Vec<f32>>>(body)?.data.into_iter().map(|i| i.embedding))
         }
         Kind::EmbedJson => flatten(serde_json::from_slice::<EmbedJson>(body)?.embeddings),
-        Kind::JsonBase64 => flatten(
-            serde_json::from_slice::<OpenAi<String>>(body)?
-                .data
-                .iter()
-                .map(|i| {
-                    Ok(vectors::f32_from_le_bytes(&base64::engine::general_purpose::STANDARD.decode(&i.embedding)?))
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?,
-        ),
+        Kind::JsonBase64 => {
+            let data = serde_json::from_slice::<OpenAi<String>>(body)?.data;
+            let rows = data.iter().map(|i| anyhow::Ok(vectors::f32_from_le_bytes(&BASE64.decode(&i.embedding)?)));
+            flatten(rows.collect::<anyhow::Result<Vec<_>>>()?)
+        }
         Kind::Octet => {
-            let dim: usize = dim_header.context("no x-embedding-dimensions header")?.parse()?;
-            anyhow::ensure!(
-                dim > 0 && body.len().is_multiple_of(dim * 4),
-                "{} bytes are not rows of {dim} f32",
-                body.len()
-            );
-            Ok((body.len() / (dim * 4), dim, vectors::f32_from_le_bytes(body)))
+            let (dim, bytes): (usize, _) = (dim_header.context("no x-embedding-dimensions header")?.parse()?, body.len());
+            anyhow::ensure!(dim > 0 && bytes.is_multiple_of(dim * 4), "{bytes} bytes are not rows of {dim} f32");
+            Ok((bytes / (dim * 4), dim, vectors::f32_from_le_bytes(body)))
         }
     }
 }
@@ -189,25 +178,22 @@ impl VariantCaller {
     async fn connect(kind: Kind, texts: &[String], at: SocketAddr, bytes: Arc<ByteCounters>) -> anyhow::Result<Self> {
         let json = |value: serde_json::Value| serde_json::to_vec(&value).expect("plain JSON");
         let openai = |format| json(json!({"input": texts, "model": "bench", "encoding_format": format}));
-        let (path, body, accept) = match kind {
+        let http = async || anyhow::Ok(Transport::Http(HttpConnection::open(at, bytes.clone()).await?));
+        let (path, body, accept, transport) = match kind {
             Kind::Grpc(dtype) => {
                 let request = EmbedRequest { inputs: texts.to_vec(), dtype: dtype as i32, ..Default::default() };
-                ("/embedwire.v1.EmbedService/Embed", request.encode_to_vec(), None)
+                let channel = grpc_channel(at, bytes).await.context("gRPC connection")?;
+                // The default 4 MiB limit is below a 1024-text FLOAT32_LIST answer.
+                let client = tonic::client::Grpc::new(channel).max_decoding_message_size(64 << 20);
+                ("/embedwire.v1.EmbedService/Embed", request.encode_to_vec(), None, Transport::Grpc(client))
             }
-            Kind::JsonFloat => ("/v1/embeddings", openai("float"), None),
-            Kind::JsonBase64 => ("/v1/embeddings", openai("base64"), None),
+            Kind::JsonFloat => ("/v1/embeddings", openai("float"), None, http().await?),
+            Kind::JsonBase64 => ("/v1/embeddings", openai("base64"), None, http().await?),
             Kind::Octet => {
-                ("/v1/embeddings", json(json!({"input": texts, "model": "bench"})), Some("application/octet-stream"))
+                let body = json(json!({"input": texts, "model": "bench"}));
+                ("/v1/embeddings", body, Some("application/octet-stream"), http().await?)
             }
-            Kind::EmbedJson => ("/embed", json(json!({"texts": texts})), None),
-        };
-        let transport = match kind {
-            // The default 4 MiB limit is below a 1024-text FLOAT32_LIST answer.
-            Kind::Grpc(_) => Transport::Grpc(
-                tonic::client::Grpc::new(grpc_channel(at, bytes).await.context("gRPC connection")?)
-                    .max_decoding_message_size(64 << 20),
-            ),
-            _ => Transport::Http(HttpConnection::open(at, bytes).await?),
+            Kind::EmbedJson => ("/embed", json(json!({"texts": texts})), None, http().await?),
         };
         Ok(VariantCaller { kind, transport, request: (path, body.into(), accept), texts: texts.len() })
     }
@@ -269,7 +255,7 @@ fn server_encode(kind: Kind, values: &[f32], dim: usize) -> usize {
                 let row = row_bytes(&bytes.bytes, dim, index);
                 let embedding = match kind {
                     Kind::JsonFloat => EmbeddingValue::Float(FloatRow(row)),
-                    _ => EmbeddingValue::Base64(base64::engine::general_purpose::STANDARD.encode(row)),
+                    _ => EmbeddingValue::Base64(BASE64.encode(row)),
                 };
                 EmbeddingItem { object: "embedding", index, embedding }
             };
@@ -333,10 +319,10 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
 
 async fn measure(common: &Common, args: Args) -> anyhow::Result<()> {
     let &[concurrency] = common.sweep(&[16], &[16]).as_slice() else { anyhow::bail!("wire runs at one --concurrency") };
-    let mut variants = VARIANTS.to_vec();
-    if !args.variants.is_empty() {
-        let find = |name: &String| VARIANTS.into_iter().find(|v| v.1 == name).context(format!("no variant {name}"));
-        variants = args.variants.iter().map(find).collect::<anyhow::Result<_>>()?;
+    let find = |name: &String| VARIANTS.into_iter().find(|v| v.1 == name).context(format!("no variant {name}"));
+    let mut variants = args.variants.iter().map(find).collect::<anyhow::Result<Vec<_>>>()?;
+    if variants.is_empty() {
+        variants = VARIANTS.to_vec();
     }
     let python = args.corpus.python()?;
     let mut report = Report::new(common.results("wire"), "wire")?;
@@ -344,12 +330,18 @@ async fn measure(common: &Common, args: Args) -> anyhow::Result<()> {
     let texts = args.corpus.select(0, 0, args.texts)?.queries;
     let backend = args.backend.name();
     println!("wire: {backend} backend, {} texts per call, {concurrency} workers", texts.len());
-    // Admission raised to the offered load: the comparison measures encodings, not
-    // RESOURCE_EXHAUSTED.
+    // Admission raised to the offered load: the comparison measures encodings, not RESOURCE_EXHAUSTED.
     let in_flight = (concurrency * args.texts).max(4096).to_string();
     let flags = vec![("--backend", backend.into()), ("--max-in-flight-inputs", in_flight.into())];
     let (server, _) = ServerProcess::start(&common.server_command(binary, flags)).await?;
     let connect = |kind, bytes| VariantCaller::connect(kind, &texts, server.address, bytes);
+    let workers = async |kind, bytes: &Arc<ByteCounters>| {
+        let mut workers = Vec::with_capacity(concurrency);
+        for _ in 0..concurrency {
+            workers.push(connect(kind, bytes.clone()).await?);
+        }
+        anyhow::Ok(workers)
+    };
 
     // The HTTP variants need the server's HTTP layer; without it the gRPC ones still run.
     let http = async { HttpConnection::open(server.address, ByteCounters::new()).await?.get("/healthz").await };
@@ -371,8 +363,8 @@ async fn measure(common: &Common, args: Args) -> anyhow::Result<()> {
         }
         let before = counters.totals();
         let ((count, _, _), body, header) = caller.fetch(true).await?;
-        let (after, cpu) = (counters.totals(), CpuWindow::start(server.pid)?);
-        let single = (closed_loop::run(vec![caller], Stop::After(probe_time)).await?, cpu.finish()?);
+        let after = counters.totals();
+        let single = CpuWindow::around(server.pid, closed_loop::run(vec![caller], Stop::After(probe_time))).await?;
         decode(kind, &body, header.as_deref())?;
         let m = Measured {
             name,
@@ -390,8 +382,7 @@ async fn measure(common: &Common, args: Args) -> anyhow::Result<()> {
         measured.push(m);
     }
 
-    // The Python side of the decode cost: json.loads against numpy.frombuffer on the
-    // answers just captured.
+    // The Python side of the decode cost: json.loads against numpy.frombuffer on the answers just captured.
     report.write("bodies/manifest.json", &serde_json::to_string_pretty(&manifest)?)?;
     let mut decoding = std::process::Command::new(&python);
     decoding.args([args.decode_script.as_os_str(), "--dir".as_ref(), report.dir().join("bodies").as_os_str()]);
@@ -405,21 +396,14 @@ async fn measure(common: &Common, args: Args) -> anyhow::Result<()> {
     let mut parts = vec![(Vec::new(), Vec::new()); variants.len()];
     for round in 1..=rounds {
         for (i, &(kind, name, ..)) in variants.iter().enumerate() {
-            let callers = async |bytes: &Arc<ByteCounters>| {
-                let mut workers = Vec::with_capacity(concurrency);
-                for _ in 0..concurrency {
-                    workers.push(connect(kind, bytes.clone()).await?);
-                }
-                anyhow::Ok(workers)
-            };
             if round == 1 {
-                closed_loop::run(callers(&ByteCounters::new()).await?, Stop::After(common.warmup(0.5, 0.1))).await?;
+                let warmup = Stop::After(common.warmup(0.5, 0.1));
+                closed_loop::run(workers(kind, &ByteCounters::new()).await?, warmup).await?;
             }
             let counters = ByteCounters::new();
-            let workers = callers(&counters).await?;
-            let (connected, cpu) = (counters.totals(), CpuWindow::start(server.pid)?);
-            let run = closed_loop::run(workers, Stop::After(round_time)).await?;
-            let (cpu, done, m) = (cpu.finish()?, counters.totals(), &mut measured[i]);
+            let (callers, connected) = (workers(kind, &counters).await?, counters.totals());
+            let (run, cpu) = CpuWindow::around(server.pid, closed_loop::run(callers, Stop::After(round_time))).await?;
+            let (done, m) = (counters.totals(), &mut measured[i]);
             m.load_bytes = (m.load_bytes.0 + done.0 - connected.0, m.load_bytes.1 + done.1 - connected.1);
             println!("{name} round {round}: {:.1} req/s, {} errors", run.rate(), run.errors());
             if let Some(error) = &run.first_error {
