@@ -142,7 +142,8 @@ fn decode(kind: Kind, body: &[u8], dim_header: Option<&str>) -> anyhow::Result<D
             flatten(rows.collect::<anyhow::Result<Vec<_>>>()?)
         }
         Kind::Octet => {
-            let (dim, bytes): (usize, _) = (dim_header.context("no x-embedding-dimensions header")?.parse()?, body.len());
+            let dim: usize = dim_header.context("no x-embedding-dimensions header")?.parse()?;
+            let bytes = body.len();
             anyhow::ensure!(dim > 0 && bytes.is_multiple_of(dim * 4), "{bytes} bytes are not rows of {dim} f32");
             Ok((bytes / (dim * 4), dim, vectors::f32_from_le_bytes(body)))
         }
