@@ -1,11 +1,9 @@
-//! The server's own counters: its Prometheus page (`GET /metrics`, served on the same
-//! port as gRPC), read before and after a run, so a bench can say what the server did
-//! during it (batches run and their sizes, the model's busy time, refusals) rather
-//! than only what its clients saw.
+//! The server's own counters (`GET /metrics`, on the gRPC port), read before and
+//! after a run: what the server did during it (batches, the model's busy time,
+//! refusals), not only what its clients saw.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use crate::http_client::HttpConnection;
 use crate::wire_count::ByteCounters;
@@ -16,9 +14,8 @@ use crate::wire_count::ByteCounters;
 pub struct MetricsSnapshot(HashMap<String, f64>);
 
 impl MetricsSnapshot {
-    /// Reads the server's /metrics page once.
     pub async fn read(address: SocketAddr) -> anyhow::Result<Self> {
-        let mut connection = HttpConnection::open(address, Arc::new(ByteCounters::default())).await?;
+        let mut connection = HttpConnection::open(address, ByteCounters::new()).await?;
         let response = connection.get("/metrics").await?;
         response.ensure_success()?;
         Ok(Self::parse(&String::from_utf8_lossy(&response.body)))
