@@ -20,14 +20,12 @@ use tokio::sync::oneshot;
 /// Log lines kept to explain a failed start.
 const STDERR_TAIL_LINES: usize = 20;
 
-/// A running process that listens on an address.
 pub struct ChildProcess {
     /// What messages call it ("embedwire-server", "baseline").
     pub name: String,
     pub pid: u32,
     pub address: SocketAddr,
     child: Child,
-    /// The last log lines, for error messages.
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     /// A directory the process owns (its data directory), removed when it ends.
     scratch_dir: Option<PathBuf>,

@@ -39,7 +39,6 @@ pub trait Caller: Send + 'static {
     fn call(&mut self, n: usize) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
-/// One timed call.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timing {
     pub worker: usize,
@@ -49,7 +48,6 @@ pub struct Timing {
     pub ok: bool,
 }
 
-/// What a run did.
 #[derive(Debug, Clone, Default)]
 pub struct ClosedLoopRun {
     /// Every call, in order of the workers, then of their calls.
@@ -69,12 +67,10 @@ impl ClosedLoopRun {
         self.timings.len() - self.ok()
     }
 
-    /// Successful calls per second.
     pub fn rate(&self) -> f64 {
         self.ok() as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    /// Latency of the successful calls.
     pub fn latency(&self) -> LatencySummary {
         LatencySummary::from_samples(self.timings.iter().filter(|t| t.ok).map(|t| t.latency).collect())
     }

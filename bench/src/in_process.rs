@@ -42,7 +42,7 @@ impl BatchSizeRun {
     }
 }
 
-/// Every batch size measured, in the order measured.
+/// Every batch size, in the order measured.
 #[derive(Debug, Clone)]
 pub struct Ceiling {
     pub runs: Vec<BatchSizeRun>,
@@ -73,7 +73,6 @@ impl Ceiling {
     }
 }
 
-/// What to measure.
 #[derive(Debug, Clone)]
 pub struct CeilingPlan {
     pub batch_sizes: Vec<usize>,
@@ -87,7 +86,6 @@ pub struct CeilingPlan {
 /// Fewest batches of a one-pass run, so that even a short run of large batches says
 /// something.
 pub const MIN_BATCHES: usize = 3;
-/// Batch size of the warm-up.
 const WARMUP_BATCH: usize = 8;
 
 /// A model and its inputs, ready for runs of any batch size.
@@ -145,7 +143,7 @@ impl<'a, M: BatchModel> InProcess<'a, M> {
         Ok(Ceiling { runs: runs.collect::<anyhow::Result<_>>()? })
     }
 
-    /// Runs the next `batch_size` inputs once; returns the model call's time.
+    /// The next `batch_size` inputs once; the model call's time.
     fn time_one(&mut self, batch_size: usize) -> anyhow::Result<Duration> {
         let batch: Vec<&M::Input> =
             (0..batch_size).map(|k| &self.inputs[(self.next + k) % self.inputs.len()]).collect();

@@ -17,7 +17,6 @@ use crate::closed_loop::{self, Caller};
 use crate::latency::LatencySummary;
 use crate::open_loop::{self, Call, Outcome};
 
-/// What a load run did.
 #[derive(Debug, Clone)]
 pub struct LoadResult {
     /// Calls answered, one text each.
@@ -35,13 +34,12 @@ impl LoadResult {
         LoadResult { calls: samples.len(), elapsed, latency: LatencySummary::from_samples(samples.clone()), samples }
     }
 
-    /// Several runs as one: calls and time added up, latencies pooled.
+    /// Runs as one: calls and time added up, latencies pooled.
     pub fn combine(parts: &[LoadResult]) -> Self {
         let samples = parts.iter().flat_map(|part| part.samples.iter().copied()).collect();
         LoadResult::from_samples(samples, parts.iter().map(|part| part.elapsed).sum())
     }
 
-    /// Calls (= texts) per second.
     pub fn rate(&self) -> f64 {
         self.calls as f64 / self.elapsed.as_secs_f64()
     }
@@ -55,10 +53,7 @@ pub enum Rpc {
     Embed,
     /// `SearchService/Search` with one text query and default options (hit texts and
     /// metadata included, rerank as the server decides).
-    Search {
-        /// Hits asked for.
-        top_k: u32,
-    },
+    Search { top_k: u32 },
 }
 
 /// Runs `clients` clients spread evenly over `channels` (client k on channel
@@ -128,10 +123,8 @@ impl OneText {
 
 impl Call for OneText {
     async fn call(&self, n: u64) -> (usize, Outcome) {
-        match Caller::call(&mut self.clone(), n as usize).await {
-            Ok(()) => (0, Outcome::Ok),
-            Err(error) => (0, Outcome::Failed(format!("{error:#}"))),
-        }
+        let result = Caller::call(&mut self.clone(), n as usize).await;
+        (0, result.map_or_else(|error| Outcome::Failed(format!("{error:#}")), |()| Outcome::Ok))
     }
 }
 

@@ -18,7 +18,7 @@ pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-/// RSS samples of one process: (time since sampling started, bytes).
+/// (time since sampling started, bytes).
 #[derive(Debug, Clone, Default)]
 pub struct RssSeries {
     pub samples: Vec<(Duration, u64)>,
@@ -37,7 +37,6 @@ impl RssSeries {
     }
 }
 
-/// Samples a process's RSS in the background, keeping every sample.
 pub struct RssSampler {
     stop: oneshot::Sender<()>,
     task: JoinHandle<anyhow::Result<RssSeries>>,

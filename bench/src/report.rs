@@ -39,7 +39,6 @@ impl Row {
         Row { figure: figure.into(), value, unit, measured, target: None, note: String::new() }
     }
 
-    /// A figure judged against `bound`, described by `target`.
     pub fn judged(
         figure: impl Into<String>,
         value: f64,
@@ -124,7 +123,6 @@ pub struct Report {
 }
 
 impl Report {
-    /// A report writing into `dir` (created).
     pub fn new(dir: PathBuf, name: &str) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         Ok(Report {
@@ -139,7 +137,7 @@ impl Report {
         })
     }
 
-    /// The same report, its summary CSV also written as `file`.
+    /// The summary CSV also written as `file`.
     pub fn summary_also_as(self, file: &'static str) -> Self {
         Report { summary_copy: Some(file), ..self }
     }
@@ -171,7 +169,6 @@ impl Report {
         self.sections.push_str(&format!("\n## {title}\n\n{}", table.markdown));
     }
 
-    /// Writes `file` in the results directory.
     pub fn write(&self, file: &str, text: &str) -> anyhow::Result<PathBuf> {
         let path = self.dir.join(file);
         if let Some(parent) = path.parent() {
@@ -181,7 +178,6 @@ impl Report {
         Ok(path)
     }
 
-    /// Writes a table as `file` (CSV).
     pub fn table(&self, file: &str, table: &Table) -> anyhow::Result<PathBuf> {
         self.write(file, &table.text)
     }
