@@ -1,10 +1,8 @@
-//! The processes a bench starts, handled once: a measured process (the embedwire
-//! server, an HTTP gateway, the Python baseline) spawned with its stderr read to the
-//! end, its address taken from its first "listening on HOST:PORT" log line, ready
-//! when a probe says so, killed at the end (also when dropped, so an error never
-//! leaves it running); and a helper program run to its end (a script, an
-//! interpreter). Every measured process is started and judged the same way, so
-//! their cold starts compare.
+//! The processes a bench starts, handled once: a measured process (the server, an
+//! HTTP gateway, the Python baseline) is spawned, its address taken from its first
+//! "listening on HOST:PORT" log line, ready when a probe says so, and killed at the
+//! end (also when dropped on an error). Every one is started and judged the same
+//! way, so their cold starts compare. Helper programs run to their end.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -22,14 +20,12 @@ use tokio::sync::oneshot;
 /// Log lines kept to explain a failed start.
 const STDERR_TAIL_LINES: usize = 20;
 
-/// A running process that listens on an address.
 pub struct ChildProcess {
     /// What messages call it ("embedwire-server", "baseline").
     pub name: String,
     pub pid: u32,
     pub address: SocketAddr,
     child: Child,
-    /// The last log lines, for error messages.
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     /// A directory the process owns (its data directory), removed when it ends.
     scratch_dir: Option<PathBuf>,
@@ -44,14 +40,20 @@ impl Drop for ChildProcess {
 }
 
 impl ChildProcess {
-    /// Spawns `command` and waits up to `timeout` for it to log its address. NO_COLOR
-    /// keeps the log plain (tracing-subscriber honours it), so the line parses.
-    pub async fn spawn(
+    /// Spawns `command`, reads its address from its log, then asks `ready` every
+    /// `interval` on a connection from `connect` (reopened after an error) until it
+    /// says yes. Fails when the process exits first or either wait passes `timeout`.
+    /// Also returns the cold start: from the spawn to the first yes.
+    pub async fn start<C>(
         name: &str,
         mut command: Command,
         scratch_dir: Option<PathBuf>,
-        timeout: Duration,
-    ) -> anyhow::Result<Self> {
+        (timeout, interval): (Duration, Duration),
+        connect: impl AsyncFn(SocketAddr) -> anyhow::Result<C>,
+        ready: impl AsyncFn(&mut C) -> anyhow::Result<bool>,
+    ) -> anyhow::Result<(Self, Duration)> {
+        let spawned = Instant::now();
+        // NO_COLOR keeps the log plain (tracing-subscriber honours it), so the line parses.
         let mut child = command
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -81,28 +83,24 @@ impl ChildProcess {
             return Err(process.failure("did not log its address (exited, or too slow)"));
         };
         process.address = address;
-        Ok(process)
-    }
-
-    /// Asks `ready` every `interval` until it says yes; fails when the process exits
-    /// first or `timeout` passes.
-    pub async fn wait_ready(
-        &mut self,
-        timeout: Duration,
-        interval: Duration,
-        mut ready: impl AsyncFnMut() -> bool,
-    ) -> anyhow::Result<()> {
-        let deadline = Instant::now() + timeout;
+        let (mut connection, deadline) = (None, Instant::now() + timeout);
         while Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait()? {
-                return Err(self.failure(&format!("exited while loading ({status})")));
+            if let Some(status) = process.child.try_wait()? {
+                return Err(process.failure(&format!("exited while loading ({status})")));
             }
-            if ready().await {
-                return Ok(());
+            if connection.is_none() {
+                connection = connect(address).await.ok();
+            }
+            if let Some(open) = connection.as_mut() {
+                match ready(open).await {
+                    Ok(true) => return Ok((process, spawned.elapsed())),
+                    Ok(false) => {}
+                    Err(_) => connection = None,
+                }
             }
             tokio::time::sleep(interval).await;
         }
-        Err(self.failure("was not ready in time"))
+        Err(process.failure("was not ready in time"))
     }
 
     /// The last log lines (warnings during a run show up here).
@@ -110,21 +108,18 @@ impl ChildProcess {
         self.stderr_tail.lock().map(|tail| tail.iter().cloned().collect()).unwrap_or_default()
     }
 
-    /// Kills the process and reaps it.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         self.child.start_kill().with_context(|| format!("killing {}", self.name))?;
         self.child.wait().await.with_context(|| format!("waiting for {} to exit", self.name))?;
         Ok(())
     }
 
-    /// An error that says what went wrong and shows the last log lines.
     fn failure(&self, what: &str) -> anyhow::Error {
         anyhow::anyhow!("{} {what}; its last log lines:\n{}", self.name, self.log_tail().join("\n"))
     }
 }
 
-/// A directory of its own, not there yet, for each process the bench starts
-/// (`embedwire-bench-<what>-<bench pid>-<n>` in the temporary directory).
+/// A directory of its own, not there yet, for each process the bench starts.
 pub fn fresh_dir(what: &str) -> PathBuf {
     static STARTED: AtomicUsize = AtomicUsize::new(0);
     let n = STARTED.fetch_add(1, Ordering::Relaxed);
@@ -167,26 +162,16 @@ async fn read_log(
     }
 }
 
-/// The address in a "... listening on 127.0.0.1:PORT" line.
 fn listening_address(line: &str) -> Option<SocketAddr> {
     line.split("listening on ").nth(1)?.split_whitespace().next()?.parse().ok()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn finds_the_address_in_a_log_line() {
         let line = "2026-01-01T00:00:00Z  INFO embedwire_server: listening on 127.0.0.1:40123";
-        assert_eq!(listening_address(line), Some("127.0.0.1:40123".parse().unwrap()));
-        assert_eq!(listening_address("INFO model ready"), None);
-    }
-
-    #[test]
-    fn a_failed_helper_shows_its_output() {
-        let mut failing = std::process::Command::new("sh");
-        let error = program_output(failing.args(["-c", "echo oops >&2; exit 3"]), "hint").unwrap_err();
-        assert!(format!("{error}").contains("oops"), "{error}");
+        assert_eq!(super::listening_address(line), Some("127.0.0.1:40123".parse().unwrap()));
+        assert_eq!(super::listening_address("INFO model ready"), None);
     }
 }

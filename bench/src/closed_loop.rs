@@ -1,9 +1,7 @@
-//! The closed-loop load engine for any kind of call (HTTP or gRPC): N workers, each
-//! sending its next call when the previous answer has arrived, every call timed.
-//! HTTP and gRPC sides of a comparison run through this same code, so the only
-//! difference between them is the protocol. Failed calls are recorded rather than
-//! ending the run: an overloaded gateway answering errors is a result to report (the
-//! run's `errors`), not a bench failure; [`crate::load`] turns them into one.
+//! The closed-loop engine for any call (HTTP or gRPC, so a comparison differs only in
+//! the protocol): N workers, each sending its next call when the previous answer has
+//! arrived, every call timed. A failed call is recorded, not fatal: an overloaded
+//! gateway answering errors is a result ([`crate::load`] makes it fatal).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,7 +25,7 @@ pub enum Stop {
 
 impl Stop {
     /// Whether a worker that started at `started` and made `calls` calls stops.
-    pub fn reached(&self, started: Instant, calls: usize) -> bool {
+    pub(crate) fn reached(&self, started: Instant, calls: usize) -> bool {
         match self {
             Stop::After(time) => started.elapsed() >= *time,
             Stop::Calls(limit) => calls >= *limit,
@@ -41,7 +39,6 @@ pub trait Caller: Send + 'static {
     fn call(&mut self, n: usize) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
-/// One timed call.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timing {
     pub worker: usize,
@@ -51,7 +48,6 @@ pub struct Timing {
     pub ok: bool,
 }
 
-/// What a run did.
 #[derive(Debug, Clone, Default)]
 pub struct ClosedLoopRun {
     /// Every call, in order of the workers, then of their calls.
@@ -63,28 +59,23 @@ pub struct ClosedLoopRun {
 }
 
 impl ClosedLoopRun {
-    /// Calls answered successfully.
     pub fn ok(&self) -> usize {
         self.timings.iter().filter(|t| t.ok).count()
     }
 
-    /// Calls that failed.
     pub fn errors(&self) -> usize {
         self.timings.len() - self.ok()
     }
 
-    /// Successful calls per second.
     pub fn rate(&self) -> f64 {
         self.ok() as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    /// Latency of the successful calls.
     pub fn latency(&self) -> LatencySummary {
         LatencySummary::from_samples(self.timings.iter().filter(|t| t.ok).map(|t| t.latency).collect())
     }
 
-    /// Several runs as one (rounds of the same measurement): calls pooled, times
-    /// added up.
+    /// Rounds of the same measurement as one: calls pooled, times added up.
     pub fn combine(parts: &[ClosedLoopRun]) -> ClosedLoopRun {
         ClosedLoopRun {
             timings: parts.iter().flat_map(|part| part.timings.iter().copied()).collect(),
@@ -148,34 +139,4 @@ pub async fn run<C: Caller>(callers: Vec<C>, stop: Stop) -> anyhow::Result<Close
     }
     run.elapsed = started.elapsed();
     Ok(run)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Fails every third call.
-    struct Flaky;
-
-    impl Caller for Flaky {
-        async fn call(&mut self, n: usize) -> anyhow::Result<()> {
-            tokio::task::yield_now().await;
-            anyhow::ensure!(n % 3 != 2, "call {n} failed");
-            Ok(())
-        }
-    }
-
-    #[tokio::test]
-    async fn records_every_call_and_the_first_error() {
-        let run = run(vec![Flaky, Flaky], Stop::Calls(6)).await.unwrap();
-        assert_eq!(run.timings.len(), 12);
-        assert_eq!((run.ok(), run.errors()), (8, 4));
-        assert_eq!(run.first_error.as_deref(), Some("call 2 failed"));
-        assert_eq!(run.latency().count, 8);
-        let csv = run.csv();
-        assert_eq!(csv.lines().count(), 13);
-        assert!(csv.lines().nth(3).unwrap().starts_with("0,") && csv.lines().nth(3).unwrap().ends_with(",0"), "{csv}");
-        let both = ClosedLoopRun::combine(&[run.clone(), run.clone()]);
-        assert_eq!((both.ok(), both.errors(), both.elapsed), (16, 8, run.elapsed * 2));
-    }
 }

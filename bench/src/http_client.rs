@@ -1,5 +1,4 @@
-//! One HTTP/1.1 keep-alive connection, as a load-generator worker holds it: requests
-//! go one after another on the same socket, and its bytes are counted
+//! One HTTP/1.1 keep-alive connection per load worker, its bytes counted
 //! ([`crate::wire_count`]). A pool that opens connections on demand would make the
 //! connection count depend on timing; here it is exactly one per holder.
 
@@ -39,7 +38,6 @@ impl HttpResponse {
         Ok(())
     }
 
-    /// A header as text, if present.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|value| value.to_str().ok())
     }
@@ -67,7 +65,7 @@ impl Drop for HttpConnection {
 }
 
 impl HttpConnection {
-    /// Opens a connection whose bytes add to `counters`.
+    /// A connection whose bytes add to `counters`.
     pub async fn open(address: SocketAddr, counters: Arc<ByteCounters>) -> anyhow::Result<Self> {
         let (sender, driver) = handshake(address, &counters).await?;
         let host = HeaderValue::from_str(&address.to_string())?;
@@ -91,13 +89,10 @@ impl HttpConnection {
             .uri(path)
             .header(header::HOST, self.host.clone())
             .header(header::ACCEPT, accept.unwrap_or("application/json"));
-        let payload = match body {
-            Some((bytes, content_type)) => {
-                request = request.header(header::CONTENT_TYPE, content_type);
-                bytes
-            }
-            None => Bytes::new(),
-        };
+        if let Some((_, content_type)) = body {
+            request = request.header(header::CONTENT_TYPE, content_type);
+        }
+        let payload = body.map_or_else(Bytes::new, |(bytes, _)| bytes);
         let response = self
             .sender
             .send_request(request.body(Full::new(payload))?)
@@ -108,13 +103,11 @@ impl HttpConnection {
         Ok(HttpResponse { status: parts.status, headers: parts.headers, body })
     }
 
-    /// POSTs `value` as JSON.
     pub async fn post_json<T: Serialize>(&mut self, path: &str, value: &T) -> anyhow::Result<HttpResponse> {
         let body = Bytes::from(serde_json::to_vec(value)?);
         self.send(Method::POST, path, Some((body, "application/json")), None).await
     }
 
-    /// GETs `path`.
     pub async fn get(&mut self, path: &str) -> anyhow::Result<HttpResponse> {
         self.send(Method::GET, path, None, None).await
     }

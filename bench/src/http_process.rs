@@ -1,13 +1,12 @@
-//! Any HTTP gateway process the bench compares ([`ChildProcess`]), ready when
-//! `GET /healthz` answers 200 with `"model_loaded": true` (the readiness of the /v1
-//! contract). The embedwire server and the Python baseline are started and judged
-//! the same way, so their cold starts compare.
+//! Any HTTP gateway process the bench compares ([`ChildProcess`]), the embedwire
+//! server or the Python baseline, ready when `GET /healthz` answers 200 with
+//! `"model_loaded": true` (the readiness of the /v1 contract).
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Deserialize;
 use tokio::process::Command;
@@ -29,7 +28,6 @@ pub struct HttpServerCommand {
     pub name: String,
     pub program: PathBuf,
     pub args: Vec<OsString>,
-    /// Extra environment variables.
     pub env: Vec<(String, String)>,
     /// A directory the process owns, removed when it ends (its data directory).
     pub scratch_dir: Option<PathBuf>,
@@ -57,28 +55,17 @@ impl HttpServerProcess {
     pub async fn start(command: &HttpServerCommand) -> anyhow::Result<(Self, Duration)> {
         let mut spawn = Command::new(&command.program);
         spawn.args(&command.args).envs(command.env.iter().cloned());
-        let spawned = Instant::now();
-        let scratch_dir = command.scratch_dir.clone();
-        let mut process = ChildProcess::spawn(&command.name, spawn, scratch_dir, READY_TIMEOUT).await?;
-        let (address, counters) = (process.address, ByteCounters::new());
-        // One keep-alive connection, reopened until the gateway accepts.
-        let mut connection: Option<HttpConnection> = None;
-        let healthy = async || {
-            if connection.is_none() {
-                connection = HttpConnection::open(address, counters.clone()).await.ok();
-            }
-            let Some(open) = connection.as_mut() else { return false };
-            match open.get("/healthz").await {
-                Ok(answer) => answer.json::<Health>().is_ok_and(|health| health.model_loaded),
-                Err(_) => {
-                    connection = None;
-                    false
-                }
-            }
+        let counters = ByteCounters::new();
+        let connect = async |address| HttpConnection::open(address, counters.clone()).await;
+        let healthy = async |connection: &mut HttpConnection| {
+            let answer = connection.get("/healthz").await?;
+            anyhow::Ok(answer.json::<Health>().is_ok_and(|health| health.model_loaded))
         };
-        process.wait_ready(READY_TIMEOUT, POLL_INTERVAL, healthy).await?;
-        let gateway = HttpServerProcess { name: command.name.clone(), pid: process.pid, address, process };
-        Ok((gateway, spawned.elapsed()))
+        let (name, scratch_dir) = (command.name.as_str(), command.scratch_dir.clone());
+        let timing = (READY_TIMEOUT, POLL_INTERVAL);
+        let (process, cold) = ChildProcess::start(name, spawn, scratch_dir, timing, connect, healthy).await?;
+        let (pid, address) = (process.pid, process.address);
+        Ok((HttpServerProcess { name: command.name.clone(), pid, address, process }, cold))
     }
 
     /// A new keep-alive connection whose bytes add to `counters`.
@@ -88,11 +75,9 @@ impl HttpServerProcess {
 
     /// GET /healthz once.
     pub async fn health(&self) -> anyhow::Result<Health> {
-        let mut connection = self.connect(ByteCounters::new()).await?;
-        connection.get("/healthz").await?.json()
+        self.connect(ByteCounters::new()).await?.get("/healthz").await?.json()
     }
 
-    /// Kills the process and reaps it.
     pub async fn stop(self) -> anyhow::Result<()> {
         self.process.stop().await
     }

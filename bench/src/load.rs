@@ -1,10 +1,6 @@
 //! Clients sending one text per call (Embed, or Search with one text query), sharing
-//! a few HTTP/2 connections the way real clients would: in a closed loop, as workers
-//! of [`crate::closed_loop`] (the next call leaves when the previous answer arrives);
-//! or one open-loop client, whose calls leave on a fixed schedule whether or not
-//! earlier ones have been answered, so that they sample the server at moments that
-//! do not depend on how fast it answers. A failed call fails the run: a run with
-//! errors would measure something else than the work asked for.
+//! a few HTTP/2 connections the way real clients would, in a closed loop or paced. A
+//! failed call fails the run: a run with errors would measure other work than asked.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,8 +15,8 @@ use tonic::transport::Channel;
 pub use crate::closed_loop::Stop;
 use crate::closed_loop::{self, Caller};
 use crate::latency::LatencySummary;
+use crate::open_loop::{self, Call, Outcome};
 
-/// What a load run did.
 #[derive(Debug, Clone)]
 pub struct LoadResult {
     /// Calls answered, one text each.
@@ -38,13 +34,12 @@ impl LoadResult {
         LoadResult { calls: samples.len(), elapsed, latency: LatencySummary::from_samples(samples.clone()), samples }
     }
 
-    /// Several runs as one: calls and time added up, latencies pooled.
+    /// Runs as one: calls and time added up, latencies pooled.
     pub fn combine(parts: &[LoadResult]) -> Self {
         let samples = parts.iter().flat_map(|part| part.samples.iter().copied()).collect();
         LoadResult::from_samples(samples, parts.iter().map(|part| part.elapsed).sum())
     }
 
-    /// Calls (= texts) per second.
     pub fn rate(&self) -> f64 {
         self.calls as f64 / self.elapsed.as_secs_f64()
     }
@@ -58,10 +53,7 @@ pub enum Rpc {
     Embed,
     /// `SearchService/Search` with one text query and default options (hit texts and
     /// metadata included, rerank as the server decides).
-    Search {
-        /// Hits asked for.
-        top_k: u32,
-    },
+    Search { top_k: u32 },
 }
 
 /// Runs `clients` clients spread evenly over `channels` (client k on channel
@@ -89,17 +81,14 @@ pub async fn run(
 /// more: a bound for a server that stopped answering, never reached in a sane run.
 const MAX_PACED_IN_FLIGHT: usize = 256;
 
-/// One client on `channel` whose calls leave every `interval` until `stop`, each on
-/// its own task, whether or not the earlier ones have been answered (open loop).
+/// One client on `channel` whose calls leave every `interval` until `stop`, whether
+/// or not the earlier ones have been answered ([`open_loop::paced`]).
 ///
-/// A closed-loop client measures the latency of the calls it happens to make, at
-/// moments set by the server: when the server alternates between a slow phase and
-/// short gaps (a model batch of background work, then a gap where a query slips
-/// in), each next call leaves right after the previous answer, at the start of the
-/// next slow phase, and waits all of it. Calls on a fixed schedule arrive at moments
-/// independent of the server's phases, as users' do. Unlike [`crate::open_loop`],
-/// whose calls are due at fixed times from the start, a paced client that falls
-/// behind goes on at the same pace instead of sending the missed calls in a burst.
+/// A closed-loop client samples the server at moments the server sets: when it
+/// alternates between a slow phase and short gaps (a model batch of background work,
+/// then a gap where a query slips in), each next call leaves right after the
+/// previous answer, at the start of the next slow phase, and waits all of it. Calls
+/// on a fixed schedule arrive independently of the server's phases, as users' do.
 pub async fn run_paced(
     channel: &Channel,
     texts: Arc<[String]>,
@@ -107,35 +96,12 @@ pub async fn run_paced(
     stop: Stop,
     interval: Duration,
 ) -> anyhow::Result<LoadResult> {
-    anyhow::ensure!(!texts.is_empty() && !interval.is_zero(), "nothing to run");
-    let caller = OneText::new(rpc, channel, &texts, 0);
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut in_flight = tokio::task::JoinSet::new();
-    let mut latencies = Vec::new();
+    anyhow::ensure!(!texts.is_empty(), "nothing to run");
     let started = Instant::now();
-    for n in 0.. {
-        ticks.tick().await;
-        if stop.reached(started, n) {
-            break;
-        }
-        while in_flight.len() >= MAX_PACED_IN_FLIGHT {
-            latencies.push(in_flight.join_next().await.context("no call in flight")?.context("call task")??);
-        }
-        let mut caller = caller.clone();
-        in_flight.spawn(async move {
-            let call = Instant::now();
-            caller.call(n).await?;
-            anyhow::Ok(call.elapsed())
-        });
-        while let Some(done) = in_flight.try_join_next() {
-            latencies.push(done.context("call task")??);
-        }
-    }
-    while let Some(done) = in_flight.join_next().await {
-        latencies.push(done.context("call task")??);
-    }
-    Ok(LoadResult::from_samples(latencies, started.elapsed()))
+    let caller = Arc::new(OneText::new(rpc, channel, &texts, 0));
+    let (latencies, elapsed) =
+        open_loop::paced(caller, interval, MAX_PACED_IN_FLIGHT, |n| stop.reached(started, n as usize)).await?;
+    Ok(LoadResult::from_samples(latencies, elapsed))
 }
 
 /// One client: its rpc, and the texts it sends in rotation from `first`.
@@ -152,6 +118,13 @@ impl OneText {
     fn new(rpc: Rpc, channel: &Channel, texts: &Arc<[String]>, first: usize) -> Self {
         let (embed, search) = (EmbedServiceClient::new(channel.clone()), SearchServiceClient::new(channel.clone()));
         OneText { rpc, embed, search, texts: texts.clone(), first }
+    }
+}
+
+impl Call for OneText {
+    async fn call(&self, n: u64) -> (usize, Outcome) {
+        let result = Caller::call(&mut self.clone(), n as usize).await;
+        (0, result.map_or_else(|error| Outcome::Failed(format!("{error:#}")), |()| Outcome::Ok))
     }
 }
 
@@ -186,21 +159,5 @@ impl Caller for OneText {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn combined_runs_add_up_and_pool_latencies() {
-        let ms = Duration::from_millis;
-        let a = LoadResult::from_samples(vec![ms(1), ms(3)], ms(10));
-        let b = LoadResult::from_samples(vec![ms(2)], ms(5));
-        let both = LoadResult::combine(&[a, b]);
-        assert_eq!((both.calls, both.elapsed), (3, ms(15)));
-        assert_eq!((both.latency.p50, both.latency.max), (ms(2), ms(3)));
-        assert!((both.rate() - 200.0).abs() < 1e-9);
     }
 }

@@ -1,11 +1,9 @@
-//! Open-loop load at a fixed request rate: call n is due at `n / rate` seconds from
-//! the start and leaves then, on its own task, whether or not earlier calls have
-//! been answered. A closed-loop client sends its next call only after an answer,
-//! so a slow server also slows the load and the slow moments are sampled less
-//! (coordinated omission); on a schedule the offered load stays fixed and a queue
-//! in the server shows up as latency. Failed calls are results: each one is
-//! classified, RESOURCE_EXHAUSTED (the server's admission control refusing work)
-//! apart from every other failure.
+//! Open-loop load: each call leaves on a schedule, on its own task, whether or not
+//! earlier calls have been answered. A closed-loop client sends its next call only
+//! after an answer, so a slow server slows the load and its slow moments are sampled
+//! less (coordinated omission); on a schedule a queue in the server shows up as
+//! latency. Each call is classified: RESOURCE_EXHAUSTED (admission control refusing
+//! work) apart from every other failure.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::task::JoinSet;
+use tokio::time::{Interval, MissedTickBehavior};
 
 use crate::latency::LatencySummary;
 
@@ -21,22 +20,17 @@ use crate::latency::LatencySummary;
 pub enum Outcome {
     /// Answered, and the answer had the expected shape.
     Ok,
-    /// RESOURCE_EXHAUSTED: refused by admission control, the answer overload is
-    /// meant to get.
+    /// RESOURCE_EXHAUSTED: refused by admission control, as overload should be.
     Rejected,
     /// Anything else: another status, a transport error or a malformed answer.
     Failed(String),
 }
 
 impl Outcome {
-    /// A call's result: a gRPC status code says whether it was a rejection;
-    /// `check` validates a successful answer.
+    /// A call's result by its gRPC status; `check` validates a successful answer.
     pub fn of<T>(result: Result<T, tonic::Status>, check: impl FnOnce(T) -> Result<(), String>) -> Self {
         match result {
-            Ok(answer) => match check(answer) {
-                Ok(()) => Outcome::Ok,
-                Err(problem) => Outcome::Failed(problem),
-            },
+            Ok(answer) => check(answer).map_or_else(Outcome::Failed, |()| Outcome::Ok),
             Err(status) if status.code() == tonic::Code::ResourceExhausted => Outcome::Rejected,
             Err(status) => Outcome::Failed(format!("{:?}: {}", status.code(), status.message())),
         }
@@ -50,8 +44,7 @@ pub struct Sample {
     pub kind: usize,
     /// When the call was due, from the start of the run.
     pub due: Duration,
-    /// How late it left: the generator's own delay (a client short of CPU, timer
-    /// granularity). Kept apart so it can be judged separately from the server.
+    /// How late it left: the generator's own delay, judged apart from the server.
     pub lag: Duration,
     /// From leaving to the answer: what a client of the server waits.
     pub latency: Duration,
@@ -72,13 +65,12 @@ pub struct Schedule {
     pub rate: f64,
     /// Calls leave for this long; the run ends when the last one is answered.
     pub duration: Duration,
-    /// A bound on unanswered calls, for a server that stopped answering: when it
-    /// is reached the schedule waits (and the run records it in `held_back`).
+    /// A bound on unanswered calls, for a server that stopped answering: the
+    /// schedule waits when it is reached (counted in `held_back`).
     pub max_in_flight: usize,
 }
 
 impl Schedule {
-    /// Calls the schedule sends.
     pub fn calls(&self) -> u64 {
         (self.rate * self.duration.as_secs_f64()).round() as u64
     }
@@ -87,7 +79,6 @@ impl Schedule {
 /// What a run did, besides its samples.
 #[derive(Debug, Clone, Copy)]
 pub struct OpenLoopRun {
-    /// Calls sent.
     pub sent: u64,
     /// From the start to the last answer.
     pub elapsed: Duration,
@@ -96,51 +87,100 @@ pub struct OpenLoopRun {
     pub held_back: u64,
 }
 
-/// Sends `schedule`'s calls of `caller`, handing each finished call to `on_sample`
-/// (in the order they finish) as the run goes, so a long run can report as it goes
-/// and keep only what it needs.
+/// Sends `schedule`'s calls, call n due at `n / rate` from the start (late calls
+/// leave at once, in a burst), handing each finished call to `on_sample` as the run
+/// goes, so a long run can report as it goes and keep only what it needs.
 pub async fn run<C: Call>(
     caller: Arc<C>,
     schedule: Schedule,
     mut on_sample: impl FnMut(Sample),
 ) -> anyhow::Result<OpenLoopRun> {
-    anyhow::ensure!(
-        schedule.rate > 0.0 && schedule.rate.is_finite() && schedule.max_in_flight > 0,
-        "bad schedule {schedule:?}"
-    );
+    let period = Duration::try_from_secs_f64(1.0 / schedule.rate).ok().filter(|period| !period.is_zero());
+    let (Some(period), true) = (period, schedule.max_in_flight > 0) else { anyhow::bail!("bad schedule {schedule:?}") };
     let started = Instant::now();
+    let ticks = tokio::time::interval_at(started.into(), period);
+    let calls = schedule.calls();
+    let on_sample = |sample| {
+        on_sample(sample);
+        Ok(())
+    };
+    let held_back = drive(caller, (started, ticks), schedule.max_in_flight, |n| n >= calls, on_sample).await?;
+    Ok(OpenLoopRun { sent: calls, elapsed: started.elapsed(), held_back })
+}
+
+/// Sends a call every `interval` until `stop`; a sender that falls behind goes on at
+/// the same pace instead of sending the missed calls in a burst. Fails on the first
+/// call that does not end [`Outcome::Ok`]. Returns the latencies and the run's time.
+pub async fn paced<C: Call>(
+    caller: Arc<C>,
+    interval: Duration,
+    max_in_flight: usize,
+    stop: impl Fn(u64) -> bool,
+) -> anyhow::Result<(Vec<Duration>, Duration)> {
+    anyhow::ensure!(!interval.is_zero(), "no interval");
+    let started = Instant::now();
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut latencies = Vec::new();
+    drive(caller, (started, ticks), max_in_flight, stop, |sample| match sample.outcome {
+        Outcome::Ok => {
+            latencies.push(sample.latency);
+            Ok(())
+        }
+        Outcome::Rejected => anyhow::bail!("refused: RESOURCE_EXHAUSTED"),
+        Outcome::Failed(error) => anyhow::bail!(error),
+    })
+    .await?;
+    Ok((latencies, started.elapsed()))
+}
+
+/// The engine of both: call n leaves at the n-th tick of `ticks` (which started at
+/// `started`) unless `stop(n)`, never more than `max_in_flight` unanswered (the calls
+/// that wait for it are counted and returned); answers go to `on_sample` as they arrive.
+async fn drive<C: Call>(
+    caller: Arc<C>,
+    (started, mut ticks): (Instant, Interval),
+    max_in_flight: usize,
+    stop: impl Fn(u64) -> bool,
+    mut on_sample: impl FnMut(Sample) -> anyhow::Result<()>,
+) -> anyhow::Result<u64> {
     let mut in_flight: JoinSet<Sample> = JoinSet::new();
     let mut held_back = 0;
-    let calls = schedule.calls();
-    for n in 0..calls {
-        let due = Duration::from_secs_f64(n as f64 / schedule.rate);
-        let at = started + due;
+    for n in 0.. {
+        if stop(n) {
+            break;
+        }
         // Until the call is due, collect the answers that arrive (those already in
         // first: biased).
-        loop {
+        let at: Instant = loop {
             tokio::select! {
                 biased;
-                Some(done) = in_flight.join_next() => on_sample(done.context("call task")?),
-                () = tokio::time::sleep_until(at.into()) => break,
+                Some(done) = in_flight.join_next() => on_sample(done.context("call task")?)?,
+                at = ticks.tick() => break at.into(),
             }
+        };
+        // Checked again: a flag may have been set while waiting.
+        if stop(n) {
+            break;
         }
-        if in_flight.len() >= schedule.max_in_flight {
+        if in_flight.len() >= max_in_flight {
             held_back += 1;
-            while in_flight.len() >= schedule.max_in_flight {
-                on_sample(in_flight.join_next().await.context("no call in flight")?.context("call task")?);
+            while in_flight.len() >= max_in_flight {
+                on_sample(in_flight.join_next().await.context("no call in flight")?.context("call task")?)?;
             }
         }
         let caller = caller.clone();
         in_flight.spawn(async move {
             let left = Instant::now();
             let (kind, outcome) = caller.call(n).await;
+            let due = at.saturating_duration_since(started);
             Sample { kind, due, lag: left.saturating_duration_since(at), latency: left.elapsed(), outcome }
         });
     }
     while let Some(done) = in_flight.join_next().await {
-        on_sample(done.context("call task")?);
+        on_sample(done.context("call task")?)?;
     }
-    Ok(OpenLoopRun { sent: calls, elapsed: started.elapsed(), held_back })
+    Ok(held_back)
 }
 
 /// Calls by outcome, answered and refused ones timed apart; how late each left; the first failure.
@@ -176,58 +216,27 @@ impl Tally {
 mod tests {
     use super::*;
 
-    /// Rejects every third call and fails every fifth, after a short pause.
-    struct Scripted;
+    /// Answers after 2 ms; call 7 fails.
+    struct Slow;
 
-    impl Call for Scripted {
+    impl Call for Slow {
         async fn call(&self, n: u64) -> (usize, Outcome) {
             tokio::time::sleep(Duration::from_millis(2)).await;
-            let outcome = match n {
-                n if n % 5 == 4 => Outcome::Failed("boom".into()),
-                n if n % 3 == 2 => Outcome::Rejected,
-                _ => Outcome::Ok,
-            };
-            ((n % 2) as usize, outcome)
+            (0, if n == 7 { Outcome::Failed("boom".into()) } else { Outcome::Ok })
         }
     }
 
     #[tokio::test]
-    async fn sends_every_scheduled_call_and_classifies_them() {
+    async fn calls_leave_on_schedule_not_on_answers() {
         let schedule = Schedule { rate: 500.0, duration: Duration::from_millis(60), max_in_flight: 1000 };
-        let (mut samples, mut tally) = (Vec::new(), Tally::default());
-        let run = run(Arc::new(Scripted), schedule, |s| samples.push(s)).await.unwrap();
-        samples.iter().for_each(|s| tally.add(s));
-        assert_eq!((run.sent, samples.len()), (30, 30));
-        assert_eq!(run.held_back, 0);
-        // n in 0..30: 6 with n % 5 == 4; of the rest, n % 3 == 2 and n % 5 != 4: 8.
-        assert_eq!((tally.failed, tally.rejected.len(), tally.ok.len()), (6, 8, 16));
-        assert_eq!(tally.first_error.as_deref(), Some("boom"));
-        // Calls leave on schedule (one every 2 ms), not one after the other's answer.
-        let mut due: Vec<_> = samples.iter().map(|s| s.due).collect();
-        due.sort();
-        assert_eq!(due[29], Duration::from_millis(58));
-        assert!(samples.iter().all(|s| s.latency >= Duration::from_millis(2)));
-        assert!(run.elapsed >= Duration::from_millis(60));
-    }
-
-    #[tokio::test]
-    async fn a_full_in_flight_bound_holds_calls_back() {
-        let schedule = Schedule { rate: 10_000.0, duration: Duration::from_millis(5), max_in_flight: 2 };
-        let mut answered = 0;
-        let run = run(Arc::new(Scripted), schedule, |_| answered += 1).await.unwrap();
-        assert_eq!((run.sent, answered), (50, 50));
-        assert!(run.held_back > 0, "{run:?}");
-    }
-
-    #[test]
-    fn statuses_are_classified() {
-        let ok = Outcome::of(Ok::<u32, tonic::Status>(1), |v| if v == 1 { Ok(()) } else { Err("bad".into()) });
-        assert_eq!(ok, Outcome::Ok);
-        let malformed = Outcome::of(Ok::<u32, tonic::Status>(2), |_| Err("two".into()));
-        assert_eq!(malformed, Outcome::Failed("two".into()));
-        let refused = Outcome::of(Err::<(), _>(tonic::Status::resource_exhausted("full")), |_| Ok(()));
-        assert_eq!(refused, Outcome::Rejected);
-        let failed = Outcome::of(Err::<(), _>(tonic::Status::internal("oops")), |_| Ok(()));
-        assert_eq!(failed, Outcome::Failed("Internal: oops".into()));
+        let mut due = Vec::new();
+        let run = run(Arc::new(Slow), schedule, |s| due.push(s.due)).await.unwrap();
+        assert_eq!((run.sent, due.len(), run.held_back), (30, 30, 0));
+        assert_eq!(due.iter().max(), Some(&Duration::from_millis(58)));
+        let full = Schedule { rate: 10_000.0, duration: Duration::from_millis(5), max_in_flight: 2 };
+        assert!(super::run(Arc::new(Slow), full, |_| {}).await.unwrap().held_back > 0);
+        let (latencies, _) = paced(Arc::new(Slow), Duration::from_millis(1), 8, |n| n >= 5).await.unwrap();
+        assert_eq!(latencies.len(), 5);
+        assert!(paced(Arc::new(Slow), Duration::from_millis(1), 8, |n| n >= 10).await.is_err());
     }
 }

@@ -1,7 +1,5 @@
-//! The options every scenario shares, defined once and flattened into each one, and
-//! what they resolve to: the amounts of work of a full or `--quick` run, the server
-//! binary and flags, connections to it, the model files, the results directory, the
-//! other programs a scenario runs.
+//! The options every scenario flattens in, and what they resolve to: the work of a
+//! full or `--quick` run, the server binary and flags, the model files, the results.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -105,7 +103,6 @@ pub async fn connections(server: &ServerProcess, count: usize) -> anyhow::Result
     Ok(channels)
 }
 
-/// Runs another program a scenario needs to its end (ghz, a Python script, a client's bench).
 pub use crate::child_process::program_output;
 
 /// The model files the server and an in-process ceiling both load.
@@ -120,27 +117,26 @@ pub struct ModelPaths {
 }
 
 impl Common {
-    /// `full`, or `quick` with `--quick`.
     pub fn pick<T>(&self, full: T, quick: T) -> T {
         if self.quick { quick } else { full }
     }
 
-    /// A measured run's length: `--duration-secs`, else the full or quick default.
+    /// `--duration-secs`, else the full or quick default.
     pub fn duration(&self, full_secs: f64, quick_secs: f64) -> Duration {
         Duration::from_secs_f64(self.duration_secs.unwrap_or(self.pick(full_secs, quick_secs)))
     }
 
-    /// A warm-up's length: `--warmup-secs`, else the full or quick default.
+    /// `--warmup-secs`, else the full or quick default.
     pub fn warmup(&self, full_secs: f64, quick_secs: f64) -> Duration {
         Duration::from_secs_f64(self.warmup_secs.unwrap_or(self.pick(full_secs, quick_secs)))
     }
 
-    /// The concurrency levels: `--concurrency`, else the full or quick default.
+    /// `--concurrency`, else the full or quick default.
     pub fn sweep(&self, full: &[usize], quick: &[usize]) -> Vec<usize> {
         if self.concurrency.is_empty() { self.pick(full, quick).to_vec() } else { self.concurrency.clone() }
     }
 
-    /// The results directory: `--results-dir`, else `bench/results/<folder>`.
+    /// `--results-dir`, else `bench/results/<folder>`.
     pub fn results(&self, folder: &str) -> PathBuf {
         self.results_dir
             .clone()

@@ -1,16 +1,110 @@
 //! The result model of every scenario: figures judged against their targets
-//! ([`Row`]), tables of measurements ([`Table`]) and the environment they were
-//! measured in, written once as CSV, JSON and markdown and printed as a table.
-//! `bench/report.py` reads these files for REPORT.md and its plots.
+//! ([`Row`]), tables ([`Table`]) and the environment they were measured in, printed
+//! and written once as `<name>_summary.csv`, `<name>.json` and `<name>.md`, which
+//! `bench/report.py` reads. A MISS is a result, not a failure.
 
-use std::fmt::Display;
+use std::fmt::{Display, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
 
 use crate::latency::{LatencySummary, ms};
-use crate::targets::{self, Bound, Row, csv_field};
+
+/// Which side of the limit passes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Bound {
+    AtLeast(f64),
+    AtMost(f64),
+}
+
+/// One figure: printed, and a row of the summary CSV.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub figure: String,
+    /// The number compared with the target (also the CSV value).
+    pub value: f64,
+    pub unit: &'static str,
+    /// How the measured value prints.
+    pub measured: String,
+    /// The limit and how it prints; None for figures printed for context only.
+    pub target: Option<(Bound, String)>,
+    /// Printed after PASS/MISS, e.g. the achieved ratio.
+    pub note: String,
+}
+
+impl Row {
+    /// A figure printed for context, without a target.
+    pub fn info(figure: impl Into<String>, value: f64, unit: &'static str, measured: String) -> Self {
+        Row { figure: figure.into(), value, unit, measured, target: None, note: String::new() }
+    }
+
+    pub fn judged(
+        figure: impl Into<String>,
+        value: f64,
+        unit: &'static str,
+        measured: String,
+        bound: Bound,
+        target: String,
+    ) -> Self {
+        Row { target: Some((bound, target)), ..Row::info(figure, value, unit, measured) }
+    }
+
+    pub fn with_note(mut self, note: impl Into<String>) -> Self {
+        self.note = note.into();
+        self
+    }
+
+    /// None for a figure without a target.
+    pub fn passes(&self) -> Option<bool> {
+        self.target.as_ref().map(|(bound, _)| match *bound {
+            Bound::AtLeast(limit) => self.value >= limit,
+            Bound::AtMost(limit) => self.value <= limit,
+        })
+    }
+
+    /// `>=` or `<=`, and the limit.
+    fn comparison(&self) -> Option<(&'static str, f64)> {
+        self.target.as_ref().map(|(bound, _)| match *bound {
+            Bound::AtLeast(limit) => (">=", limit),
+            Bound::AtMost(limit) => ("<=", limit),
+        })
+    }
+
+    fn verdict(&self) -> Option<&'static str> {
+        self.passes().map(|pass| if pass { "PASS" } else { "MISS" })
+    }
+
+    /// Figure, measured, target and result as printed, a MISS written as `miss`.
+    fn cells(&self, miss: &str) -> [String; 4] {
+        let target = self.target.as_ref().map_or("-".into(), |(_, text)| text.clone());
+        let result = match self.passes() {
+            None => "-".into(),
+            Some(pass) => {
+                let word = if pass { "PASS" } else { miss };
+                if self.note.is_empty() { word.into() } else { format!("{word} ({})", self.note) }
+            }
+        };
+        [self.figure.clone(), self.measured.clone(), target, result]
+    }
+}
+
+/// A figure judged against a limit: `Row::info(..).at_least(limit, target)`, `target`
+/// saying the limit as the table prints it.
+pub trait Judge {
+    fn at_least(self, limit: f64, target: String) -> Row;
+    fn at_most(self, limit: f64, target: String) -> Row;
+}
+
+impl Judge for Row {
+    fn at_least(self, limit: f64, target: String) -> Row {
+        Row { target: Some((Bound::AtLeast(limit), target)), ..self }
+    }
+
+    fn at_most(self, limit: f64, target: String) -> Row {
+        Row { target: Some((Bound::AtMost(limit), target)), ..self }
+    }
+}
 
 /// One scenario's results, written by [`Report::finish`].
 pub struct Report {
@@ -29,7 +123,6 @@ pub struct Report {
 }
 
 impl Report {
-    /// A report writing into `dir` (created).
     pub fn new(dir: PathBuf, name: &str) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         Ok(Report {
@@ -44,7 +137,7 @@ impl Report {
         })
     }
 
-    /// The same report, its summary CSV also written as `file`.
+    /// The summary CSV also written as `file`.
     pub fn summary_also_as(self, file: &'static str) -> Self {
         Report { summary_copy: Some(file), ..self }
     }
@@ -53,7 +146,6 @@ impl Report {
         &self.dir
     }
 
-    /// Adds a figure (judged if it has a target).
     pub fn figure(&mut self, row: Row) {
         self.figures.push(row);
     }
@@ -62,14 +154,9 @@ impl Report {
         self.figures.extend(rows);
     }
 
-    /// Adds a figure to the summary CSV and the JSON only.
-    pub fn detail(&mut self, row: Row) {
-        self.details.push(row);
-    }
-
-    /// A detail without a printed form: `figure`, its value and unit.
+    /// A figure only the summary CSV and the JSON carry.
     pub fn count(&mut self, figure: impl Into<String>, value: f64, unit: &'static str) {
-        self.detail(Row::info(figure, value, unit, String::new()));
+        self.details.push(Row::info(figure, value, unit, String::new()));
     }
 
     /// A setting of the run, as the detail `setup <name>`.
@@ -82,7 +169,6 @@ impl Report {
         self.sections.push_str(&format!("\n## {title}\n\n{}", table.markdown));
     }
 
-    /// Writes `file` in the results directory.
     pub fn write(&self, file: &str, text: &str) -> anyhow::Result<PathBuf> {
         let path = self.dir.join(file);
         if let Some(parent) = path.parent() {
@@ -92,7 +178,6 @@ impl Report {
         Ok(path)
     }
 
-    /// Writes a table as `file` (CSV).
     pub fn table(&self, file: &str, table: &Table) -> anyhow::Result<PathBuf> {
         self.write(file, &table.text)
     }
@@ -101,13 +186,17 @@ impl Report {
     /// `<name>_summary.csv`, `<name>.json` (with the environment) and `<name>.md`.
     pub fn finish(self) -> anyhow::Result<()> {
         println!();
-        print!("{}", targets::table(&self.figures));
+        print!("{}", printed_table(&self.figures));
         let all = [self.figures.as_slice(), &self.details].concat();
-        let summary = targets::summary_csv(&all);
+        let summary = summary_csv(&all);
         for file in [format!("{}_summary.csv", self.name)].into_iter().chain(self.summary_copy.map(String::from)) {
             self.write(&file, &summary)?;
         }
-        self.write(&format!("{}.md", self.name), &(markdown(&self.figures) + &self.sections))?;
+        let mut markdown = String::from("| figure | measured | target | result |\n|---|---|---|---|\n");
+        for row in &self.figures {
+            let _ = writeln!(markdown, "| {} |", row.cells("**MISS**").join(" | "));
+        }
+        self.write(&format!("{}.md", self.name), &(markdown + &self.sections))?;
         let figures: Vec<serde_json::Value> = all.iter().map(figure_json).collect();
         let json = serde_json::json!({
             "scenario": self.name,
@@ -132,25 +221,8 @@ impl Report {
     }
 }
 
-/// A figure judged against a limit: `Row::info(..).at_least(limit, target)`, `target`
-/// saying the limit as the table prints it.
-pub trait Judge {
-    fn at_least(self, limit: f64, target: String) -> Row;
-    fn at_most(self, limit: f64, target: String) -> Row;
-}
-
-impl Judge for Row {
-    fn at_least(self, limit: f64, target: String) -> Row {
-        Row { target: Some((Bound::AtLeast(limit), target)), ..self }
-    }
-
-    fn at_most(self, limit: f64, target: String) -> Row {
-        Row { target: Some((Bound::AtMost(limit), target)), ..self }
-    }
-}
-
-/// A table built row by row, written as CSV (cells quoted where they need it) and
-/// shown in `<name>.md` by [`Report::section`].
+/// A table built row by row, written as CSV and shown in `<name>.md` by
+/// [`Report::section`].
 pub struct Table {
     text: String,
     markdown: String,
@@ -177,36 +249,49 @@ pub fn percentiles(l: &LatencySummary) -> String {
     format!("{:.1} / {:.1} / {:.1} ms", ms(l.p50), ms(l.p95), ms(l.p99))
 }
 
-fn figure_json(row: &Row) -> serde_json::Value {
-    let (comparison, limit) = match row.target.as_ref().map(|(bound, _)| *bound) {
-        Some(Bound::AtLeast(limit)) => (Some(">="), Some(limit)),
-        Some(Bound::AtMost(limit)) => (Some("<="), Some(limit)),
-        None => (None, None),
-    };
-    serde_json::json!({
-        "figure": row.figure, "value": row.value, "unit": row.unit, "measured": row.measured,
-        "comparison": comparison, "limit": limit,
-        "target": row.target.as_ref().map(|(_, text)| text),
-        "result": row.passes().map(|pass| if pass { "PASS" } else { "MISS" }),
-        "note": row.note,
-    })
+/// The table as printed: columns as wide as their widest cell, then how many targets
+/// were met.
+fn printed_table(rows: &[Row]) -> String {
+    let header = ["figure", "measured", "target", "result"].map(String::from);
+    let cells: Vec<[String; 4]> = std::iter::once(header).chain(rows.iter().map(|row| row.cells("MISS"))).collect();
+    let width = |column: usize| cells.iter().map(|cell| cell[column].chars().count()).max().unwrap_or(0);
+    let (figure, measured, target) = (width(0), width(1), width(2));
+    let mut out = String::new();
+    for [a, b, c, result] in &cells {
+        let _ = writeln!(out, "{a:<figure$}  {b:<measured$}  {c:<target$}  {result}");
+    }
+    let judged: Vec<bool> = rows.iter().filter_map(Row::passes).collect();
+    let _ = writeln!(out, "{} of {} targets met", judged.iter().filter(|&&pass| pass).count(), judged.len());
+    out
 }
 
-fn markdown(rows: &[Row]) -> String {
-    let mut out = String::from("| figure | measured | target | result |\n|---|---|---|---|\n");
+/// `figure,measured,unit,comparison,limit,result`, comparison and limit empty for
+/// figures without a target.
+fn summary_csv(rows: &[Row]) -> String {
+    let mut out = String::from("figure,measured,unit,comparison,limit,result\n");
     for row in rows {
-        let target = row.target.as_ref().map_or("-", |(_, text)| text.as_str());
-        let result = match row.passes() {
-            None => "-".to_string(),
-            Some(pass) => format!(
-                "{}{}",
-                if pass { "PASS" } else { "**MISS**" },
-                if row.note.is_empty() { String::new() } else { format!(" ({})", row.note) }
-            ),
-        };
-        out.push_str(&format!("| {} | {} | {target} | {result} |\n", row.figure, row.measured));
+        let (comparison, limit) =
+            row.comparison().map_or(("", String::new()), |(op, limit)| (op, format!("{limit:.3}")));
+        let (figure, result) = (csv_field(&row.figure), row.verdict().unwrap_or(""));
+        let _ = writeln!(out, "{figure},{:.3},{},{comparison},{limit},{result}", row.value, row.unit);
     }
     out
+}
+
+/// Quotes a CSV field when it needs it (RFC 4180).
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n']) { format!("\"{}\"", text.replace('"', "\"\"")) } else { text.to_string() }
+}
+
+fn figure_json(row: &Row) -> serde_json::Value {
+    let comparison = row.comparison();
+    serde_json::json!({
+        "figure": row.figure, "value": row.value, "unit": row.unit, "measured": row.measured,
+        "comparison": comparison.map(|(op, _)| op), "limit": comparison.map(|(_, limit)| limit),
+        "target": row.target.as_ref().map(|(_, text)| text),
+        "result": row.verdict(),
+        "note": row.note,
+    })
 }
 
 /// The machine's 1, 5 and 15 minute load averages, for the record.
@@ -222,4 +307,26 @@ fn cpu_model() -> String {
         .find_map(|l| l.strip_prefix("model name"))
         .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn judges_and_quotes_each_row() {
+        let rows = [
+            Row::info("context, only", 3.0, "ms", "3.00 ms".into()),
+            Row::judged("ratio", 0.95, "x", "0.95 x".into(), Bound::AtLeast(0.9), ">= 0.90".into()).with_note("ok"),
+            Row::judged("latency", 12.0, "ms", "12 ms".into(), Bound::AtMost(10.0), "<= 10 ms".into()),
+        ];
+        let table = printed_table(&rows);
+        assert!(table.contains("PASS (ok)") && table.ends_with("1 of 2 targets met\n"), "{table}");
+        let csv = summary_csv(&rows);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(
+            lines[1..],
+            ["\"context, only\",3.000,ms,,,", "ratio,0.950,x,>=,0.900,PASS", "latency,12.000,ms,<=,10.000,MISS"]
+        );
+    }
 }

@@ -6,32 +6,26 @@
 //! each, so by the Chinese remainder theorem the first 16 x 17 x 19 = 5168 sentences
 //! all differ. The other lists only add variety.
 
-/// Adjectives for the subject (16, coprime with the next two lengths).
+/// 16 adjectives, 17 subjects and 19 verbs: the coprime lengths.
 const SUBJECT_ADJECTIVES: [&str; 16] = [
     "quiet", "young", "careful", "tired", "clever", "patient", "busy", "curious", "honest", "brave", "gentle", "eager",
     "calm", "proud", "polite", "nervous",
 ];
-/// Subjects (17).
 const SUBJECTS: [&str; 17] = [
     "teacher", "farmer", "engineer", "doctor", "student", "painter", "driver", "baker", "writer", "nurse", "pilot",
     "gardener", "lawyer", "musician", "chef", "sailor", "tailor",
 ];
-/// Verbs (19).
 const VERBS: [&str; 19] = [
     "reads", "writes", "carries", "paints", "checks", "finds", "cleans", "opens", "fixes", "sells", "buys", "moves",
     "packs", "signs", "counts", "sorts", "builds", "draws", "wraps",
 ];
-/// Adjectives for the object.
 const OBJECT_ADJECTIVES: [&str; 13] = [
     "old", "small", "heavy", "bright", "broken", "wooden", "green", "empty", "long", "simple", "strange", "famous",
     "cheap",
 ];
-/// Objects.
 const OBJECTS: [&str; 11] =
     ["letter", "basket", "map", "chair", "window", "report", "bicycle", "lamp", "book", "fence", "box"];
-/// Places.
 const PLACES: [&str; 9] = ["river", "station", "market", "bridge", "library", "harbor", "garden", "school", "church"];
-/// Times of day.
 const TIMES: [&str; 7] = ["morning", "evening", "afternoon", "night", "weekend", "summer", "winter"];
 
 /// The `i`-th sentence: "The <adj> <subject> <verb> the <adj> <object> near the
@@ -53,19 +47,4 @@ pub fn sentence(i: usize) -> String {
 /// The first `count` sentences, all different for `count` up to 5168.
 pub fn sentences(count: usize) -> Vec<String> {
     (0..count).map(sentence).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::HashSet;
-
-    use super::*;
-
-    #[test]
-    fn sentences_are_distinct_and_have_twelve_words() {
-        let all = sentences(16 * 17 * 19);
-        let distinct: HashSet<&String> = all.iter().collect();
-        assert_eq!(distinct.len(), all.len());
-        assert!(all.iter().all(|s| s.split_whitespace().count() == 12));
-    }
 }

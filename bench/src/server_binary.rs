@@ -6,7 +6,6 @@ use std::process::Command;
 
 use anyhow::Context;
 
-/// The binary's file name, as cargo names it.
 const SERVER_BIN: &str = "embedwire-server";
 
 /// `explicit` if given; otherwise builds the server with cargo in the profile of this

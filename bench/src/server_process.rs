@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::process::Command;
@@ -31,7 +31,7 @@ pub struct ServerCommand {
 impl ServerCommand {
     /// The bench's `defaults`, then the user's `extra` flags (e.g. from
     /// `--server-arg`), which replace a default of the same name: the server refuses
-    /// a flag given twice. `--listen` and `--data-dir` are [`ServerProcess::start`]'s.
+    /// a flag given twice.
     pub fn new(binary: PathBuf, defaults: Vec<(&str, OsString)>, extra: &[String]) -> Self {
         let overridden = |flag: &str| extra.iter().any(|arg| arg == flag || arg.starts_with(&format!("{flag}=")));
         let mut args: Vec<OsString> = Vec::new();
@@ -64,33 +64,20 @@ impl ServerProcess {
         spawn.args(["--listen", "127.0.0.1:0"]).arg("--data-dir").arg(&data_dir).args(&command.args);
         // The address comes from an info line, so info must be on.
         spawn.env("RUST_LOG", "info,ort=warn");
-        let spawned = Instant::now();
-        let mut process = ChildProcess::spawn("embedwire-server", spawn, Some(data_dir), READY_TIMEOUT).await?;
-        let (address, endpoint) = (process.address, endpoint(process.address)?);
-        // One health connection, reconnected until the server accepts.
-        let mut health: Option<HealthClient<Channel>> = None;
-        let serving = async || {
-            if health.is_none() {
-                health = endpoint.connect().await.ok().map(HealthClient::new);
-            }
-            let Some(client) = health.as_mut() else { return false };
-            match client.check(HealthCheckRequest::default()).await {
-                Ok(response) => response.get_ref().status == ServingStatus::Serving as i32,
-                Err(_) => {
-                    health = None;
-                    false
-                }
-            }
+        let connect = async |address| anyhow::Ok(HealthClient::new(endpoint(address)?.connect().await?));
+        let serving = async |health: &mut HealthClient<Channel>| {
+            let answer = health.check(HealthCheckRequest::default()).await?;
+            anyhow::Ok(answer.get_ref().status == ServingStatus::Serving as i32)
         };
-        process.wait_ready(READY_TIMEOUT, POLL_INTERVAL, serving).await?;
-        Ok((ServerProcess { pid: process.pid, address, process }, spawned.elapsed()))
+        let timing = (READY_TIMEOUT, POLL_INTERVAL);
+        let (process, cold) =
+            ChildProcess::start("embedwire-server", spawn, Some(data_dir), timing, connect, serving).await?;
+        Ok((ServerProcess { pid: process.pid, address: process.address, process }, cold))
     }
 
     /// A new HTTP/2 connection to the server.
     pub async fn connect(&self) -> anyhow::Result<Channel> {
-        let channel =
-            endpoint(self.address)?.connect().await.with_context(|| format!("connecting to {}", self.address))?;
-        Ok(channel)
+        endpoint(self.address)?.connect().await.with_context(|| format!("connecting to {}", self.address))
     }
 
     /// The server's last log lines (warnings during a run show up here).
@@ -98,7 +85,6 @@ impl ServerProcess {
         self.process.log_tail()
     }
 
-    /// Kills the server and reaps it.
     pub async fn stop(self) -> anyhow::Result<()> {
         self.process.stop().await
     }

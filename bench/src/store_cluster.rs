@@ -1,13 +1,10 @@
-//! A store cluster on loopback for a bench to measure against: a Weaviate cluster of
-//! N nodes, or a PostgreSQL primary with a streaming replica, by `scripts/cluster.sh up
-//! --store-only` in a state directory of its own, so the ports, the readiness rules
-//! and the processes' environment are the script's, written once. The addresses and
-//! pids are read back from the state directory; `cluster.sh down` stops the processes
-//! by pid at the end, also when the cluster is dropped on an error.
-//!
-//! The processes run detached (the script's `setsid`), so a bench killed with SIGKILL
-//! leaves them running: `EMBEDWIRE_CLUSTER_DIR=<the printed dir> scripts/cluster.sh down`
-//! stops them.
+//! A store cluster on loopback to measure against (Weaviate of N nodes, or a
+//! PostgreSQL primary with a streaming replica), started by `scripts/cluster.sh up
+//! --store-only` in a state directory of its own, so ports, readiness and environment
+//! are the script's alone; addresses and pids are read back from that directory.
+//! `cluster.sh down` stops it, also when it is dropped on an error. The processes run
+//! detached (`setsid`), so after a SIGKILL of the bench
+//! `EMBEDWIRE_CLUSTER_DIR=<the printed dir> scripts/cluster.sh down` stops them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,7 +14,6 @@ use anyhow::Context;
 
 use crate::child_process::{fresh_dir, program_output};
 
-/// The script that starts and stops clusters.
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/cluster.sh");
 
 /// Which store to start.
@@ -61,31 +57,27 @@ impl StoreCluster {
         let logs = format!("scripts/cluster.sh up (logs in {}/logs)", cluster.state_dir.display());
         program_output(cluster.script().args(up), &logs)?;
         let ports = std::fs::read_to_string(cluster.state_dir.join("ports.env")).context("reading ports.env")?;
-        let names: Vec<String> = match kind {
+        let port = |name: &str| port(&ports, name);
+        let (args, names): ([String; 6], Vec<String>) = match kind {
             StoreKind::Weaviate(nodes) => {
                 let (mut http, mut grpc) = (Vec::new(), Vec::new());
                 for i in 0..nodes {
-                    http.push(format!("http://127.0.0.1:{}", port(&ports, &format!("WEAVIATE_HTTP_{i}"))?));
-                    grpc.push(format!("127.0.0.1:{}", port(&ports, &format!("WEAVIATE_GRPC_{i}"))?));
+                    http.push(format!("http://127.0.0.1:{}", port(&format!("WEAVIATE_HTTP_{i}"))?));
+                    grpc.push(format!("127.0.0.1:{}", port(&format!("WEAVIATE_GRPC_{i}"))?));
                 }
                 let (http, grpc) = (http.join(","), grpc.join(","));
-                cluster.server_args = ["--store", "weaviate", "--weaviate-http", &http, "--weaviate-grpc", &grpc]
-                    .map(String::from)
-                    .to_vec();
-                (0..nodes).map(|i| format!("weaviate-{i}")).collect()
+                let args =
+                    ["--store", "weaviate", "--weaviate-http", &http, "--weaviate-grpc", &grpc].map(String::from);
+                (args, (0..nodes).map(|i| format!("weaviate-{i}")).collect())
             }
             StoreKind::Postgres => {
-                let url = |name| {
-                    Ok::<_, anyhow::Error>(format!("postgres://postgres@127.0.0.1:{}/embedwire", port(&ports, name)?))
-                };
+                let url = |name| anyhow::Ok(format!("postgres://postgres@127.0.0.1:{}/embedwire", port(name)?));
                 let (primary, replica) = (url("POSTGRES_PRIMARY_PORT")?, url("POSTGRES_REPLICA_PORT")?);
-                cluster.server_args =
-                    ["--store", "postgres", "--postgres-url", &primary, "--postgres-read-url", &replica]
-                        .map(String::from)
-                        .to_vec();
-                vec!["postgres-primary".into(), "postgres-replica".into()]
+                let args = ["--store", "postgres", "--postgres-url", &primary, "--postgres-read-url", &replica];
+                (args.map(String::from), vec!["postgres-primary".into(), "postgres-replica".into()])
             }
         };
+        cluster.server_args = args.to_vec();
         for name in names {
             let pid_file = cluster.state_dir.join(format!("pids/{name}.pid"));
             let pid = std::fs::read_to_string(&pid_file).with_context(|| format!("reading {}", pid_file.display()))?;
@@ -108,7 +100,7 @@ impl StoreCluster {
         }
     }
 
-    /// Where the store's logs are (`logs/<process>.log`), for messages.
+    /// Where the store's logs are (`logs/<process>.log`).
     pub fn state_dir(&self) -> &Path {
         &self.state_dir
     }

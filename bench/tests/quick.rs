@@ -1,8 +1,7 @@
-//! Every scenario of embedwire-bench run `--quick` end to end (the real model, server
-//! binary, baseline, ghz, Weaviate and clients), so that none can rot: those of `make
-//! bench` through `bench/run.sh --quick` with the report script, the others one by one.
-//! The tests check that each runs, prints its figures and writes well-formed files;
-//! they never judge the figures, since tests do not assert on speed.
+//! Every scenario of embedwire-bench run `--quick` end to end (the real model, server,
+//! baseline, ghz, Weaviate, clients) so none can rot: those of `make bench` through
+//! `bench/run.sh --quick` and the report script, the others one by one. They check the
+//! figures printed and the files written, never the figures' values (no speed asserts).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,22 +10,20 @@ use std::sync::Mutex;
 use clap::Parser;
 use embedwire_server::ServerConfig;
 
-/// One run at a time: each loads the model and saturates the machine, and two at once
-/// on a small machine would only make both slow.
+/// One run at a time: each saturates the machine, and two would only make both slow.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// What a quick run left: its stdout and its results directory (removed at the end of
-/// a test that passes).
+/// A quick run's stdout and results directory (removed when the test passes).
 struct Run {
     stdout: String,
     dir: PathBuf,
 }
 
 impl Run {
-    /// Runs the command `command(DIR)` makes, DIR fresh under the target's temporary
-    /// directory; fails with its output if it fails, or with a pointer to `make setup`
-    /// when the model or the venv is missing. The docstring cache stays in its default
-    /// place (bench/results/tmp), shared with real runs: extracting takes seconds.
+    /// Runs `command(DIR)`, DIR fresh under the target's temporary directory; fails
+    /// with its output, or with a pointer to `make setup` when the model or the venv is
+    /// missing. The docstring cache stays in bench/results/tmp, shared with real runs:
+    /// extracting takes seconds.
     fn of(name: &str, command: impl FnOnce(&Path) -> Command) -> Run {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let defaults = ServerConfig::parse_from(["embedwire-server"]);
@@ -56,13 +53,17 @@ impl Run {
         }
     }
 
+    /// Column `i` of a CSV file's rows.
+    fn column(&self, file: &str, i: usize) -> Vec<String> {
+        self.read(file).lines().skip(1).map(|line| fields(line).swap_remove(i)).collect()
+    }
+
     fn read(&self, file: &str) -> String {
         let path = self.dir.join(file);
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
     }
 
-    /// The rows of a CSV file, after checking its header and that every row has as many
-    /// fields.
+    /// The rows of a CSV file, after checking its header and every row's width.
     fn csv(&self, file: &str, header: &str) -> Vec<Vec<String>> {
         let text = self.read(file);
         let mut lines = text.lines();
@@ -74,8 +75,7 @@ impl Run {
         rows
     }
 
-    /// The rows of a summary CSV (`figure,measured,...,result`), after checking that
-    /// `judged` of them have a result.
+    /// The rows of a summary CSV, after checking that `judged` of them have a result.
     fn summary(&self, file: &str, judged: usize) -> Vec<Vec<String>> {
         let rows = self.csv(file, "figure,measured,unit,comparison,limit,result");
         let results: Vec<&Vec<String>> = rows.iter().filter(|row| !row[5].is_empty()).collect();
@@ -142,7 +142,7 @@ fn run_sh_runs_the_scenarios_of_make_bench_and_writes_the_report() {
     );
 
     // wire: all nine encodings, the two targets.
-    let variants: Vec<String> = run.read("wire/wire_bench.csv").lines().skip(1).map(|l| fields(l).remove(0)).collect();
+    let variants = run.column("wire/wire_bench.csv", 0);
     assert_eq!(variants.len(), 9, "{variants:?}");
     for variant in ["grpc_float32", "grpc_ubinary", "grpc_float32_list", "http_json_float", "http_octet_stream"] {
         assert!(variants.iter().any(|v| v == variant), "no {variant} in {variants:?}");
@@ -170,16 +170,13 @@ fn run_sh_runs_the_scenarios_of_make_bench_and_writes_the_report() {
     // rerank: the ceiling, then concurrency 1 and 4 for each scorer, every point with answers.
     run.prints(&["in-process batch-20 call p50", "cross-encoder pairs/s (lowest c)", "bi-encoder pairs/s (best c)"]);
     run.summary("rerank/rerank_bench_summary.csv", 1);
-    let sweep = run.read("rerank/rerank_bench_sweep.csv");
-    let points: Vec<Vec<String>> = sweep.lines().skip(1).map(fields).collect();
+    let points: Vec<Vec<String>> = run.read("rerank/rerank_bench_sweep.csv").lines().skip(1).map(fields).collect();
     let scorers: Vec<(&str, &str)> = points.iter().map(|p| (p[0].as_str(), p[1].as_str())).collect();
     assert_eq!(scorers, [("cross-encoder", "1"), ("cross-encoder", "4"), ("bi-encoder", "1"), ("bi-encoder", "4")]);
     assert!(
         points.iter().all(|p| p[3].parse::<usize>().unwrap() > 0 && p[2..].iter().all(|f| f.parse::<f64>().is_ok()))
     );
-    let sizes: Vec<String> =
-        run.read("rerank/rerank_bench_in_process.csv").lines().skip(1).map(|l| fields(l).remove(0)).collect();
-    assert_eq!(sizes, ["1", "20"]);
+    assert_eq!(run.column("rerank/rerank_bench_in_process.csv", 0), ["1", "20"]);
     assert!(run.read("rerank/rerank_bench.md").contains("| cross-encoder | 4 |"));
 
     // clients: a run of each client, their medians, the one target.
