@@ -40,8 +40,3 @@ pub mod server_metrics;
 pub mod server_process;
 pub mod store_cluster;
 pub mod wire_count;
-
-/// The figures' former module, kept for the scenarios that name it.
-pub mod targets {
-    pub use crate::report::{Bound, Row};
-}

@@ -10,8 +10,8 @@ use std::process::Command;
 
 use anyhow::Context;
 use embedwire_bench::options::{Common, at_least_one, program_output};
-use embedwire_bench::report::{Judge, Report, Table};
-use embedwire_bench::{corpus::python_or_venv, server_process::ServerProcess, targets::Row};
+use embedwire_bench::report::{Judge, Report, Row, Table};
+use embedwire_bench::{corpus::python_or_venv, server_process::ServerProcess};
 
 /// The Python client's CPU per vector (the worse variant) at most this many times the Rust client's.
 const MAX_PYTHON_OVER_RUST: f64 = 1.5;

@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use embedwire_bench::latency::{LatencySummary, ms};
 use embedwire_bench::options::{Common, at_least_one};
-use embedwire_bench::report::{Report, Table};
-use embedwire_bench::targets::{Bound, Row};
+use embedwire_bench::report::{Bound, Report, Row, Table};
 use embedwire_server::index::synthetic::Clustered;
 use embedwire_server::index::{ChunkId, IndexKind, IndexParams, VectorIndex};
 
