@@ -31,6 +31,8 @@ use super::child::{self, STOP_GRACE};
 /// How long a test waits for nodes to become ready and the cluster to agree that every
 /// node is healthy (a cold 3-node start takes about 15 s on 2 cores).
 pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(120);
+/// Starts of a cluster, each on new ports, before a lost port fails the test.
+const PORT_ATTEMPTS: usize = 3;
 
 /// The ports one node listens on, all on 127.0.0.1.
 #[derive(Debug, Clone, Copy)]
@@ -77,6 +79,31 @@ impl WeaviateCluster {
     /// killed (and its directory removed unless the test panicked) when dropped. Use it
     /// for tests that kill or restart nodes, so that they do not disturb other tests.
     pub fn start(nodes: usize) -> WeaviateCluster {
+        // The ports are picked free and released before Weaviate binds them, so an
+        // outgoing connection of another process can take one in between: a clean-clone
+        // `make test` lost weaviate-0's gRPC port while the 3-node test's cluster
+        // started beside it. Such a start is tried again on new ports.
+        for attempt in 1..=PORT_ATTEMPTS {
+            let cluster = WeaviateCluster::on_fresh_ports(nodes);
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cluster.start_all())) {
+                Ok(()) => return cluster,
+                Err(_) if attempt < PORT_ATTEMPTS && cluster.lost_a_port() => {
+                    eprintln!("a weaviate node lost its port to another process; starting again on new ports");
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// Whether a node exited because its port was taken (its log says so).
+    fn lost_a_port(&self) -> bool {
+        let logs = self.nodes().iter().map(|n| std::fs::read_to_string(&n.log).unwrap_or_default()).collect::<Vec<_>>();
+        logs.iter().any(|log| log.contains("address already in use"))
+    }
+
+    /// The cluster's nodes with their data directories and environment, not started.
+    fn on_fresh_ports(nodes: usize) -> WeaviateCluster {
         assert!(nodes >= 1, "a cluster needs at least one node");
         let binary = super::cache_dir().join("bin/weaviate-server");
         assert!(binary.is_file(), "{} not found: run `make setup`", binary.display());
@@ -93,9 +120,7 @@ impl WeaviateCluster {
                 Node { log: dir.join(format!("{name}.log")), name, ports: ports[i], data, env, child: None }
             })
             .collect();
-        let cluster = WeaviateCluster { dir, binary, nodes: Mutex::new(nodes) };
-        cluster.start_all();
-        cluster
+        WeaviateCluster { dir, binary, nodes: Mutex::new(nodes) }
     }
 
     /// A cluster of `nodes` nodes shared by every test of this binary that asks for that
