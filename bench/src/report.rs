@@ -50,6 +50,16 @@ impl Row {
         Row { target: Some((bound, target)), ..Row::info(figure, value, unit, measured) }
     }
 
+    /// Judged against `limit` from below: `target` says the limit as the table prints it.
+    pub fn at_least(self, limit: f64, target: String) -> Row {
+        Row { target: Some((Bound::AtLeast(limit), target)), ..self }
+    }
+
+    /// Judged against `limit` from above: `target` says the limit as the table prints it.
+    pub fn at_most(self, limit: f64, target: String) -> Row {
+        Row { target: Some((Bound::AtMost(limit), target)), ..self }
+    }
+
     pub fn with_note(mut self, note: impl Into<String>) -> Self {
         self.note = note.into();
         self
@@ -86,23 +96,6 @@ impl Row {
             }
         };
         [self.figure.clone(), self.measured.clone(), target, result]
-    }
-}
-
-/// A figure judged against a limit: `Row::info(..).at_least(limit, target)`, `target`
-/// saying the limit as the table prints it.
-pub trait Judge {
-    fn at_least(self, limit: f64, target: String) -> Row;
-    fn at_most(self, limit: f64, target: String) -> Row;
-}
-
-impl Judge for Row {
-    fn at_least(self, limit: f64, target: String) -> Row {
-        Row { target: Some((Bound::AtLeast(limit), target)), ..self }
-    }
-
-    fn at_most(self, limit: f64, target: String) -> Row {
-        Row { target: Some((Bound::AtMost(limit), target)), ..self }
     }
 }
 

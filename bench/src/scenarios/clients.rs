@@ -10,7 +10,7 @@ use std::process::Command;
 
 use anyhow::Context;
 use embedwire_bench::options::{Common, at_least_one, program_output};
-use embedwire_bench::report::{Judge, Report, Row, Table};
+use embedwire_bench::report::{Report, Row, Table};
 use embedwire_bench::{corpus::python_or_venv, server_process::ServerProcess};
 
 /// The Python client's CPU per vector (the worse variant) at most this many times the Rust client's.

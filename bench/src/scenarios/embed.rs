@@ -11,7 +11,7 @@ use embedwire_bench::in_process::{self, Ceiling, CeilingPlan};
 use embedwire_bench::load::{self, LoadResult, Rpc, Stop};
 use embedwire_bench::memory::{RssSampler, mib, rss_bytes};
 use embedwire_bench::options::{Common, ModelPaths, at_least_one, connections};
-use embedwire_bench::report::{Judge, Report, Row, Table};
+use embedwire_bench::report::{Report, Row, Table};
 use embedwire_bench::server_process::{ServerCommand, ServerProcess};
 use embedwire_bench::{cpu, latency::ms, sentences};
 use embedwire_server::model::onnx::{OnnxModel, OnnxSettings, init_runtime};

@@ -21,7 +21,7 @@ use embedwire_bench::latency::ms;
 use embedwire_bench::load::Stop;
 use embedwire_bench::memory::{RssSampler, RssSeries, mib};
 use embedwire_bench::options::{Common, at_least_one};
-use embedwire_bench::report::{Bound, Judge, Report, Row, Table, percentiles};
+use embedwire_bench::report::{Bound, Report, Row, Table, percentiles};
 use embedwire_bench::wire_count::ByteCounters;
 use embedwire_proto::v1::{self, search_service_client::SearchServiceClient};
 use serde_json::{Value, json};

@@ -14,7 +14,7 @@ use embedwire_bench::latency::{LatencySummary, ms};
 use embedwire_bench::load::{self, Rpc, Stop};
 use embedwire_bench::open_loop::{self, Call, OpenLoopRun, Outcome, Schedule, Tally};
 use embedwire_bench::options::{Common, at_least_one, connections, seconds};
-use embedwire_bench::report::{Judge, Report, Row, Table};
+use embedwire_bench::report::{Report, Row, Table};
 use embedwire_bench::{corpus::CorpusOptions, cpu::CpuWindow, server_process::ServerProcess};
 use embedwire_proto::v1::{EmbedRequest, embed_service_client::EmbedServiceClient};
 use embedwire_server::ServerConfig;

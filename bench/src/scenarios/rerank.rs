@@ -18,7 +18,7 @@ use embedwire_bench::closed_loop::{self, Caller, ClosedLoopRun};
 use embedwire_bench::cpu::{self, CpuUse, CpuWindow};
 use embedwire_bench::in_process::{Ceiling, CeilingPlan, InProcess, MIN_BATCHES};
 use embedwire_bench::options::{Common, at_least_one, connections, program_output, seconds};
-use embedwire_bench::report::{Judge, Report, Row, Table};
+use embedwire_bench::report::{Report, Row, Table};
 use embedwire_bench::server_process::{ServerCommand, ServerProcess};
 use embedwire_bench::{corpus, corpus::CorpusOptions, latency::ms, load::Stop};
 use embedwire_bench::{server_metrics::MetricsSnapshot};

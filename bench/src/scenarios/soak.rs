@@ -17,7 +17,7 @@ use embedwire_bench::latency::{LatencySummary, ms};
 use embedwire_bench::memory::{RssSeries, mib, rss_bytes};
 use embedwire_bench::open_loop::{self, Call, Outcome, Schedule, Tally};
 use embedwire_bench::options::{Common, at_least_one, connections, seconds};
-use embedwire_bench::report::{Judge, Report, Row, Table};
+use embedwire_bench::report::{Report, Row, Table};
 use embedwire_bench::{ingest, load::Stop, server_process::ServerProcess};
 use embedwire_proto::v1::search_query::Query;
 use embedwire_proto::v1::{embed_service_client::EmbedServiceClient, search_service_client::SearchServiceClient};

@@ -3,7 +3,7 @@
 //! apart from a slow server. The harness's example of a scenario: workload, targets.
 
 use embedwire_bench::closed_loop::{self, Caller, ClosedLoopRun};
-use embedwire_bench::report::{Judge, Report, Row, Table};
+use embedwire_bench::report::{Report, Row, Table};
 use embedwire_bench::{latency::ms, load::Stop, options::Common, sentences::sentence};
 use embedwire_bench::server_process::ServerProcess;
 use embedwire_proto::v1::{EmbedRequest, TokenizeRequest, embed_service_client::EmbedServiceClient};

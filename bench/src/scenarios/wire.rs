@@ -21,7 +21,7 @@ use embedwire_bench::cpu::{CpuUse, CpuWindow};
 use embedwire_bench::http_client::HttpConnection;
 use embedwire_bench::latency::{median_time, ms};
 use embedwire_bench::options::{Common, at_least_one, program_output, seconds};
-use embedwire_bench::report::{Judge, Report, Row, Table};
+use embedwire_bench::report::{Report, Row, Table};
 use embedwire_bench::wire_count::{ByteCounters, PreEncoded, grpc_channel};
 use embedwire_bench::{corpus::CorpusOptions, load::Stop, server_process::ServerProcess};
 use embedwire_gateway_http::encoding::{FloatRow, FloatRows, binary_response, row_bytes};
