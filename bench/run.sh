@@ -51,12 +51,17 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 # step NAME OUTPUTS... -- COMMAND...: removes the step's old outputs (a failed step
 # must not leave last run's figures in the report), runs it with its output in
-# logs/NAME.log, and records its time and the machine's load around it.
+# logs/NAME.log, and records its time and the machine's load around it. OUTPUTS are
+# globs of the files the step writes, not its folders: notes kept beside the results
+# (rerank/NOTES.md, wire/issue14/) must survive a run.
 step() {
     local name="$1"
     shift
     while [[ "$1" != "--" ]]; do
-        rm -rf "${RESULTS:?}/$1"
+        # Unquoted on purpose: the glob expands here; one that matches nothing stays
+        # literal and rm -f ignores it.
+        # shellcheck disable=SC2086
+        rm -rf "${RESULTS:?}"/$1
         shift
     done
     shift
@@ -86,23 +91,23 @@ if [[ -z "${BENCH_NO_BUILD:-}" ]]; then
 fi
 SERVER=(--server-bin "${BENCH_SERVER_BIN:-$BIN/embedwire-server}")
 
-step embed-bench embed_bench.csv embed_bench_summary.csv -- \
+step embed-bench 'embed_bench*' -- \
     "$BIN/embedwire-bench" embed $QUICK "${SERVER[@]}" --results-dir "$RESULTS"
-step wire-bench wire -- \
+step wire-bench 'wire/wire*' -- \
     "$BIN/embedwire-bench" wire $QUICK "${SERVER[@]}" --results-dir "$RESULTS/wire"
-step ghz-suite ghz -- \
+step ghz-suite 'ghz/ghz_*' ghz/onnx ghz/pseudo -- \
     "$BIN/embedwire-bench" ghz $QUICK "${SERVER[@]}" --results-dir "$RESULTS/ghz"
-step gateway-bench gateway -- \
+step gateway-bench 'gateway/gateway*' 'gateway/requests_*' 'gateway/rss_*' -- \
     "$BIN/embedwire-bench" gateway $QUICK "${SERVER[@]}" --results-dir "$RESULTS/gateway"
 # In index/, so that the index_bench.csv of a separate 1M run stays as it is.
 if [[ -n "$QUICK" ]]; then
-    step index-bench index -- "$BIN/embedwire-bench" index --quick --results-dir "$RESULTS/index"
+    step index-bench 'index/index_bench*' -- "$BIN/embedwire-bench" index --quick --results-dir "$RESULTS/index"
 else
-    step index-bench index -- "$BIN/embedwire-bench" index --sizes 100000 --results-dir "$RESULTS/index"
+    step index-bench 'index/index_bench*' -- "$BIN/embedwire-bench" index --sizes 100000 --results-dir "$RESULTS/index"
 fi
-step rerank-bench rerank -- \
+step rerank-bench 'rerank/rerank_bench*' -- \
     "$BIN/embedwire-bench" rerank $QUICK "${SERVER[@]}" --results-dir "$RESULTS/rerank"
-step client-bench clients -- \
+step client-bench 'clients/client*' clients/summary.csv -- \
     "$BIN/embedwire-bench" clients $QUICK "${SERVER[@]}" --results-dir "$RESULTS/clients"
 
 echo "=== report"
