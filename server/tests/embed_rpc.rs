@@ -156,3 +156,19 @@ async fn hand_framed_embed_answers_hold_the_limits_and_leave_the_rest_to_tonic()
     assert_eq!(client.embed(embed_request(&["again"])).await.unwrap().into_inner().count, 1);
     server.stop().await.unwrap();
 }
+
+/// A hand-framed answer without vector bytes (FLOAT32_LIST) once ended with an empty
+/// DATA frame; hyper's h2 client closes a connection after 100 of those (GOAWAY
+/// ENHANCE_YOUR_CALM, reported as RESOURCE_EXHAUSTED), so the 101st call on one
+/// connection failed.
+#[tokio::test(flavor = "multi_thread")]
+async fn many_float32_list_answers_share_one_connection() {
+    let server = InProcessServer::start(&[PSEUDO, &["--pseudo-dim", "8"]].concat()).await;
+    let mut client = server.client().await;
+    for call in 0..250 {
+        let request = EmbedRequest { dtype: EmbeddingDtype::Float32List as i32, ..embed_request(&["a", "b"]) };
+        let reply = client.embed(request).await.unwrap_or_else(|status| panic!("call {call}: {status:?}"));
+        assert_eq!((reply.get_ref().values.len(), reply.get_ref().embeddings.len()), (16, 0));
+    }
+    server.stop().await.unwrap();
+}

@@ -117,8 +117,13 @@ async fn answer(
 
     let mut trailers = HeaderMap::new();
     trailers.insert("grpc-status", HeaderValue::from_static("0"));
-    let frames = [Frame::data(head), Frame::data(vectors), Frame::trailers(trailers)];
-    let body = StreamBody::new(futures::stream::iter(frames.into_iter().map(Ok::<_, Infallible>)));
+    // No empty chunk: hyper sends it as an empty DATA frame, and h2 clients (hyper's,
+    // so tonic's) close a connection with GOAWAY ENHANCE_YOUR_CALM after 100 of them,
+    // which a tonic client reports as RESOURCE_EXHAUSTED. A FLOAT32_LIST answer has
+    // no vector bytes (its floats are in `values`).
+    let data = [head, vectors].into_iter().filter(|chunk| !chunk.is_empty()).map(Frame::data);
+    let frames = data.chain([Frame::trailers(trailers)]).map(Ok::<_, Infallible>);
+    let body = StreamBody::new(futures::stream::iter(frames));
     let mut response = Response::new(Body::new(body));
     *response.headers_mut() = metadata.into_headers();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
