@@ -29,7 +29,6 @@ pub struct StoreCluster {
     pub kind: StoreKind,
     /// The script's state directory: ports.env, pids/, logs/, data/.
     state_dir: PathBuf,
-    /// The server flags that store into this cluster.
     server_args: Vec<String>,
     /// The store's processes (Weaviate nodes; PostgreSQL's postmasters, parents of its backends), for CPU and memory.
     pub pids: Vec<u32>,
