@@ -1,21 +1,23 @@
-//! The processes a bench starts, handled once: a measured process (the server, an
-//! HTTP gateway, the Python baseline) is spawned, its address taken from its first
-//! "listening on HOST:PORT" log line, ready when a probe says so, and killed at the
-//! end (also when dropped on an error). Every one is started and judged the same
-//! way, so their cold starts compare. Helper programs run to their end.
+//! The processes a bench starts, handled once: a measured process (the server, an HTTP gateway, the Python baseline) is
+//! spawned, its address taken from its first "listening on HOST:PORT" log line, ready when a probe says so, and killed
+//! at the end (also when dropped on an error). Every one is started and judged the same way, so their cold starts
+//! compare. Helper programs run to their end.
 
-use std::collections::VecDeque;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::{
+    collections::VecDeque,
+    net::SocketAddr,
+    path::PathBuf,
+    process::Stdio,
+    sync::{Arc, Mutex, atomic},
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStderr, Command};
-use tokio::sync::oneshot;
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, ChildStderr, Command},
+    sync::oneshot,
+};
 
 /// Log lines kept to explain a failed start.
 const STDERR_TAIL_LINES: usize = 20;
@@ -40,10 +42,9 @@ impl Drop for ChildProcess {
 }
 
 impl ChildProcess {
-    /// Spawns `command`, reads its address from its log, then asks `ready` every
-    /// `interval` on a connection from `connect` (reopened after an error) until it
-    /// says yes. Fails when the process exits first or either wait passes `timeout`.
-    /// Also returns the cold start: from the spawn to the first yes.
+    /// Spawns `command`, reads its address from its log, then asks `ready` every `interval` on a connection from
+    /// `connect` (reopened after an error) until it says yes. Fails when the process exits first or either wait passes
+    /// `timeout`. Also returns the cold start: from the spawn to the first yes.
     pub async fn start<C>(
         name: &str,
         mut command: Command,
@@ -54,31 +55,22 @@ impl ChildProcess {
     ) -> anyhow::Result<(Self, Duration)> {
         let spawned = Instant::now();
         // NO_COLOR keeps the log plain (tracing-subscriber honours it), so the line parses.
-        let mut child = command
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {name} ({:?})", command.as_std().get_program()))?;
+        command.env("NO_COLOR", "1").kill_on_drop(true);
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child =
+            command.spawn().with_context(|| format!("starting {name} ({:?})", command.as_std().get_program()))?;
         let pid = child.id().with_context(|| format!("{name} exited at once"))?;
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         let (address_tx, address_rx) = oneshot::channel();
         let stderr = child.stderr.take().context("no stderr pipe")?;
-        tokio::spawn(read_log(BufReader::new(stderr), address_tx, stderr_tail.clone()));
+        tokio::spawn(read_log(stderr, address_tx, stderr_tail.clone()));
         // The sender goes away when the log ends, so a process that exits early ends
         // this wait too, with its whole log already in the tail.
         let address = tokio::time::timeout(timeout, address_rx).await;
-        let mut process = ChildProcess {
-            name: name.to_string(),
-            pid,
-            // Until it logs one; meanwhile drop kills it and removes its directory.
-            address: ([127, 0, 0, 1], 0).into(),
-            child,
-            stderr_tail,
-            scratch_dir,
-        };
+        // Until it logs an address; meanwhile drop kills it and removes its directory.
+        let unknown = ([127, 0, 0, 1], 0).into();
+        let mut process =
+            ChildProcess { name: name.to_string(), pid, address: unknown, child, stderr_tail, scratch_dir };
         let Ok(Ok(address)) = address else {
             return Err(process.failure("did not log its address (exited, or too slow)"));
         };
@@ -110,8 +102,7 @@ impl ChildProcess {
 
     pub async fn stop(mut self) -> anyhow::Result<()> {
         self.child.start_kill().with_context(|| format!("killing {}", self.name))?;
-        self.child.wait().await.with_context(|| format!("waiting for {} to exit", self.name))?;
-        Ok(())
+        self.child.wait().await.map(drop).with_context(|| format!("waiting for {} to exit", self.name))
     }
 
     fn failure(&self, what: &str) -> anyhow::Error {
@@ -121,8 +112,8 @@ impl ChildProcess {
 
 /// A directory of its own, not there yet, for each process the bench starts.
 pub fn fresh_dir(what: &str) -> PathBuf {
-    static STARTED: AtomicUsize = AtomicUsize::new(0);
-    let n = STARTED.fetch_add(1, Ordering::Relaxed);
+    static STARTED: atomic::AtomicUsize = atomic::AtomicUsize::new(0);
+    let n = STARTED.fetch_add(1, atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("embedwire-bench-{what}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
@@ -140,13 +131,9 @@ pub fn program_output(command: &mut std::process::Command, hint: &str) -> anyhow
 
 /// Reads the log to its end (so the pipe never fills and blocks the process), sends
 /// the address of the first "listening on" line, and keeps the last lines.
-async fn read_log(
-    stderr: BufReader<ChildStderr>,
-    address: oneshot::Sender<SocketAddr>,
-    tail: Arc<Mutex<VecDeque<String>>>,
-) {
+async fn read_log(stderr: ChildStderr, address: oneshot::Sender<SocketAddr>, tail: Arc<Mutex<VecDeque<String>>>) {
     let mut address = Some(address);
-    let mut lines = stderr.lines();
+    let mut lines = BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         if let Some(found) = listening_address(&line)
             && let Some(sender) = address.take()
@@ -164,14 +151,4 @@ async fn read_log(
 
 fn listening_address(line: &str) -> Option<SocketAddr> {
     line.split("listening on ").nth(1)?.split_whitespace().next()?.parse().ok()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn finds_the_address_in_a_log_line() {
-        let line = "2026-01-01T00:00:00Z  INFO embedwire_server: listening on 127.0.0.1:40123";
-        assert_eq!(super::listening_address(line), Some("127.0.0.1:40123".parse().unwrap()));
-        assert_eq!(super::listening_address("INFO model ready"), None);
-    }
 }

@@ -1,9 +1,7 @@
-//! One HTTP/1.1 keep-alive connection per load worker, its bytes counted
-//! ([`crate::wire_count`]). A pool that opens connections on demand would make the
-//! connection count depend on timing; here it is exactly one per holder.
+//! One HTTP/1.1 keep-alive connection per load worker, its bytes counted ([`crate::wire_count`]). A pool that opens
+//! connections on demand would make the connection count depend on timing; here it is exactly one per holder.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::{net::SocketAddr, sync::Arc};
 
 use anyhow::Context;
 use bytes::Bytes;
@@ -11,8 +9,7 @@ use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use serde::{Serialize, de::DeserializeOwned};
 use tokio::task::JoinHandle;
 
 use crate::wire_count::{ByteCounters, connect_counted};
@@ -47,15 +44,15 @@ impl HttpResponse {
     }
 }
 
-/// One keep-alive connection to one server. Reopened if the server closed it
-/// between requests, which idle keep-alive timeouts do.
+/// One keep-alive connection to one server, reopened if the server closed it between requests (idle timeouts do).
 pub struct HttpConnection {
     address: SocketAddr,
     host: HeaderValue,
     counters: Arc<ByteCounters>,
     sender: SendRequest<Full<Bytes>>,
-    /// Drives the connection; aborted when the connection is dropped.
-    driver: JoinHandle<()>,
+    /// Drives the connection; aborted when the connection is dropped. An error ends the
+    /// connection; the next send sees it closed and reopens.
+    driver: JoinHandle<Result<(), hyper::Error>>,
 }
 
 impl Drop for HttpConnection {
@@ -67,7 +64,10 @@ impl Drop for HttpConnection {
 impl HttpConnection {
     /// A connection whose bytes add to `counters`.
     pub async fn open(address: SocketAddr, counters: Arc<ByteCounters>) -> anyhow::Result<Self> {
-        let (sender, driver) = handshake(address, &counters).await?;
+        let stream =
+            connect_counted(address, counters.clone()).await.with_context(|| format!("connecting to {address}"))?;
+        let (sender, connection) = http1::handshake(TokioIo::new(stream)).await.context("HTTP/1.1 handshake")?;
+        let driver = tokio::spawn(connection);
         let host = HeaderValue::from_str(&address.to_string())?;
         Ok(HttpConnection { address, host, counters, sender, driver })
     }
@@ -81,8 +81,8 @@ impl HttpConnection {
         accept: Option<&'static str>,
     ) -> anyhow::Result<HttpResponse> {
         if self.sender.is_closed() || self.sender.ready().await.is_err() {
-            self.driver.abort();
-            (self.sender, self.driver) = handshake(self.address, &self.counters).await?;
+            // The old connection's driver is aborted when it is dropped here.
+            *self = HttpConnection::open(self.address, self.counters.clone()).await?;
         }
         let mut request = Request::builder()
             .method(method)
@@ -111,18 +111,4 @@ impl HttpConnection {
     pub async fn get(&mut self, path: &str) -> anyhow::Result<HttpResponse> {
         self.send(Method::GET, path, None, None).await
     }
-}
-
-async fn handshake(
-    address: SocketAddr,
-    counters: &Arc<ByteCounters>,
-) -> anyhow::Result<(SendRequest<Full<Bytes>>, JoinHandle<()>)> {
-    let stream =
-        connect_counted(address, counters.clone()).await.with_context(|| format!("connecting to {address}"))?;
-    let (sender, connection) = http1::handshake(TokioIo::new(stream)).await.context("HTTP/1.1 handshake")?;
-    let driver = tokio::spawn(async move {
-        // An error here ends the connection; the next send sees it closed and reopens.
-        let _ = connection.await;
-    });
-    Ok((sender, driver))
 }

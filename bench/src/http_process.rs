@@ -1,22 +1,14 @@
-//! Any HTTP gateway process the bench compares ([`ChildProcess`]), the embedwire
-//! server or the Python baseline, ready when `GET /healthz` answers 200 with
-//! `"model_loaded": true` (the readiness of the /v1 contract).
+//! Any HTTP gateway process the bench compares ([`ChildProcess`]), the embedwire server or the Python baseline, ready
+//! when `GET /healthz` answers 200 with `"model_loaded": true` (the readiness of the /v1 contract).
 
-use std::ffi::OsString;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+use std::{ffi::OsString, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use serde::Deserialize;
 use tokio::process::Command;
 
-use crate::child_process::ChildProcess;
-use crate::http_client::HttpConnection;
-use crate::wire_count::ByteCounters;
+use crate::{child_process::ChildProcess, http_client::HttpConnection, wire_count::ByteCounters};
 
-/// Longest wait for the process to listen and then to be healthy. Python imports
-/// and model loading take seconds on a busy machine.
+/// Longest wait to listen, then to be healthy: Python imports and model loading take seconds on a busy machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// Health polling interval: small against cold starts of a fraction of a second.
 const POLL_INTERVAL: Duration = Duration::from_millis(5);
@@ -33,10 +25,9 @@ pub struct HttpServerCommand {
     pub scratch_dir: Option<PathBuf>,
 }
 
-/// The /healthz answer of the /v1 contract.
+/// The /healthz answer of the /v1 contract (the fields the bench reads).
 #[derive(Debug, Clone, Deserialize)]
 pub struct Health {
-    pub status: String,
     pub model_loaded: bool,
     pub document_count: u64,
 }
@@ -61,11 +52,11 @@ impl HttpServerProcess {
             let answer = connection.get("/healthz").await?;
             anyhow::Ok(answer.json::<Health>().is_ok_and(|health| health.model_loaded))
         };
-        let (name, scratch_dir) = (command.name.as_str(), command.scratch_dir.clone());
-        let timing = (READY_TIMEOUT, POLL_INTERVAL);
-        let (process, cold) = ChildProcess::start(name, spawn, scratch_dir, timing, connect, healthy).await?;
-        let (pid, address) = (process.pid, process.address);
-        Ok((HttpServerProcess { name: command.name.clone(), pid, address, process }, cold))
+        let (scratch_dir, timing) = (command.scratch_dir.clone(), (READY_TIMEOUT, POLL_INTERVAL));
+        let (process, cold) = ChildProcess::start(&command.name, spawn, scratch_dir, timing, connect, healthy).await?;
+        let gateway =
+            HttpServerProcess { name: command.name.clone(), pid: process.pid, address: process.address, process };
+        Ok((gateway, cold))
     }
 
     /// A new keep-alive connection whose bytes add to `counters`.

@@ -1,6 +1,5 @@
-//! embedwire-bench: every benchmark of embedwire, one subcommand per scenario. The
-//! engine (options, processes, load, results) is the `embedwire_bench` library; a
-//! scenario in `scenarios/` holds only its workload and its targets. See
+//! embedwire-bench: every benchmark of embedwire, one subcommand per scenario. The engine (options, processes, load,
+//! results) is the `embedwire_bench` library; a scenario in `scenarios/` has only its workload and targets. See
 //! bench/README.md.
 
 use clap::Parser;

@@ -1,13 +1,10 @@
 //! The options every scenario flattens in, and what they resolve to: the work of a
 //! full or `--quick` run, the server binary and flags, the model files, the results.
 
-use std::ffi::OsString;
-use std::path::PathBuf;
-use std::time::Duration;
+use std::{ffi::OsString, path::PathBuf, time::Duration};
 
-use clap::Parser;
-use clap::builder::RangedU64ValueParser;
-use embedwire_server::ServerConfig;
+use clap::{Parser, builder::RangedU64ValueParser};
+use embedwire_server::{ServerConfig, model::files::ModelFiles, model::precision};
 use tonic::transport::Channel;
 
 use crate::server_process::{ServerCommand, ServerProcess};
@@ -15,46 +12,33 @@ use crate::server_process::{ServerCommand, ServerProcess};
 /// Options of every scenario.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Common {
-    /// A few seconds per part: every code path runs, the figures are rough. The
-    /// tests run every scenario this way so none can rot.
+    /// A few seconds per part: every code path runs, the figures are rough (the tests run every scenario so).
     #[arg(long, env = "BENCH_QUICK")]
     pub quick: bool,
-
-    /// The embedwire-server binary [default: build this workspace's, same profile as
-    /// the bench, and use the one beside it].
+    /// The embedwire-server binary [default: build this workspace's in the bench's profile, use the one beside it].
     #[arg(long, env = "BENCH_SERVER_BIN")]
     pub server_bin: Option<PathBuf>,
-
-    /// One more server flag, e.g. `--server-arg=--max-batch-wait-us=0`; repeat for
-    /// several. It replaces a default of the bench with the same name.
+    /// One more server flag (`--server-arg=--max-batch-wait-us=0`), repeatable; replaces a bench default so named.
     #[arg(long = "server-arg", allow_hyphen_values = true)]
     pub server_args: Vec<String>,
-
-    /// Model directory, for the server and for in-process ceilings [default: the
-    /// server's default].
+    /// Model directory, for the server and for in-process ceilings [default: the server's default].
     #[arg(long, env = "EMBEDWIRE_MODEL_DIR")]
     pub model_dir: Option<PathBuf>,
-
     /// ONNX Runtime shared library [default: the server's default].
     #[arg(long, env = "EMBEDWIRE_ORT_LIBRARY")]
     pub ort_library: Option<PathBuf>,
-
     /// ONNX Runtime intra-op threads, in-process and in the server alike.
     #[arg(long, env = "BENCH_INTRA_OP_THREADS", default_value_t = 2, value_parser = at_least_one::<usize>())]
     pub intra_op_threads: usize,
-
     /// Where the results go [default: bench/results, or the scenario's folder in it].
     #[arg(long, env = "BENCH_RESULTS_DIR")]
     pub results_dir: Option<PathBuf>,
-
     /// Seconds of each measured run [default: the scenario's, shorter with --quick].
     #[arg(long, env = "BENCH_DURATION_SECS", value_parser = seconds)]
     pub duration_secs: Option<f64>,
-
     /// Seconds of unmeasured load before each run [default: the scenario's].
     #[arg(long, env = "BENCH_WARMUP_SECS", value_parser = seconds)]
     pub warmup_secs: Option<f64>,
-
     /// Concurrency levels to sweep, e.g. `1,4,16` [default: the scenario's].
     #[arg(long, env = "BENCH_CONCURRENCY", value_delimiter = ',', value_parser = at_least_one::<usize>())]
     pub concurrency: Vec<usize>,
@@ -77,8 +61,7 @@ pub struct SearchLoad {
     pub top_k: u32,
 }
 
-/// The parser of a count option: 0 is refused when the options are parsed, before
-/// anything is measured.
+/// The parser of a count option: 0 is refused when the options are parsed, before anything is measured.
 pub fn at_least_one<T>() -> RangedU64ValueParser<T>
 where
     T: TryFrom<u64> + Clone + Send + Sync + 'static,
@@ -87,8 +70,7 @@ where
     RangedU64ValueParser::new().range(1..)
 }
 
-/// The parser of a seconds option: from 0 to an hour, so that a typo fails now rather
-/// than after minutes of measuring.
+/// The parser of a seconds option: from 0 to an hour, so that a typo fails now, not after minutes of measuring.
 pub fn seconds(text: &str) -> Result<f64, String> {
     let seconds: f64 = text.parse().map_err(|e| format!("{e}"))?;
     if (0.0..3600.0).contains(&seconds) { Ok(seconds) } else { Err("not between 0 and 3600 seconds".into()) }
@@ -138,9 +120,8 @@ impl Common {
 
     /// `--results-dir`, else `bench/results/<folder>`.
     pub fn results(&self, folder: &str) -> PathBuf {
-        self.results_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results").join(folder))
+        let default = || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results").join(folder);
+        self.results_dir.clone().unwrap_or_else(default)
     }
 
     /// The server binary to measure (built first when not given).
@@ -148,17 +129,11 @@ impl Common {
         crate::server_binary::resolve(self.server_bin.as_deref())
     }
 
-    /// The server's flags: the model files and thread count these options name, then
-    /// the scenario's `defaults`, then `--server-arg`, each replacing an earlier flag
-    /// of the same name.
+    /// The server's flags: the model files and thread count these options name, then the
+    /// scenario's `defaults`, then `--server-arg`, each replacing an earlier flag of the same name.
     pub fn server_command(&self, binary: PathBuf, defaults: Vec<(&str, OsString)>) -> ServerCommand {
-        let mut flags: Vec<(&str, OsString)> = vec![("--intra-op-threads", self.intra_op_threads.to_string().into())];
-        if let Some(dir) = &self.model_dir {
-            flags.push(("--model-dir", dir.into()));
-        }
-        if let Some(library) = &self.ort_library {
-            flags.push(("--ort-library", library.into()));
-        }
+        let mut flags = vec![("--intra-op-threads", self.intra_op_threads.to_string().into())];
+        flags.extend(self.model_flags());
         flags.retain(|(flag, _)| !defaults.iter().any(|(other, _)| other == flag));
         flags.extend(defaults);
         ServerCommand::new(binary, flags, &self.server_args)
@@ -166,27 +141,23 @@ impl Common {
 
     /// The model directory, graph and ONNX Runtime library, resolved the way the
     /// server resolves them, so an in-process ceiling loads the same files.
-    pub fn model_paths(
-        &self,
-        precision: embedwire_server::model::precision::PrecisionChoice,
-    ) -> anyhow::Result<ModelPaths> {
-        let mut flags: Vec<OsString> = vec!["embedwire-server".into()];
-        if let Some(dir) = &self.model_dir {
-            flags.extend(["--model-dir".into(), dir.into()]);
-        }
-        if let Some(library) = &self.ort_library {
-            flags.extend(["--ort-library".into(), library.into()]);
-        }
-        let server = ServerConfig::try_parse_from(flags)?;
+    pub fn model_paths(&self, choice: precision::PrecisionChoice) -> anyhow::Result<ModelPaths> {
+        let flags = self.model_flags().into_iter().flat_map(|(flag, path)| [flag.into(), path]);
+        let server = ServerConfig::try_parse_from([OsString::from("embedwire-server")].into_iter().chain(flags))?;
         let model_dir = server.model_dir();
-        let files = embedwire_server::model::files::ModelFiles::read(&model_dir)?;
-        let cpu = embedwire_server::model::precision::CpuInt8::detect();
-        let chosen = embedwire_server::model::precision::resolve(precision, &model_dir, &files.onnx_path, cpu)?;
+        let files = ModelFiles::read(&model_dir)?;
+        let chosen = precision::resolve(choice, &model_dir, &files.onnx_path, precision::CpuInt8::detect())?;
         Ok(ModelPaths {
             model_dir,
             graph: chosen.graph,
             precision: chosen.precision.name(),
             ort_library: server.ort_library(),
         })
+    }
+
+    /// `--model-dir` and `--ort-library` where given: the server and the model files of a ceiling see the same.
+    fn model_flags(&self) -> Vec<(&'static str, OsString)> {
+        let given = [("--model-dir", &self.model_dir), ("--ort-library", &self.ort_library)];
+        given.into_iter().filter_map(|(flag, path)| Some((flag, path.as_ref()?.into()))).collect()
     }
 }

@@ -2,15 +2,13 @@
 //! this workspace's server first, so the bench never measures a stale binary.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::Context;
 
 const SERVER_BIN: &str = "embedwire-server";
 
-/// `explicit` if given; otherwise builds the server with cargo in the profile of this
-/// binary and returns the build next to it (cargo puts every binary of a profile in
-/// one directory: target/release or target/debug).
+/// `explicit` if given; otherwise builds the server with cargo in the profile of this binary and returns the build next
+/// to it (cargo puts every binary of a profile in one directory: target/release or target/debug).
 pub fn resolve(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(path) = explicit {
         anyhow::ensure!(path.is_file(), "server binary {} does not exist", path.display());
@@ -20,42 +18,34 @@ pub fn resolve(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     build_into(own.parent().context("the bench binary has no parent directory")?)
 }
 
-/// Variables cargo sets for a process it runs (a test binary: the bench tests call
-/// [`build_into`]). Handed down to the inner cargo they reach build scripts that watch
-/// them (ring's does), which rerun, so ring, rustls, tonic and the server were rebuilt
-/// inside `make test` (2.5 minutes) and again by the next build from a shell.
+/// Variables cargo sets for a process it runs (a test binary: the bench tests call [`build_into`]). Handed down to the
+/// inner cargo they reach build scripts that watch them (ring's does), which rerun, so ring, rustls, tonic and the
+/// server were rebuilt inside `make test` (2.5 minutes) and again by the next build from a shell.
 fn is_set_by_cargo_for_a_crate(name: &str) -> bool {
     ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_CRATE_", "CARGO_BIN_"].iter().any(|prefix| name.starts_with(prefix))
         || matches!(name, "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR" | "CARGO_RUSTC_CURRENT_DIR" | "OUT_DIR")
 }
 
-/// Builds the server with cargo in this crate's profile and returns the binary in
-/// `dir`, the profile's output directory (a test passes the directory of a bench
-/// binary, as its own executable lives in `deps/`).
+/// Builds the server with cargo in this crate's profile and returns the binary in `dir`, the profile's output directory
+/// (a test passes the directory of a bench binary, as its own executable lives in `deps/`).
 pub fn build_into(dir: &Path) -> anyhow::Result<PathBuf> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("the bench crate has no parent")?;
-    let mut build = Command::new("cargo");
-    // --workspace, not -p: cargo unifies dependency features over the packages it
-    // selects, so `-p embedwire-server` alone builds ring, rustls, tonic, ... with other
-    // features than the workspace build of `make setup`, rebuilds them (minutes) and
-    // leaves a binary that the next workspace build rebuilds again.
+    let mut build = std::process::Command::new("cargo");
+    // --workspace, not -p: cargo unifies dependency features over the packages it selects, so `-p embedwire-server`
+    // alone builds ring, rustls, tonic, ... with other features than the workspace build of `make setup`, rebuilds them
+    // (minutes) and leaves a binary that the next workspace build rebuilds again.
+    let release = !cfg!(debug_assertions);
     build.current_dir(workspace).args(["build", "--workspace", "--bin", SERVER_BIN]);
+    build.args(release.then_some("--release"));
     for (name, _) in std::env::vars_os() {
         if let Some(name) = name.to_str().filter(|name| is_set_by_cargo_for_a_crate(name)) {
             build.env_remove(name);
         }
     }
-    if !cfg!(debug_assertions) {
-        build.arg("--release");
-    }
-    eprintln!("building {SERVER_BIN} ({})", if cfg!(debug_assertions) { "debug" } else { "release" });
+    eprintln!("building {SERVER_BIN} ({})", if release { "release" } else { "debug" });
     let status = build.status().context("running cargo (or pass --server-bin)")?;
     anyhow::ensure!(status.success(), "cargo build of {SERVER_BIN} failed ({status})");
     let path = dir.join(SERVER_BIN);
-    anyhow::ensure!(
-        path.is_file(),
-        "cargo built {SERVER_BIN} but {} does not exist (pass --server-bin)",
-        path.display()
-    );
+    anyhow::ensure!(path.is_file(), "no {} after cargo built {SERVER_BIN} (pass --server-bin)", path.display());
     Ok(path)
 }

@@ -1,17 +1,12 @@
 //! One real embedwire-server process ([`ChildProcess`]): spawned on 127.0.0.1:0 with
 //! a fresh data directory, ready when the health service reports SERVING.
 
-use std::ffi::OsString;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::time::Duration;
+use std::{ffi::OsString, net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::Context;
 use tokio::process::Command;
 use tonic::transport::{Channel, Endpoint};
-use tonic_health::pb::HealthCheckRequest;
-use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
 use crate::child_process::{ChildProcess, fresh_dir};
 
@@ -29,16 +24,13 @@ pub struct ServerCommand {
 }
 
 impl ServerCommand {
-    /// The bench's `defaults`, then the user's `extra` flags (e.g. from
-    /// `--server-arg`), which replace a default of the same name: the server refuses
-    /// a flag given twice.
+    /// The bench's `defaults`, then the user's `extra` flags (e.g. from `--server-arg`),
+    /// which replace a default of the same name: the server refuses a flag given twice.
     pub fn new(binary: PathBuf, defaults: Vec<(&str, OsString)>, extra: &[String]) -> Self {
         let overridden = |flag: &str| extra.iter().any(|arg| arg == flag || arg.starts_with(&format!("{flag}=")));
-        let mut args: Vec<OsString> = Vec::new();
-        for (flag, value) in defaults.into_iter().filter(|(flag, _)| !overridden(flag)) {
-            args.extend([flag.into(), value]);
-        }
-        args.extend(extra.iter().map(OsString::from));
+        let kept = defaults.into_iter().filter(|(flag, _)| !overridden(flag));
+        let args =
+            kept.flat_map(|(flag, value)| [flag.into(), value]).chain(extra.iter().map(OsString::from)).collect();
         ServerCommand { binary, args }
     }
 }

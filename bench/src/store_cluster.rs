@@ -1,14 +1,13 @@
-//! A store cluster on loopback to measure against (Weaviate of N nodes, or a
-//! PostgreSQL primary with a streaming replica), started by `scripts/cluster.sh up
-//! --store-only` in a state directory of its own, so ports, readiness and environment
-//! are the script's alone; addresses and pids are read back from that directory.
-//! `cluster.sh down` stops it, also when it is dropped on an error. The processes run
-//! detached (`setsid`), so after a SIGKILL of the bench
+//! A store cluster on loopback to measure against (Weaviate of N nodes, or a PostgreSQL primary with a streaming
+//! replica), started by `scripts/cluster.sh up --store-only` in a state directory of its own, so ports, readiness and
+//! environment are the script's alone; addresses and pids are read back from that directory. `cluster.sh down` stops
+//! it, also when it is dropped on an error. The processes run detached (`setsid`), so after a SIGKILL of the bench
 //! `EMBEDWIRE_CLUSTER_DIR=<the printed dir> scripts/cluster.sh down` stops them.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
 
@@ -30,32 +29,28 @@ pub struct StoreCluster {
     pub kind: StoreKind,
     /// The script's state directory: ports.env, pids/, logs/, data/.
     state_dir: PathBuf,
-    /// The server flags that store into this cluster.
     server_args: Vec<String>,
-    /// The store's processes (Weaviate nodes; PostgreSQL's postmasters, whose backends
-    /// are their children), for their CPU time and memory.
+    /// The store's processes (Weaviate nodes; PostgreSQL's postmasters, parents of its backends), for CPU and memory.
     pub pids: Vec<u32>,
     /// Set once `cluster.sh down` has run, so that drop does not run it again.
     stopped: bool,
 }
 
 impl StoreCluster {
-    /// Starts the store on free loopback ports with empty data and waits until it is
-    /// healthy; also returns how long that took.
+    /// Starts the store (free loopback ports, empty data) and waits until it is healthy; also returns how long it took.
     pub fn start(kind: StoreKind) -> anyhow::Result<(Self, Duration)> {
-        let state_dir = fresh_dir("store-cluster");
-        let started = Instant::now();
+        let (state_dir, started) = (fresh_dir("store-cluster"), Instant::now());
         let mut cluster = StoreCluster { kind, state_dir, server_args: Vec::new(), pids: Vec::new(), stopped: false };
         // From here on, drop runs `down` whatever happens.
-        let up = match kind {
+        let store = match kind {
             StoreKind::Weaviate(nodes) => {
                 anyhow::ensure!(nodes >= 1, "a Weaviate cluster needs at least one node");
-                vec!["up".to_string(), "--store-only".into(), "--nodes".into(), nodes.to_string()]
+                ["--nodes".to_string(), nodes.to_string()]
             }
-            StoreKind::Postgres => vec!["up".into(), "--store-only".into(), "--store".into(), "postgres".into()],
+            StoreKind::Postgres => ["--store".into(), "postgres".into()],
         };
         let logs = format!("scripts/cluster.sh up (logs in {}/logs)", cluster.state_dir.display());
-        program_output(cluster.script().args(up), &logs)?;
+        program_output(cluster.script().args(["up", "--store-only"]).args(store), &logs)?;
         let ports = std::fs::read_to_string(cluster.state_dir.join("ports.env")).context("reading ports.env")?;
         let port = |name: &str| port(&ports, name);
         let (args, names): ([String; 6], Vec<String>) = match kind {
@@ -105,8 +100,7 @@ impl StoreCluster {
         &self.state_dir
     }
 
-    /// Stops every process by pid (the script's signals, SIGKILL after its grace
-    /// period) and removes the data and logs.
+    /// Stops every process by pid (the script's signals, SIGKILL after its grace period) and removes the data and logs.
     pub fn stop(mut self) -> anyhow::Result<()> {
         self.down()?;
         // As root, PostgreSQL's data lives outside the state dir, behind a link.
@@ -121,16 +115,15 @@ impl StoreCluster {
         program_output(self.script().arg("down"), "scripts/cluster.sh down").map(drop)
     }
 
-    fn script(&self) -> Command {
-        let mut command = Command::new("bash");
+    fn script(&self) -> std::process::Command {
+        let mut command = std::process::Command::new("bash");
         command.arg(SCRIPT).env("EMBEDWIRE_CLUSTER_DIR", &self.state_dir);
         command
     }
 }
 
 impl Drop for StoreCluster {
-    /// A cluster dropped without [`StoreCluster::stop`] (an error ended the bench)
-    /// is stopped; its logs stay, for the error.
+    /// A cluster dropped without [`StoreCluster::stop`] (an error ended the bench) is stopped; its logs stay for it.
     fn drop(&mut self) {
         if !self.stopped {
             match self.down() {

@@ -1,26 +1,25 @@
-//! Bytes on the wire: a TCP stream that counts what crosses it, so "bytes per
-//! response" includes HTTP/1.1 headers and chunking, HTTP/2 and gRPC framing; and
-//! the gRPC channel and codec that send a request as bytes encoded once.
+//! Bytes on the wire: a TCP stream that counts what crosses it, so "bytes per response" includes HTTP/1.1 headers and
+//! chunking, HTTP/2 and gRPC framing; and the gRPC channel and codec that send a request as bytes encoded once.
 
-use std::io;
-use std::marker::PhantomData;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::{
+    net::SocketAddr,
+    sync::{Arc, atomic},
+};
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes};
 use embedwire_proto::transport;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use tokio_util::io::{InspectReader, InspectWriter};
-use tonic::codec::{Codec, EncodeBuf, Encoder};
-use tonic::transport::{Channel, Endpoint};
+use tonic::{
+    codec::{Codec, EncodeBuf, Encoder},
+    transport::{Channel, Endpoint},
+};
 
 /// Byte totals of one or more connections.
 #[derive(Debug, Default)]
 pub struct ByteCounters {
-    received: AtomicU64,
-    sent: AtomicU64,
+    received: atomic::AtomicU64,
+    sent: atomic::AtomicU64,
 }
 
 impl ByteCounters {
@@ -31,24 +30,23 @@ impl ByteCounters {
 
     /// (received, sent) so far.
     pub fn totals(&self) -> (u64, u64) {
-        (self.received.load(Ordering::Relaxed), self.sent.load(Ordering::Relaxed))
+        (self.received.load(atomic::Ordering::Relaxed), self.sent.load(atomic::Ordering::Relaxed))
     }
 }
 
-/// A TCP connection to `address` whose reads and writes add to `counters`, with
-/// Nagle off (requests are small and latency-bound).
+/// A TCP connection to `address` whose reads and writes add to `counters`; Nagle off (small, latency-bound requests).
 pub async fn connect_counted(
     address: SocketAddr,
     counters: Arc<ByteCounters>,
-) -> io::Result<impl AsyncRead + AsyncWrite + Send + Unpin + 'static> {
-    let stream = TcpStream::connect(address).await?;
+) -> std::io::Result<impl AsyncRead + AsyncWrite + Send + Unpin + 'static> {
+    let stream = tokio::net::TcpStream::connect(address).await?;
     stream.set_nodelay(true)?;
     let sent = counters.clone();
     let writes = InspectWriter::new(stream, move |bytes: &[u8]| {
-        sent.sent.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        sent.sent.fetch_add(bytes.len() as u64, atomic::Ordering::Relaxed);
     });
     Ok(InspectReader::new(writes, move |bytes: &[u8]| {
-        counters.received.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        counters.received.fetch_add(bytes.len() as u64, atomic::Ordering::Relaxed);
     }))
 }
 
@@ -63,16 +61,10 @@ pub async fn grpc_channel(address: SocketAddr, counters: Arc<ByteCounters>) -> a
     Ok(endpoint.connect_with_connector(connector).await?)
 }
 
-/// A gRPC codec whose request goes out as the bytes it was encoded to once (as an
-/// HTTP client sends one serialized body), the answer decoded as the generated
-/// client decodes it: only the answers then cost the client differently.
-pub struct PreEncoded<M>(PhantomData<M>);
-
-impl<M> Default for PreEncoded<M> {
-    fn default() -> Self {
-        PreEncoded(PhantomData)
-    }
-}
+/// A gRPC codec whose request goes out as the bytes it was encoded to once (as an HTTP client sends one serialized
+/// body), the answer decoded as the generated client decodes it: only the answers then cost the client differently.
+#[derive(Default)]
+pub struct PreEncoded<M>(std::marker::PhantomData<M>);
 
 impl<M: prost::Message + Default + Send + 'static> Codec for PreEncoded<M> {
     type Encode = Bytes;
@@ -97,7 +89,7 @@ impl Encoder for BytesEncoder {
     type Error = tonic::Status;
 
     fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        bytes::BufMut::put_slice(dst, &item);
+        dst.put_slice(&item);
         Ok(())
     }
 }

@@ -1,17 +1,17 @@
-//! Every scenario of embedwire-bench run `--quick` end to end (the real model, server,
-//! baseline, ghz, Weaviate, clients) so none can rot: those of `make bench` through
-//! `bench/run.sh --quick` and the report script, the others one by one. They check the
-//! figures printed and the files written, never the figures' values (no speed asserts).
+//! Every scenario of embedwire-bench run `--quick` end to end (the real model, server, baseline, ghz, Weaviate,
+//! clients) so none can rot: those of `make bench` through `bench/run.sh --quick` and the report script, the others one
+//! by one. They check the figures printed and the files written, never the figures' values (no speed asserts).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::Mutex;
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use clap::Parser;
 use embedwire_server::ServerConfig;
 
 /// One run at a time: each saturates the machine, and two would only make both slow.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A quick run's stdout and results directory (removed when the test passes).
 struct Run {
@@ -20,10 +20,9 @@ struct Run {
 }
 
 impl Run {
-    /// Runs `command(DIR)`, DIR fresh under the target's temporary directory; fails
-    /// with its output, or with a pointer to `make setup` when the model or the venv is
-    /// missing. The docstring cache stays in bench/results/tmp, shared with real runs:
-    /// extracting takes seconds.
+    /// Runs `command(DIR)`, DIR fresh under the target's temporary directory; fails with its output, or with a pointer
+    /// to `make setup` when the model or the venv is missing. The docstring cache stays in bench/results/tmp, shared
+    /// with real runs: extracting takes seconds.
     fn of(name: &str, command: impl FnOnce(&Path) -> Command) -> Run {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let defaults = ServerConfig::parse_from(["embedwire-server"]);
@@ -47,10 +46,8 @@ impl Run {
         })
     }
 
-    fn prints(&self, figures: &[&str]) {
-        for figure in figures {
-            assert!(self.stdout.contains(figure), "no `{figure}` in:\n{}", self.stdout);
-        }
+    fn prints(&self, figures: impl IntoIterator<Item = impl AsRef<str>>) {
+        contains_all(&self.stdout, figures);
     }
 
     /// Column `i` of a CSV file's rows.
@@ -96,6 +93,13 @@ impl Drop for Run {
     }
 }
 
+/// Asserts that `text` contains every one of `parts`.
+fn contains_all(text: &str, parts: impl IntoIterator<Item = impl AsRef<str>>) {
+    for part in parts {
+        assert!(text.contains(part.as_ref()), "no `{}` in:\n{text}", part.as_ref());
+    }
+}
+
 /// A CSV line's fields, quoted fields unquoted.
 fn fields(line: &str) -> Vec<String> {
     let (mut fields, mut quoted, mut chars) = (vec![String::new()], false, line.chars().peekable());
@@ -135,11 +139,10 @@ fn run_sh_runs_the_scenarios_of_make_bench_and_writes_the_report() {
     }
 
     // embed: its five targets, every measurement in one CSV.
-    run.prints(&["throughput (32 clients)", "latency c=1 p50", "RSS idle", "RSS after throughput", "cold start"]);
+    run.prints(["throughput (32 clients)", "latency c=1 p50", "RSS idle", "RSS after throughput", "cold start"]);
     run.summary("embed_bench_summary.csv", 5);
-    assert!(
-        run.csv("embed_bench.csv", "figure,parameter,value,unit").iter().any(|r| r[..2] == ["in_process", "batch=1"])
-    );
+    let embed = run.csv("embed_bench.csv", "figure,parameter,value,unit");
+    assert!(embed.iter().any(|row| row[..2] == ["in_process", "batch=1"]), "{embed:?}");
 
     // wire: all nine encodings, the two targets.
     let variants = run.column("wire/wire_bench.csv", 0);
@@ -162,13 +165,13 @@ fn run_sh_runs_the_scenarios_of_make_bench_and_writes_the_report() {
     }
 
     // index: exact search on one and two threads, HNSW, every figure at --quick's size.
-    run.prints(&["exact p50 (scan x2)", "hnsw build", "hnsw recall@10", "hnsw p50", "hnsw q/s, 2 searchers"]);
+    run.prints(["exact p50 (scan x2)", "hnsw build", "hnsw recall@10", "hnsw p50", "hnsw q/s, 2 searchers"]);
     let index = run.csv("index/index_bench.csv", "figure,size,value,unit,target,result");
     assert!(index.iter().any(|row| row[..2] == ["exact q/s, 2 searchers (scan x1)", "5000"]), "{index:?}");
     assert!(index.iter().any(|row| row[0].starts_with("hnsw recall@10") && !row[5].is_empty()), "{index:?}");
 
     // rerank: the ceiling, then concurrency 1 and 4 for each scorer, every point with answers.
-    run.prints(&["in-process batch-20 call p50", "cross-encoder pairs/s (lowest c)", "bi-encoder pairs/s (best c)"]);
+    run.prints(["in-process batch-20 call p50", "cross-encoder pairs/s (lowest c)", "bi-encoder pairs/s (best c)"]);
     run.summary("rerank/rerank_bench_summary.csv", 1);
     let points: Vec<Vec<String>> = run.read("rerank/rerank_bench_sweep.csv").lines().skip(1).map(fields).collect();
     let scorers: Vec<(&str, &str)> = points.iter().map(|p| (p[0].as_str(), p[1].as_str())).collect();
@@ -191,22 +194,14 @@ fn run_sh_runs_the_scenarios_of_make_bench_and_writes_the_report() {
     // The report: every section, and its plots.
     let report = run.read("REPORT.md");
     assert!(!report.contains("did not run"), "a section is missing:\n{report}");
-    for section in ["## Targets", "## Embed throughput", "## JSON against binary", "### One 256-text embed call"]
-        .into_iter()
-        .chain(["## The /v1 contract", "## gRPC under ghz", "## Vector index", "## Rerank"])
-    {
-        assert!(report.contains(section), "no `{section}` in:\n{report}");
-    }
-    for plot in ["wire_bytes_per_embedding", "wire_throughput_latency", "gateway_throughput_vs_concurrency"]
-        .into_iter()
-        .chain(["gateway_latency_percentiles", "gateway_rss_over_time", "ghz_throughput_vs_concurrency"])
-        .chain(["rerank_pairs_vs_concurrency"])
-    {
+    contains_all(&report, ["## Targets", "## Embed throughput", "## JSON against binary", "## The /v1 contract"]);
+    contains_all(&report, ["### One 256-text embed call", "## gRPC under ghz", "## Vector index", "## Rerank"]);
+    let plots = ["wire_bytes_per_embedding", "wire_throughput_latency", "gateway_throughput_vs_concurrency"];
+    let more_plots = ["gateway_latency_percentiles", "gateway_rss_over_time", "ghz_throughput_vs_concurrency"];
+    for plot in plots.into_iter().chain(more_plots).chain(["rerank_pairs_vs_concurrency"]) {
         let size = std::fs::metadata(run.dir.join(format!("plots/{plot}.png"))).map_or(0, |m| m.len());
-        assert!(
-            size > 1000 && report.contains(&format!("{plot}.png")),
-            "{plot}.png missing, empty or not in the report"
-        );
+        let listed = report.contains(&format!("{plot}.png"));
+        assert!(size > 1000 && listed, "{plot}.png missing, empty or not in the report");
     }
 }
 
@@ -225,15 +220,9 @@ fn tokenize_compares_tokenize_with_embed() {
 #[test]
 fn search_compares_ingest_and_search_with_embed() {
     let run = Run::scenario("search", &[]);
-    run.prints(&[
-        "Embed corpus (64/call, 4 clients)",
-        "Ingest corpus (1000 docs/call, to COMPLETED)",
-        "Search c=16 (top_k 5)",
-        "Embed c=16 (1 text)",
-        "Search c=1 idle p50 / p95 / p99",
-        "Search c=1 during ingest",
-        "second ingest (100 docs) under search",
-    ]);
+    run.prints(["Embed corpus (64/call, 4 clients)", "Ingest corpus (1000 docs/call, to COMPLETED)"]);
+    run.prints(["Search c=16 (top_k 5)", "Embed c=16 (1 text)", "Search c=1 idle p50 / p95 / p99"]);
+    run.prints(["Search c=1 during ingest", "second ingest (100 docs) under search"]);
     let rows = run.summary("search_bench.csv", 2);
     assert_eq!(run.read("search_bench.csv"), run.read("search_bench_summary.csv"));
     for detail in ["index documents", "search_during_ingest_c1 p99", "cpu ingest server"] {
@@ -245,22 +234,18 @@ fn search_compares_ingest_and_search_with_embed() {
 #[test]
 fn store_compares_weaviate_and_postgres_with_the_embedded_store() {
     let run = Run::scenario("store", &[]);
+    let figures = ["index chunks", "ingest (1000 docs/call, to COMPLETED)", "search c=16 (top_k 5)"];
+    let more = ["search c=16 p50 / p99", "CPU per search, embedwire", "load outside the bench during search"];
     for (store, engine) in
         [("embedded", "store"), ("weaviate 1 node", "weaviate"), ("postgres primary + replica", "postgres")]
     {
-        for figure in ["index chunks", "ingest (1000 docs/call, to COMPLETED)", "search c=16 (top_k 5)"]
-            .into_iter()
-            .chain(["search c=16 p50 / p99", "CPU per search, embedwire"])
-            .chain(["load outside the bench during search"])
-        {
-            run.prints(&[&format!("{store}: {figure}")]);
-        }
+        run.prints(figures.iter().chain(&more).map(|figure| format!("{store}: {figure}")));
         if engine != "store" {
-            run.prints(&[&format!("{store}: CPU per chunk, {engine}"), &format!("{store}: data on disk (all nodes)")]);
+            run.prints([format!("{store}: CPU per chunk, {engine}"), format!("{store}: data on disk (all nodes)")]);
         }
     }
     // Both shared stores are judged against the embedded store.
-    run.prints(&["postgres primary + replica / embedded: ingest docs/s", "weaviate 1 node / embedded: search/s c=16"]);
+    run.prints(["postgres primary + replica / embedded: ingest docs/s", "weaviate 1 node / embedded: search/s c=16"]);
     assert!(run.summary("store_bench.csv", 4).iter().any(|row| row[0] == "postgres primary + replica: index chunks"));
     let stores = run.read("store_bench_stores.csv");
     let rows: Vec<Vec<String>> = stores.lines().map(fields).collect();
@@ -274,13 +259,8 @@ fn store_compares_weaviate_and_postgres_with_the_embedded_store() {
 #[test]
 fn soak_windows_add_up_to_the_summary() {
     let run = Run::scenario("soak", &[]);
-    run.prints(&[
-        "max mix rate",
-        "soak rate (open loop)",
-        "ingest jobs completed",
-        "errors besides RESOURCE_EXHAUSTED",
-    ]);
-    run.prints(&["RSS growth, window 2 -> 3", "Embed p99 drift", "Search p99 drift"]);
+    run.prints(["max mix rate", "soak rate (open loop)", "ingest jobs completed", "RSS growth, window 2 -> 3"]);
+    run.prints(["errors besides RESOURCE_EXHAUSTED", "Embed p99 drift", "Search p99 drift"]);
     let rows = run.summary("soak_bench.csv", 4);
     let calls = |figure: &str| rows.iter().find(|row| row[0] == figure).map(|row| row[1].parse::<f64>().unwrap());
     let total: f64 = ["Embed calls", "Search calls", "Ingest calls"].iter().map(|f| calls(f).unwrap()).sum();
@@ -305,12 +285,9 @@ fn overload_accounts_for_every_call() {
     let run = Run::scenario("overload", &[]);
     // The server derives its default bound from the model's speed ("auto").
     assert_eq!(ServerConfig::parse_from(["embedwire-server"]).max_queue_ms, None);
-    run.prints(&[
-        "max Embed throughput",
-        "rejection latency, queue bound auto (default)",
-        "goodput, queue bound 20 ms",
-    ]);
-    run.prints(&["accepted latency, queue bound 20 ms", "--max-queue-ms bounds meeting both overload targets"]);
+    run.prints(["max Embed throughput", "rejection latency, queue bound auto (default)"]);
+    run.prints(["goodput, queue bound 20 ms", "accepted latency, queue bound 20 ms"]);
+    run.prints(["--max-queue-ms bounds meeting both overload targets"]);
     run.summary("overload_bench.csv", 4);
     let header = "queue_bound_ms,default,max_per_s,unloaded_p50_ms,unloaded_p99_ms,offered_per_s,sent,accepted,rejected,errors,\
                   rejected_p50_ms,rejected_p99_ms,accepted_p50_ms,accepted_p99_ms,goodput_per_s,lag_p99_ms,held_back,\
