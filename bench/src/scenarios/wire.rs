@@ -80,8 +80,7 @@ enum Kind {
     EmbedJson,
 }
 
-/// Every variant in table order: name (tables, CSV, files), description, and the
-/// decoder `decode_bench.py` uses.
+/// Every variant in table order: name (tables, CSV, files), description, and the decoder `decode_bench.py` uses.
 const VARIANTS: [(Kind, &str, &str, &str); 9] = [
     (Kind::Grpc(Dtype::Float32), "grpc_float32", "gRPC Embed, FLOAT32 bytes", "grpc"),
     (Kind::Grpc(Dtype::Float16), "grpc_float16", "gRPC Embed, FLOAT16 bytes", "grpc"),
@@ -123,8 +122,7 @@ fn flatten(rows: impl IntoIterator<Item = Vec<f32>>) -> anyhow::Result<Decoded> 
     Ok((count, dim.unwrap_or(0), values))
 }
 
-/// Decodes an HTTP body (the octet-stream's shape in its header) or the protobuf
-/// bytes of an `EmbedResponse`.
+/// Decodes an HTTP body (the octet-stream's shape in its header) or the protobuf bytes of an `EmbedResponse`.
 fn decode(kind: Kind, body: &[u8], dim_header: Option<&str>) -> anyhow::Result<Decoded> {
     match kind {
         Kind::Grpc(_) => decode_grpc(&EmbedResponse::decode(body)?),
@@ -195,8 +193,7 @@ impl VariantCaller {
         Ok(VariantCaller { kind, transport, request: (path, body.into(), accept), texts: texts.len() })
     }
 
-    /// One call, decoded; with `keep`, the bytes that carried it (and the
-    /// octet-stream's dimensions header) too.
+    /// One call, decoded; with `keep`, the bytes that carried it (and the octet-stream's dimensions header) too.
     async fn fetch(&mut self, keep: bool) -> anyhow::Result<(Decoded, Vec<u8>, Option<String>)> {
         let (path, body, accept) = self.request.clone();
         let answer = match &mut self.transport {
