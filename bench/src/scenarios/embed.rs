@@ -4,18 +4,25 @@
 //! time, the server's memory idle and loaded, its cold start. Both sides load the same
 //! graph with the same threads; the ceiling's model is dropped before the server starts.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use embedwire_bench::in_process::{self, Ceiling, CeilingPlan};
-use embedwire_bench::load::{self, LoadResult, Rpc, Stop};
-use embedwire_bench::memory::{RssSampler, mib, rss_bytes};
-use embedwire_bench::options::{Common, ModelPaths, at_least_one, connections};
-use embedwire_bench::report::{Report, Row, Table};
-use embedwire_bench::server_process::{ServerCommand, ServerProcess};
-use embedwire_bench::{cpu, latency::ms, sentences};
-use embedwire_server::model::onnx::{OnnxModel, OnnxSettings, init_runtime};
-use embedwire_server::model::{files::ModelFiles, precision::PrecisionChoice, tokenizer::TextTokenizer};
+use embedwire_bench::{
+    cpu::CpuWindow,
+    in_process::{self, Ceiling, CeilingPlan},
+    latency::ms,
+    load::{self, LoadResult, Rpc, Stop},
+    memory::{RssSampler, mib, rss_bytes},
+    options::{Common, ModelPaths, connections},
+    report::{Report, Row, Table},
+    sentences,
+    server_process::{ServerCommand, ServerProcess},
+};
+use embedwire_server::model::{
+    files::ModelFiles,
+    onnx::{OnnxModel, OnnxSettings, init_runtime},
+    precision::PrecisionChoice,
+    tokenizer::TextTokenizer,
+};
 
 /// Server throughput at least this share of the in-process ceiling.
 const MIN_THROUGHPUT_RATIO: f64 = 0.90;
@@ -28,6 +35,9 @@ const MAX_LOADED_RSS_MIB: f64 = 300.0;
 const MAX_COLD_START_SECS: f64 = 2.0;
 /// Distinct sentences in rotation: no batch or concurrent call repeats a text.
 const SENTENCES: usize = 512;
+/// Concurrent one-sentence clients of the throughput run, 4 to an HTTP/2 connection.
+const CLIENTS: usize = 32;
+const CLIENTS_PER_CONNECTION: usize = 4;
 
 /// Options of the embed scenario.
 #[derive(Debug, Clone, clap::Args)]
@@ -35,23 +45,13 @@ pub struct Args {
     /// The graph to measure, in-process and in the server (`--precision`).
     #[arg(long, value_enum, default_value = "fp32")]
     pub precision: PrecisionChoice,
-    /// Concurrent one-sentence clients of the throughput run.
-    #[arg(long, default_value_t = 32, value_parser = at_least_one::<usize>())]
-    pub clients: usize,
-    /// Clients sharing one HTTP/2 connection.
-    #[arg(long, default_value_t = 4, value_parser = at_least_one::<usize>())]
-    pub clients_per_connection: usize,
-    /// Server starts timed for the cold-start median [default: 3, --quick: 1].
-    #[arg(long)]
-    pub cold_starts: Option<usize>,
 }
 
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let paths = common.model_paths(args.precision)?;
     let mut report = Report::new(common.results(""), "embed_bench")?;
     let texts: Arc<[String]> = sentences::sentences(SENTENCES).into();
-    // Before measuring: a build would disturb the ceiling.
-    let binary = common.server_binary()?;
+    let binary = common.server_binary()?; // before measuring: a build would disturb the ceiling
     let threads = common.intra_op_threads;
     println!("embed: model {} ({}), {threads} intra-op threads", paths.model_dir.display(), paths.precision);
 
@@ -68,9 +68,9 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             ("--max-queue-ms", "0".into()),
         ],
     );
-    let server = tokio::runtime::Runtime::new()?.block_on(measure_server(common, &args, &command, texts))?;
-    report.figures(judge(&args, &paths, &ceiling, &server));
-    report.table("embed_bench.csv", &measurements(common, &args, &paths, &ceiling, &server))?;
+    let server = tokio::runtime::Runtime::new()?.block_on(measure_server(common, &command, texts))?;
+    report.figures(judge(&paths, &ceiling, &server));
+    report.table("embed_bench.csv", &measurements(common, &paths, &ceiling, &server))?;
     report.finish()
 }
 
@@ -103,11 +103,10 @@ struct ServerFigures {
     rss: (u64, u64, u64),
 }
 
-/// Cold starts (each a fresh process, stopped before the next), then on the last
-/// one: idle memory, sequential latency, throughput with RSS and CPU sampled.
+/// Cold starts for their median (each a fresh process, stopped before the next), then
+/// on the last one: idle memory, sequential latency, throughput with RSS and CPU sampled.
 async fn measure_server(
     common: &Common,
-    args: &Args,
     command: &ServerCommand,
     texts: Arc<[String]>,
 ) -> anyhow::Result<ServerFigures> {
@@ -116,7 +115,7 @@ async fn measure_server(
         let (server, took) = ServerProcess::start(command).await?;
         println!("cold start: {:.0} ms", ms(took));
         cold_starts.push(took);
-        if cold_starts.len() >= args.cold_starts.unwrap_or(common.pick(3, 1)) {
+        if cold_starts.len() >= common.pick(3, 1) {
             break server;
         }
         server.stop().await?;
@@ -128,23 +127,20 @@ async fn measure_server(
     let latency = load::run(&control, 1, texts.clone(), Rpc::Embed, Stop::After(common.duration(5.0, 1.0))).await?;
     println!("latency c=1: p50 {:.2} ms  p99 {:.2} ms", ms(latency.latency.p50), ms(latency.latency.p99));
 
-    let channels = connections(&server, args.clients.div_ceil(args.clients_per_connection)).await?;
-    load::run(&channels, args.clients, texts.clone(), Rpc::Embed, Stop::After(common.warmup(2.0, 0.3))).await?;
+    let channels = connections(&server, CLIENTS.div_ceil(CLIENTS_PER_CONNECTION)).await?;
+    load::run(&channels, CLIENTS, texts.clone(), Rpc::Embed, Stop::After(common.warmup(2.0, 0.3))).await?;
     let sampler = RssSampler::start(server.pid, Duration::from_millis(50));
-    let own = std::process::id();
-    let before = (cpu::cpu_time(server.pid)?, cpu::cpu_time(own)?);
-    let throughput =
-        load::run(&channels, args.clients, texts, Rpc::Embed, Stop::After(common.duration(10.0, 1.0))).await?;
-    let after = (cpu::cpu_time(server.pid)?, cpu::cpu_time(own)?);
+    let throughput = load::run(&channels, CLIENTS, texts, Rpc::Embed, Stop::After(common.duration(10.0, 1.0)));
+    let (throughput, cpu) = CpuWindow::around(server.pid, throughput).await?;
     let rss_after = rss_bytes(server.pid)?;
     let peak = sampler.finish(server.pid).await?.peak();
-    let cores = (cpu::cores(before.0, after.0, throughput.elapsed), cpu::cores(before.1, after.1, throughput.elapsed));
+    let cores = (cpu.server_cores, cpu.bench_cores);
     println!("throughput: {:.0} sentences/s, server {:.2} cores, clients {:.2}", throughput.rate(), cores.0, cores.1);
     server.stop().await?;
     Ok(ServerFigures { cold_starts, latency, throughput, cores, rss: (idle, peak, rss_after) })
 }
 
-fn judge(args: &Args, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigures) -> Vec<Row> {
+fn judge(paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigures) -> Vec<Row> {
     let (best, batch_one) = (ceiling.best(), ceiling.of(1).expect("batch size 1 is always measured"));
     let (ceiling_rate, batch_one) = (best.rate(), ms(batch_one.batch_latency.p50));
     let (rate, tl, cl) = (server.throughput.rate(), &server.throughput.latency, &server.latency.latency);
@@ -163,7 +159,7 @@ fn judge(args: &Args, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigu
     vec![
         Row::info("in-process ceiling (best)", ceiling_rate, "sentences/s", best_text),
         Row::info("in-process batch-1 p50", batch_one, "ms", format!("{batch_one:.2} ms")),
-        Row::info(format!("throughput ({} clients)", args.clients), rate, "sentences/s", format!("{rate:.0} s/s"))
+        Row::info(format!("throughput ({CLIENTS} clients)"), rate, "sentences/s", format!("{rate:.0} s/s"))
             .at_least(min_rate, format!(">= {MIN_THROUGHPUT_RATIO:.2} x {ceiling_rate:.0} s/s ({min_rate:.0})"))
             .with_note(format!("{:.2} x", rate / ceiling_rate)),
         Row::info("throughput latency p50 / p99", ms(tl.p50), "ms", loaded_text),
@@ -183,14 +179,14 @@ fn judge(args: &Args, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigu
 }
 
 /// Every measurement, one per line: `figure,parameter,value,unit`.
-fn measurements(common: &Common, args: &Args, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigures) -> Table {
+fn measurements(common: &Common, paths: &ModelPaths, ceiling: &Ceiling, server: &ServerFigures) -> Table {
     let mut table = Table::new("figure,parameter,value,unit");
     let mut row =
         |figure: &str, parameter: &str, value: String, unit: &str| table.row([figure, parameter, &value, unit]);
     row("setup", "quick", common.quick.to_string(), "");
     row("setup", "intra_op_threads", common.intra_op_threads.to_string(), "threads");
-    row("setup", "clients", args.clients.to_string(), "clients");
-    row("setup", "clients_per_connection", args.clients_per_connection.to_string(), "clients");
+    row("setup", "clients", CLIENTS.to_string(), "clients");
+    row("setup", "clients_per_connection", CLIENTS_PER_CONNECTION.to_string(), "clients");
     row("setup", "server_args", common.server_args.join(" "), "");
     row("setup", "precision", paths.precision.to_string(), "");
     for run in &ceiling.runs {

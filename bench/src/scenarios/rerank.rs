@@ -7,29 +7,46 @@
 //! rounds, so a drift of this shared machine's speed moves both alike. A refused client
 //! backs off as the clients' retry policies do.
 
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, atomic::AtomicU64, atomic::Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
 use clap::Parser;
-use embedwire_bench::closed_loop::{self, Caller, ClosedLoopRun};
-use embedwire_bench::cpu::{self, CpuUse, CpuWindow};
-use embedwire_bench::in_process::{Ceiling, CeilingPlan, InProcess, MIN_BATCHES};
-use embedwire_bench::options::{Common, at_least_one, connections, program_output, seconds};
-use embedwire_bench::report::{Report, Row, Table};
-use embedwire_bench::server_process::{ServerCommand, ServerProcess};
-use embedwire_bench::{corpus, corpus::CorpusOptions, latency::ms, load::Stop};
-use embedwire_bench::{server_metrics::MetricsSnapshot};
+use embedwire_bench::{
+    closed_loop::{self, Caller, ClosedLoopRun},
+    corpus::{self, CorpusOptions},
+    cpu::{self, CpuUse, CpuWindow},
+    in_process::{Ceiling, CeilingPlan, InProcess, MIN_BATCHES},
+    latency::ms,
+    load::Stop,
+    options::{Common, connections, program_output},
+    report::{Report, Row, Table},
+    server_metrics::MetricsSnapshot,
+    server_process::{ServerCommand, ServerProcess},
+};
 use embedwire_proto::v1::{RerankRequest, rerank_service_client::RerankServiceClient};
-use embedwire_server::ServerConfig;
-use embedwire_server::model::pair_tokenizer::{PairTokenizer, TruncationSide};
-use embedwire_server::model::{cross_encoder::CrossEncoder, onnx::init_runtime};
+use embedwire_server::{
+    ServerConfig,
+    model::{
+        cross_encoder::CrossEncoder,
+        onnx::init_runtime,
+        pair_tokenizer::{PairTokenizer, TruncationSide},
+    },
+};
 use tonic::transport::Channel;
 
 /// Best cross-encoder pairs/s at least this share of the in-process ceiling.
 const MIN_CEILING_RATIO: f64 = 0.90;
+/// Passages per Rerank call, and clients sharing one HTTP/2 connection.
+const TEXTS_PER_CALL: usize = 20;
+const CLIENTS_PER_CONNECTION: usize = 4;
 const PASSAGE_TOKENS: std::ops::RangeInclusive<usize> = 50..=70;
 /// Passages (prime, see above) and queries in rotation.
 const POOL: usize = 1009;
@@ -50,36 +67,21 @@ pub struct Args {
     /// CACHE_DIR/minilm-cross-encoder: the shape of ms-marco-MiniLM-L-6-v2, seeded head].
     #[arg(long, env = "EMBEDWIRE_RERANK_MODEL_DIR")]
     pub rerank_model_dir: Option<PathBuf>,
-    /// Passages per Rerank call.
-    #[arg(long, default_value_t = 20, value_parser = at_least_one::<usize>())]
-    pub texts_per_call: usize,
-    /// Clients sharing one HTTP/2 connection.
-    #[arg(long, default_value_t = 4, value_parser = at_least_one::<usize>())]
-    pub clients_per_connection: usize,
-    /// In-process batch sizes, pairs per model call [default: 1,8,20,32,64; --quick: 1,20].
-    #[arg(long, value_delimiter = ',', value_parser = at_least_one::<usize>())]
-    pub batch_sizes: Vec<usize>,
-    /// Rounds the ceiling and the cross-encoder server alternate in (this VM ran one batch
-    /// size at 38 and 60 pairs/s a minute apart) [default: 3, --quick: 1].
-    #[arg(long, value_parser = at_least_one::<usize>())]
-    pub rounds: Option<usize>,
-    /// Seconds of each in-process batch size, over all rounds [default: 3, --quick: 0.5].
-    #[arg(long, value_parser = seconds)]
-    pub ceiling_secs: Option<f64>,
     /// Skip the bi-encoder sweep (a server without --rerank-model-dir).
     #[arg(long)]
     pub no_bi_encoder: bool,
 }
 
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
-    let texts = args.texts_per_call;
     let mut report = Report::new(common.results("rerank"), "rerank_bench")?;
-    let rounds = args.rounds.unwrap_or(common.pick(3, 1));
-    let sizes = Some(args.batch_sizes.clone()).filter(|sizes| !sizes.is_empty());
-    let batch_sizes = sizes.unwrap_or_else(|| common.pick(vec![1, 8, 20, 32, 64], vec![1, 20]));
-    let seconds = args.ceiling_secs.unwrap_or(common.pick(3.0, 0.5));
-    let (time_per_size, warmup) = (Duration::from_secs_f64(seconds) / rounds as u32, common.pick(1.0, 0.2));
-    let plan = CeilingPlan { batch_sizes, time_per_size, warmup: Duration::from_secs_f64(warmup) };
+    // Rounds, as this VM ran one batch size at 38 and 60 pairs/s a minute apart; each
+    // in-process batch size runs 3 s (--quick: 0.5 s) over all rounds.
+    let rounds = common.pick(3, 1);
+    let plan = CeilingPlan {
+        batch_sizes: common.pick(vec![1, 8, 20, 32, 64], vec![1, 20]),
+        time_per_size: Duration::from_secs_f64(common.pick(3.0, 0.5)) / rounds as u32,
+        warmup: Duration::from_secs_f64(common.pick(1.0, 0.2)),
+    };
     let run_time = common.duration(15.0, 1.0);
     let levels = common.sweep(&[1, 2, 4, 8, 16, 32], &[1, 4]);
     let (python, cache_dir) = (args.corpus.python()?, &args.corpus.cache_dir);
@@ -95,14 +97,9 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let server = ServerConfig::try_parse_from(flags).context("the server's flags")?;
     let onnx = server.onnx_settings();
     let mut loaded = CrossEncoder::load(init_runtime(&server.ort_library())?, &rerank_dir, onnx, server.precision)?;
-    let workload = Arc::new(Workload::build(&docstrings, &loaded.tokenizer, texts)?);
-    let sweep = Sweep {
-        work: workload.clone(),
-        levels,
-        per_connection: args.clients_per_connection,
-        warmup: common.warmup(1.0, 0.3),
-        run_time: run_time / rounds as u32,
-    };
+    let workload = Arc::new(Workload::build(&docstrings, &loaded.tokenizer)?);
+    let sweep =
+        Sweep { work: workload.clone(), levels, warmup: common.warmup(1.0, 0.3), run_time: run_time / rounds as u32 };
     drop(docstrings);
     // The ceiling's pairs, tokenized as the server does it, each call's tokenizing timed.
     let (mut pairs, mut tokenizing) = (Vec::new(), Duration::ZERO);
@@ -145,7 +142,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
 
     let ceiling = Ceiling::combine(&ceilings);
     let tokens = (mean(&pair_tokens), pair_tokens.iter().max().copied().unwrap_or(0));
-    report.figures(figures(&ceiling, (tokenizing, tokens), &cross, &bi, texts));
+    report.figures(figures(&ceiling, (tokenizing, tokens), &cross, &bi));
     // The servers' flags as recorded, the cross-encoder's directory shortened to its name.
     let name = rerank_dir.file_name().map_or(OsString::new(), OsString::from);
     let shown = |command: &ServerCommand| {
@@ -155,8 +152,8 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let mut setup = Table::new("setting,value");
     let settings = [
         ("quick", common.quick.to_string()),
-        ("texts_per_call", texts.to_string()),
-        ("clients_per_connection", args.clients_per_connection.to_string()),
+        ("texts_per_call", TEXTS_PER_CALL.to_string()),
+        ("clients_per_connection", CLIENTS_PER_CONNECTION.to_string()),
         ("rounds", rounds.to_string()),
         ("run_secs", format!("{:.1}", run_time.as_secs_f64())),
         ("rerank_model_dir", rerank_dir.display().to_string()),
@@ -222,23 +219,16 @@ struct Workload {
     queries: Vec<String>,
     passages: Vec<String>,
     passage_tokens: Vec<usize>,
-    texts_per_call: usize,
 }
 
 impl Workload {
     /// Visits the paragraphs with a stride near 0.618 x their number that shares no
     /// factor with it: passages come from the whole corpus, not its first modules.
-    fn build(docstrings: &[corpus::Docstring], tokenizer: &PairTokenizer, texts: usize) -> anyhow::Result<Self> {
+    fn build(docstrings: &[corpus::Docstring], tokenizer: &PairTokenizer) -> anyhow::Result<Self> {
         let eligible = corpus::select(docstrings, 0, 0, 0)?.paragraphs;
         let corpus = corpus::select(docstrings, eligible, 0, QUERIES)?;
         let n = corpus.documents.len();
-        let gcd = |(mut a, mut b): (usize, usize)| {
-            while b != 0 {
-                (a, b) = (b, a % b);
-            }
-            a
-        };
-        let stride = (n * 618 / 1000..n).find(|&s| n > 2 && gcd((s, n)) == 1).unwrap_or(1);
+        let stride = (n * 618 / 1000..n).find(|&s| n > 2 && gcd(s, n) == 1).unwrap_or(1);
         let (mut passages, mut passage_tokens) = (Vec::new(), Vec::new());
         for text in (0..n).map(|k| &corpus.documents[k * stride % n].text) {
             let tokens = tokenizer.text_offsets(text)?.len();
@@ -251,15 +241,18 @@ impl Workload {
             }
         }
         anyhow::ensure!(passages.len() == POOL, "{} passages of {PASSAGE_TOKENS:?} tokens, not {POOL}", passages.len());
-        anyhow::ensure!(texts <= POOL, "--texts-per-call above the pool of {POOL}");
-        Ok(Workload { queries: corpus.queries, passages, passage_tokens, texts_per_call: texts })
+        Ok(Workload { queries: corpus.queries, passages, passage_tokens })
     }
 
     fn call(&self, k: usize) -> (String, Vec<String>) {
-        let start = k.wrapping_mul(self.texts_per_call) % self.passages.len();
-        let texts = (0..self.texts_per_call).map(|i| self.passages[(start + i) % self.passages.len()].clone());
+        let start = k.wrapping_mul(TEXTS_PER_CALL) % self.passages.len();
+        let texts = (0..TEXTS_PER_CALL).map(|i| self.passages[(start + i) % self.passages.len()].clone());
         (self.queries[k % self.queries.len()].clone(), texts.collect())
     }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// A scorer: its name in answers and tables, and the /metrics of its model's batches,
@@ -322,7 +315,6 @@ impl Caller for RerankCaller {
 struct Point {
     scorer: &'static str,
     clients: usize,
-    texts: usize,
     /// Every call; refusals count as failed calls here.
     run: ClosedLoopRun,
     tally: [u64; 5],
@@ -343,7 +335,7 @@ impl Point {
     }
 
     fn pairs_per_s(&self) -> f64 {
-        (self.run.ok() * self.texts) as f64 / self.run.elapsed.as_secs_f64().max(1e-9)
+        (self.run.ok() * TEXTS_PER_CALL) as f64 / self.run.elapsed.as_secs_f64().max(1e-9)
     }
 
     fn other_cores(&self) -> f64 {
@@ -372,7 +364,6 @@ fn pool(total: &mut Vec<Point>, round: Vec<Point>) {
 struct Sweep {
     work: Arc<Workload>,
     levels: Vec<usize>,
-    per_connection: usize,
     warmup: Duration,
     run_time: Duration,
 }
@@ -388,7 +379,7 @@ impl Sweep {
     }
 
     async fn point(&self, server: &ServerProcess, scorer: &Scorer, clients: usize) -> anyhow::Result<Point> {
-        let channels = connections(server, clients.div_ceil(self.per_connection)).await?;
+        let channels = connections(server, clients.div_ceil(CLIENTS_PER_CONNECTION)).await?;
         let callers = |tally: &Arc<Tally>| -> Vec<RerankCaller> {
             let caller = |w: usize| RerankCaller {
                 client: RerankServiceClient::new(channels[w % channels.len()].clone()),
@@ -412,25 +403,20 @@ impl Sweep {
         let [batches, inputs, seconds] = scorer.1;
         let model = [batches, inputs, seconds, REFUSED].map(|name| after.since(&metrics, name).max(0.0));
         let tally = tally.each_ref().map(|n| n.load(Relaxed));
-        let texts = self.work.texts_per_call;
-        let p = Point { scorer: scorer.0, clients, texts, run, tally, cpu, machine_cores, model };
-        let (name, rate, p99, first) =
-            (scorer.0, p.pairs_per_s(), ms(p.run.latency().p99), p.run.first_error.as_deref().unwrap_or("-"));
-        let (refused, errors) = (p.refused(), p.errors());
-        println!("  {name} c={clients:<2} {rate:>6.1} pairs/s  {refused} refused, {errors} errors  p99 {p99:.1} ms; {}", p.cpu);
+        let p = Point { scorer: scorer.0, clients, run, tally, cpu, machine_cores, model };
+        let (name, rate, p99, cpu) = (scorer.0, p.pairs_per_s(), ms(p.run.latency().p99), &p.cpu);
+        let (refused, errors, first) = (p.refused(), p.errors(), p.run.first_error.as_deref().unwrap_or("-"));
+        println!(
+            "  {name} c={clients:<2} {rate:>6.1} pairs/s  {refused} refused, {errors} errors  p99 {p99:.1} ms; {cpu}"
+        );
         anyhow::ensure!(p.run.ok() > 0, "{name} c={clients}: no call answered (first error: {first})");
         Ok(p)
     }
 }
 
 /// `tokenizing`: one call's time, and a pair's tokens, mean and max.
-fn figures(
-    ceiling: &Ceiling,
-    tokenizing: (Duration, (f64, usize)),
-    cross: &[Point],
-    bi: &[Point],
-    texts: usize,
-) -> Vec<Row> {
+fn figures(ceiling: &Ceiling, tokenizing: (Duration, (f64, usize)), cross: &[Point], bi: &[Point]) -> Vec<Row> {
+    let texts = TEXTS_PER_CALL;
     let by_rate = |a: &&Point, b: &&Point| a.pairs_per_s().total_cmp(&b.pairs_per_s());
     let (best, rate) = (ceiling.best().batch_size, ceiling.best().rate());
     let (tokenize, (mean_tokens, max_tokens)) = (ms(tokenizing.0), tokenizing.1);
@@ -502,15 +488,10 @@ fn sweep_table<'a>(points: impl Iterator<Item = &'a Point>) -> Table {
         cells.extend([l.p50, l.p95, l.p99, l.mean].map(|t| f3(ms(t))));
         let busy_share = busy / cpu.wall.as_secs_f64().max(1e-9);
         cells.extend([cpu.server_cores, cpu.server_system_cores, cpu.bench_cores, p.other_cores(), busy_share].map(f3));
-        cells.extend([
-            batches.to_string(),
-            format!("{:.2}", inputs / batches.max(1.0)),
-            f3(busy * 1e3 / inputs.max(1.0)),
-        ]);
-        cells.push(refused.to_string());
+        let per_batch = format!("{:.2}", inputs / batches.max(1.0));
+        cells.extend([batches.to_string(), per_batch, f3(busy * 1e3 / inputs.max(1.0)), refused.to_string()]);
         cells.extend(p.tally[1..].iter().map(|&ns| f3(ns as f64 / 1e6 / p.run.ok().max(1) as f64)));
         table.row(cells);
     }
     table
 }
-

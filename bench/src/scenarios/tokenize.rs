@@ -2,10 +2,15 @@
 //! without inference, next to an `Embed` of the same sentence, so a slow Embed can be told
 //! apart from a slow server. The harness's example of a scenario: workload, targets.
 
-use embedwire_bench::closed_loop::{self, Caller, ClosedLoopRun};
-use embedwire_bench::report::{Report, Row, Table};
-use embedwire_bench::{latency::ms, load::Stop, options::Common, sentences::sentence};
-use embedwire_bench::server_process::ServerProcess;
+use embedwire_bench::{
+    closed_loop::{self, Caller},
+    latency::ms,
+    load::Stop,
+    options::Common,
+    report::{Report, Row, Table},
+    sentences::sentence,
+    server_process::ServerProcess,
+};
 use embedwire_proto::v1::{EmbedRequest, TokenizeRequest, embed_service_client::EmbedServiceClient};
 use tonic::transport::Channel;
 
@@ -34,41 +39,32 @@ impl Caller for SentenceCaller {
     }
 }
 
-pub fn run(common: &Common, _: Args) -> anyhow::Result<()> {
+#[tokio::main]
+pub async fn run(common: &Common, _: Args) -> anyhow::Result<()> {
     let mut report = Report::new(common.results("tokenize"), "tokenize")?;
     let command = common.server_command(common.server_binary()?, vec![("--backend", "onnx".into())]);
     let (duration, warmup) = (common.duration(5.0, 1.0), common.warmup(1.0, 0.2));
-    let runtime = tokio::runtime::Runtime::new()?;
-    let runs: Vec<(&str, usize, ClosedLoopRun)> = runtime.block_on(async {
-        let (server, _) = ServerProcess::start(&command).await?;
-        let mut runs = Vec::new();
-        let levels = common.sweep(&[1, 4, 16], &[1, 4]);
-        let plan = std::iter::once(("embed", 1)).chain(levels.iter().map(|&c| ("tokenize", c)));
-        for (rpc, concurrency) in plan {
-            let channel = server.connect().await?;
-            let callers = || {
-                (0..concurrency)
-                    .map(|_| SentenceCaller { client: EmbedServiceClient::new(channel.clone()), embed: rpc == "embed" })
-            };
-            closed_loop::run(callers().collect(), Stop::After(warmup)).await?;
-            let run = closed_loop::run(callers().collect(), Stop::After(duration)).await?;
-            anyhow::ensure!(run.errors() == 0, "{rpc} c={concurrency}: {:?}", run.first_error);
-            println!("{rpc} c={concurrency}: {:.0} calls/s, p50 {:.2} ms", run.rate(), ms(run.latency().p50));
-            runs.push((rpc, concurrency, run));
-        }
-        server.stop().await?;
-        anyhow::Ok(runs)
-    })?;
-
-    let mut table = Table::new("rpc,concurrency,calls_per_s,p50_ms,p99_ms,calls");
-    for (rpc, concurrency, run) in &runs {
+    let (server, _) = ServerProcess::start(&command).await?;
+    let (mut table, mut rates) = (Table::new("rpc,concurrency,calls_per_s,p50_ms,p99_ms,calls"), Vec::new());
+    let levels = common.sweep(&[1, 4, 16], &[1, 4]);
+    for (rpc, concurrency) in std::iter::once(("embed", 1)).chain(levels.iter().map(|&c| ("tokenize", c))) {
+        let channel = server.connect().await?;
+        let callers = || {
+            let caller = |_| SentenceCaller { client: EmbedServiceClient::new(channel.clone()), embed: rpc == "embed" };
+            (0..concurrency).map(caller).collect()
+        };
+        closed_loop::run(callers(), Stop::After(warmup)).await?;
+        let run = closed_loop::run(callers(), Stop::After(duration)).await?;
+        anyhow::ensure!(run.errors() == 0, "{rpc} c={concurrency}: {:?}", run.first_error);
         let (rate, p50, p99) = (run.rate(), ms(run.latency().p50), ms(run.latency().p99));
-        table.row(format!("{rpc},{concurrency},{rate:.1},{p50:.3},{p99:.3},{}", run.ok()).split(','));
         let measured = format!("{rate:.0} calls/s, p50 {p50:.2} ms");
+        println!("{rpc} c={concurrency}: {measured}");
+        table.row(format!("{rpc},{concurrency},{rate:.1},{p50:.3},{p99:.3},{}", run.ok()).split(','));
         report.figure(Row::info(format!("{rpc} c={concurrency}"), rate, "calls/s", measured));
+        rates.push((rpc, concurrency, rate));
     }
-    let rate_at_one =
-        |name: &str| runs.iter().find(|(rpc, c, _)| *rpc == name && *c == 1).map_or(0.0, |(_, _, run)| run.rate());
+    server.stop().await?;
+    let rate_at_one = |name| rates.iter().find(|&&(rpc, c, _)| rpc == name && c == 1).map_or(0.0, |&(.., rate)| rate);
     let ratio = rate_at_one("tokenize") / rate_at_one("embed").max(1e-9);
     let row = Row::info("Tokenize vs Embed calls/s, c=1", ratio, "x", format!("{ratio:.1} x"));
     report.figure(row.at_least(MIN_TOKENIZE_OVER_EMBED, format!(">= {MIN_TOKENIZE_OVER_EMBED} x")));

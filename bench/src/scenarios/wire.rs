@@ -1,4 +1,4 @@
-//! wire: JSON against binary on one server (pseudo backend by default, 256 real query
+//! wire: JSON against binary on one server (the pseudo backend, 256 real query
 //! sentences per call), so the transport and the encodings are all that differ: gRPC
 //! Embed in each dtype against POST /v1/embeddings (JSON floats, base64, octet-stream)
 //! and the legacy POST /embed. Per variant: requests/s and latency under load, bytes on
@@ -7,27 +7,31 @@
 //! answer is decoded inside the timed call, as a real client would. The variants take
 //! turns in rounds, so a change in the machine's load hits them alike.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+use std::{collections::HashMap, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use base64::{Engine, engine::general_purpose::STANDARD as BASE64};
 use bytes::Bytes;
-use embedwire_bench::closed_loop::{self, Caller, ClosedLoopRun};
-use embedwire_bench::cpu::{CpuUse, CpuWindow};
-use embedwire_bench::http_client::HttpConnection;
-use embedwire_bench::latency::{median_time, ms};
-use embedwire_bench::options::{Common, at_least_one, program_output, seconds};
-use embedwire_bench::report::{Report, Row, Table};
-use embedwire_bench::wire_count::{ByteCounters, PreEncoded, grpc_channel};
-use embedwire_bench::{corpus::CorpusOptions, load::Stop, server_process::ServerProcess};
-use embedwire_gateway_http::encoding::{FloatRow, FloatRows, binary_response, row_bytes};
-use embedwire_gateway_http::routes::openai::{EmbeddingItem, EmbeddingValue, EmbeddingsReply, UsageBody};
-use embedwire_proto::{v1::EmbedRequest, v1::EmbedResponse, v1::EmbeddingDtype as Dtype, vectors};
-use embedwire_server::config::BackendKind;
+use embedwire_bench::{
+    closed_loop::{self, Caller, ClosedLoopRun},
+    corpus::CorpusOptions,
+    cpu::{CpuUse, CpuWindow},
+    http_client::HttpConnection,
+    latency::{median_time, ms},
+    load::Stop,
+    options::{Common, at_least_one, program_output},
+    report::{Report, Row, Table},
+    server_process::ServerProcess,
+    wire_count::{ByteCounters, PreEncoded, grpc_channel},
+};
+use embedwire_gateway_http::{
+    encoding::{FloatRow, FloatRows, binary_response, row_bytes},
+    routes::openai::{EmbeddingItem, EmbeddingValue, EmbeddingsReply, UsageBody},
+};
+use embedwire_proto::{
+    v1::{EmbedRequest, EmbedResponse, EmbeddingDtype as Dtype},
+    vectors,
+};
 use prost::Message;
 use serde::Deserialize;
 use serde_json::json;
@@ -43,32 +47,24 @@ const COLUMNS: &str = "variant,description,concurrency,requests,errors,seconds,r
     bench_cores";
 /// Answers each variant gives before it is measured.
 const WARMUP_CALLS: usize = 3;
+/// The server's backend: pseudo measures the transport and the encodings alone (the
+/// targets' setting); onnx would add what the model costs.
+const BACKEND: &str = "pseudo";
+/// Texts per call (real query sentences from the docstring corpus).
+const TEXTS: usize = 256;
+/// The Python decode benchmark, and the protos it generates its classes from.
+const DECODE_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/decode_bench.py");
+const PROTO_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../proto");
 
 /// Options of the wire scenario (`--concurrency`: one level, default 16).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// The server's backend: pseudo (the transport and encodings alone, the target's
-    /// setting) or onnx (what the encoding costs next to the model).
-    #[arg(long, env = "WIRE_BENCH_BACKEND", value_enum, default_value = "pseudo")]
-    pub backend: BackendKind,
-    /// Texts per call (real query sentences from the docstring corpus).
-    #[arg(long, env = "WIRE_BENCH_TEXTS", default_value_t = 256, value_parser = at_least_one::<usize>())]
-    pub texts: usize,
     /// Variants to measure, by name (grpc_float32, http_octet_stream, ...) [default: all].
     #[arg(long, env = "WIRE_BENCH_VARIANTS", value_delimiter = ',')]
     pub variants: Vec<String>,
     /// Rounds the variants take in turn [default: 2, --quick: 1].
     #[arg(long, env = "WIRE_BENCH_ROUNDS", value_parser = at_least_one::<usize>())]
     pub rounds: Option<usize>,
-    /// Seconds of the one-client run measuring server CPU per call [default: 1, --quick: 0.2].
-    #[arg(long, env = "WIRE_BENCH_PROBE_SECS", value_parser = seconds)]
-    pub probe_secs: Option<f64>,
-    /// The Python decode benchmark script.
-    #[arg(long, env = "WIRE_BENCH_DECODE_SCRIPT", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/decode_bench.py"))]
-    pub decode_script: PathBuf,
-    /// The proto directory (for the decode benchmark's generated classes).
-    #[arg(long, env = "WIRE_BENCH_PROTO_DIR", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../proto"))]
-    pub proto_dir: PathBuf,
     /// The corpus, and the Python the decode benchmark runs with.
     #[command(flatten)]
     pub corpus: CorpusOptions,
@@ -84,8 +80,7 @@ enum Kind {
     EmbedJson,
 }
 
-/// Every variant in table order: name (tables, CSV, files), description, and the
-/// decoder `decode_bench.py` uses.
+/// Every variant in table order: name (tables, CSV, files), description, and the decoder `decode_bench.py` uses.
 const VARIANTS: [(Kind, &str, &str, &str); 9] = [
     (Kind::Grpc(Dtype::Float32), "grpc_float32", "gRPC Embed, FLOAT32 bytes", "grpc"),
     (Kind::Grpc(Dtype::Float16), "grpc_float16", "gRPC Embed, FLOAT16 bytes", "grpc"),
@@ -127,8 +122,7 @@ fn flatten(rows: impl IntoIterator<Item = Vec<f32>>) -> anyhow::Result<Decoded> 
     Ok((count, dim.unwrap_or(0), values))
 }
 
-/// Decodes an HTTP body (the octet-stream's shape in its header) or the protobuf
-/// bytes of an `EmbedResponse`.
+/// Decodes an HTTP body (the octet-stream's shape in its header) or the protobuf bytes of an `EmbedResponse`.
 fn decode(kind: Kind, body: &[u8], dim_header: Option<&str>) -> anyhow::Result<Decoded> {
     match kind {
         Kind::Grpc(_) => decode_grpc(&EmbedResponse::decode(body)?),
@@ -199,8 +193,7 @@ impl VariantCaller {
         Ok(VariantCaller { kind, transport, request: (path, body.into(), accept), texts: texts.len() })
     }
 
-    /// One call, decoded; with `keep`, the bytes that carried it (and the
-    /// octet-stream's dimensions header) too.
+    /// One call, decoded; with `keep`, the bytes that carried it (and the octet-stream's dimensions header) too.
     async fn fetch(&mut self, keep: bool) -> anyhow::Result<(Decoded, Vec<u8>, Option<String>)> {
         let (path, body, accept) = self.request.clone();
         let answer = match &mut self.transport {
@@ -314,11 +307,8 @@ impl Measured {
     }
 }
 
-pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
-    tokio::runtime::Runtime::new()?.block_on(measure(common, args))
-}
-
-async fn measure(common: &Common, args: Args) -> anyhow::Result<()> {
+#[tokio::main]
+pub async fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let &[concurrency] = common.sweep(&[16], &[16]).as_slice() else { anyhow::bail!("wire runs at one --concurrency") };
     let find = |name: &String| VARIANTS.into_iter().find(|v| v.1 == name).context(format!("no variant {name}"));
     let mut variants = args.variants.iter().map(find).collect::<anyhow::Result<Vec<_>>>()?;
@@ -328,12 +318,11 @@ async fn measure(common: &Common, args: Args) -> anyhow::Result<()> {
     let python = args.corpus.python()?;
     let mut report = Report::new(common.results("wire"), "wire")?;
     let binary = common.server_binary()?;
-    let texts = args.corpus.select(0, 0, args.texts)?.queries;
-    let backend = args.backend.name();
-    println!("wire: {backend} backend, {} texts per call, {concurrency} workers", texts.len());
+    let texts = args.corpus.select(0, 0, TEXTS)?.queries;
+    println!("wire: {BACKEND} backend, {} texts per call, {concurrency} workers", texts.len());
     // Admission raised to the offered load: the comparison measures encodings, not RESOURCE_EXHAUSTED.
-    let in_flight = (concurrency * args.texts).max(4096).to_string();
-    let flags = vec![("--backend", backend.into()), ("--max-in-flight-inputs", in_flight.into())];
+    let in_flight = (concurrency * TEXTS).max(4096).to_string();
+    let flags = vec![("--backend", BACKEND.into()), ("--max-in-flight-inputs", in_flight.into())];
     let (server, _) = ServerProcess::start(&common.server_command(binary, flags)).await?;
     let connect = |kind, bytes| VariantCaller::connect(kind, &texts, server.address, bytes);
     let workers = async |kind, bytes: &Arc<ByteCounters>| {
@@ -353,7 +342,7 @@ async fn measure(common: &Common, args: Args) -> anyhow::Result<()> {
     // The vectors the server's encode step starts from: one real answer.
     let ((_, dim, values), ..) = connect(Kind::Grpc(Dtype::Float32), ByteCounters::new()).await?.fetch(false).await?;
     let micro_time = Duration::from_secs_f64(common.pick(0.3, 0.05));
-    let probe_time = Duration::from_secs_f64(args.probe_secs.unwrap_or(common.pick(1.0, 0.2)));
+    let probe_time = Duration::from_secs_f64(common.pick(1.0, 0.2)); // one client: server CPU per call
     let (mut measured, mut manifest) = (Vec::new(), serde_json::Map::new());
     std::fs::create_dir_all(report.dir().join("bodies"))?;
     for &(kind, name, description, decoder) in &variants {
@@ -386,8 +375,8 @@ async fn measure(common: &Common, args: Args) -> anyhow::Result<()> {
     // The Python side of the decode cost: json.loads against numpy.frombuffer on the answers just captured.
     report.write("bodies/manifest.json", &serde_json::to_string_pretty(&manifest)?)?;
     let mut decoding = std::process::Command::new(&python);
-    decoding.args([args.decode_script.as_os_str(), "--dir".as_ref(), report.dir().join("bodies").as_os_str()]);
-    decoding.args(["--proto-dir".as_ref(), args.proto_dir.as_os_str()]);
+    decoding.args([DECODE_SCRIPT.as_ref(), "--dir".as_ref(), report.dir().join("bodies").as_os_str()]);
+    decoding.args(["--proto-dir", PROTO_DIR]);
     decoding.args(["--seconds", &common.pick(0.3, 0.05).to_string()]);
     let decoded = program_output(&mut decoding, "the Python decode benchmark")?;
     let mut python: HashMap<String, PythonDecode> = serde_json::from_str(&decoded).context("decode_bench.py")?;
@@ -419,13 +408,13 @@ async fn measure(common: &Common, args: Args) -> anyhow::Result<()> {
         m.load = (ClosedLoopRun::combine(&runs), CpuUse::combine(&cpus));
         m.python = python.remove(m.name);
     }
-    judge(&mut report, common, &args, (concurrency, texts.len(), dim), &measured);
+    judge(&mut report, common, (concurrency, texts.len(), dim), &measured);
     report.table("wire_bench.csv", &table(concurrency, &measured))?;
     report.finish()
 }
 
 /// `shape`: workers, texts per call, dimensions.
-fn judge(report: &mut Report, common: &Common, args: &Args, shape: (usize, usize, usize), measured: &[Measured]) {
+fn judge(report: &mut Report, common: &Common, shape: (usize, usize, usize), measured: &[Measured]) {
     let (concurrency, texts, dim) = shape;
     for m in measured {
         let (run, l, bytes) = (&m.load.0, m.load.0.latency(), m.per_call(m.load_bytes.0));
@@ -439,7 +428,7 @@ fn judge(report: &mut Report, common: &Common, args: &Args, shape: (usize, usize
     if let (Some(grpc), Some(json)) = (find("grpc_float32"), find("http_json_float")) {
         let (g, j) = (grpc.load.0.rate(), json.load.0.rate());
         let (rps, figure) =
-            (g / j.max(1e-9), format!("gRPC bytes / HTTP JSON floats req/s ({texts} texts, {})", args.backend.name()));
+            (g / j.max(1e-9), format!("gRPC bytes / HTTP JSON floats req/s ({texts} texts, {BACKEND})"));
         report.figure(
             Row::info(figure, rps, "x", format!("{rps:.2} x"))
                 .at_least(MIN_RPS_RATIO, format!(">= {MIN_RPS_RATIO:.1} x"))
@@ -463,7 +452,7 @@ fn judge(report: &mut Report, common: &Common, args: &Args, shape: (usize, usize
     }
     // In the files only: bench/report.py reads them.
     report.setup("quick", f64::from(u8::from(common.quick)), "bool");
-    report.setup(&format!("backend {}", args.backend.name()), 0.0, "");
+    report.setup(&format!("backend {BACKEND}"), 0.0, "");
     report.setup("texts per call", texts as f64, "texts");
     report.setup("dim", dim as f64, "dimensions");
     report.setup("concurrency", concurrency as f64, "workers");
