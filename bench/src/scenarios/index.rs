@@ -1,19 +1,20 @@
-//! index: the vector index alone, no server and no model, so that its share of a search
-//! is judged apart: exact search (on one thread and on two) and HNSW (build, recall@10
-//! against exact, latency per `ef_search`). Latency is of one query at a time; q/s of
-//! searchers sharing the index behind an `RwLock`, as in the server. The vectors are
-//! clustered like real embeddings; the queries continue the same generator (new texts
-//! on known topics).
+//! index: the vector index alone, no server and no model, so that its share of a search is judged apart: exact search
+//! (on one thread and on two) and HNSW (build, recall@10 against exact, latency per `ef_search`). Latency is of one
+//! query at a time; q/s of searchers sharing the index behind an `RwLock`, as in the server. The vectors are
+//! clustered like real embeddings; the queries continue the same generator (new texts on known topics).
 
-use std::fmt::Display;
-use std::sync::RwLock;
-use std::time::{Duration, Instant};
+use std::{
+    fmt::Display,
+    sync::RwLock,
+    time::{Duration, Instant},
+};
 
-use embedwire_bench::latency::{LatencySummary, ms};
-use embedwire_bench::options::{Common, at_least_one};
-use embedwire_bench::report::{Bound, Report, Row, Table};
-use embedwire_server::index::synthetic::Clustered;
-use embedwire_server::index::{ChunkId, IndexKind, IndexParams, VectorIndex};
+use embedwire_bench::{
+    latency::{LatencySummary, ms},
+    options::{Common, at_least_one},
+    report::{Bound, Report, Row, Table},
+};
+use embedwire_server::index::{ChunkId, IndexKind, IndexParams, VectorIndex, synthetic::Clustered};
 
 /// Exact search p50 (search step alone), judged up to this many stored vectors.
 const EXACT_P50_MS: f64 = 5.0;
@@ -32,11 +33,13 @@ const WARMUP_QUERIES: usize = 5;
 const QUERIES: (usize, usize) = (200, 50);
 /// Searchers sharing the index in the throughput runs (of --duration-secs each).
 const SEARCHERS: usize = 2;
-/// The vectors: the default model's dimension, around this many cluster centers, with
-/// noise of this norm added to a center (0.9: cosine ~0.75 to the center).
+/// The vectors: the default model's dimension, around this many cluster centers, with noise of this norm added to a
+/// center (0.9: cosine ~0.75 to the center), mostly along this many directions per cluster (its intrinsic dimension;
+/// 0 would be isotropic noise in all dimensions, the worst case for HNSW).
 const DIM: usize = 384;
 const CLUSTERS: usize = 1000;
 const SPREAD: f32 = 0.9;
+const NOISE_RANK: usize = 16;
 const SEED: u64 = 42;
 
 /// Options of the index scenario.
@@ -45,40 +48,21 @@ pub struct Args {
     /// Collection sizes, comma-separated [default: 100000,1000000; --quick: 5000].
     #[arg(long, env = "INDEX_BENCH_SIZES", value_delimiter = ',', value_parser = at_least_one::<usize>())]
     pub sizes: Vec<usize>,
-    /// Directions each cluster's noise mostly spans (its intrinsic dimension); 0 for
-    /// isotropic noise in all `dim` dimensions, the worst case for HNSW.
-    #[arg(long, env = "INDEX_BENCH_NOISE_RANK", default_value_t = 16)]
-    pub noise_rank: usize,
-    /// Skip HNSW (its build dominates the run time at 1M).
-    #[arg(long, env = "INDEX_BENCH_NO_HNSW")]
-    pub no_hnsw: bool,
-    /// HNSW links per node and layer [default: the server's].
-    #[arg(long, env = "INDEX_BENCH_HNSW_M")]
-    pub hnsw_m: Option<usize>,
-    /// HNSW search width while building [default: the server's].
-    #[arg(long, env = "INDEX_BENCH_HNSW_EF_CONSTRUCTION")]
-    pub hnsw_ef_construction: Option<usize>,
-    /// HNSW search widths to measure, comma-separated; the first one also gets the
-    /// throughput run [default: the server's, then 64,256,512; --quick: the server's].
-    #[arg(long, env = "INDEX_BENCH_HNSW_EF_SEARCH", value_delimiter = ',')]
-    pub hnsw_ef_search: Vec<usize>,
 }
 
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let defaults = IndexParams::default();
-    let or = |given: &[usize], full: Vec<usize>, quick: Vec<usize>| {
-        if given.is_empty() { common.pick(full, quick) } else { given.to_vec() }
-    };
-    let sizes = or(&args.sizes, vec![100_000, 1_000_000], vec![5_000]);
-    let ef_searches = or(&args.hnsw_ef_search, vec![defaults.ef_search, 64, 256, 512], vec![defaults.ef_search]);
+    let sizes = if args.sizes.is_empty() { common.pick(vec![100_000, 1_000_000], vec![5_000]) } else { args.sizes };
+    // The server's ef_search first: it also gets the throughput run.
+    let ef_searches = common.pick(vec![defaults.ef_search, 64, 256, 512], vec![defaults.ef_search]);
     let (queries, run_time) = (common.pick(QUERIES.0, QUERIES.1), common.duration(3.0, 0.5));
-    let (m, efc) = (args.hnsw_m.unwrap_or(defaults.m), args.hnsw_ef_construction.unwrap_or(defaults.ef_construction));
+    let (m, efc) = (defaults.m, defaults.ef_construction);
     let mut report = Report::new(common.results(""), "index_bench")?;
-    println!("index: sizes {sizes:?}, noise rank {}, {queries} queries", args.noise_rank);
+    println!("index: sizes {sizes:?}, noise rank {NOISE_RANK}, {queries} queries");
 
     let mut figures: Vec<(usize, Row)> = Vec::new();
     for &size in &sizes {
-        let mut generator = Clustered::with_noise_rank(SEED, DIM, CLUSTERS, SPREAD, args.noise_rank);
+        let mut generator = Clustered::with_noise_rank(SEED, DIM, CLUSTERS, SPREAD, NOISE_RANK);
         let rows = generator.rows(size);
         let queries: Vec<Vec<f32>> = (0..queries).map(|_| generator.next_vector()).collect();
         let batch: Vec<(ChunkId, &[f32])> =
@@ -94,7 +78,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
         for scan_threads in [1, 2] {
             let (index, load_secs) = load(IndexKind::Exact, IndexParams { scan_threads, ..defaults })?;
             let (latency, hits) = one_at_a_time(&index, &queries)?;
-            let qps = throughput(index, &queries, SEARCHERS, run_time)?;
+            let qps = throughput(index, &queries, run_time)?;
             let (p50, scan) = (ms(latency.p50), format!("scan x{scan_threads}"));
             println!("size {size}: exact, {scan}: loaded in {load_secs:.2} s, p50 {p50:.2} ms, {qps:.0} q/s");
             truth = hits;
@@ -104,11 +88,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             add(figure(format!("exact q/s, {SEARCHERS} searchers ({scan})"), qps, "q/s", 0, None));
             add(figure(format!("exact load ({scan})"), load_secs, "s", 2, None));
         }
-        if args.no_hnsw {
-            continue;
-        }
-        let (mut index, build) =
-            load(IndexKind::Hnsw, IndexParams { m, ef_construction: efc, ef_search: ef_searches[0], ..defaults })?;
+        let (mut index, build) = load(IndexKind::Hnsw, IndexParams { ef_search: ef_searches[0], ..defaults })?;
         println!("size {size}: hnsw built in {build:.1} s (m {m}, ef_construction {efc})");
         // Smaller builds scaled as n log n: each insertion searches a graph growing logarithmically deep.
         let n_log_n = |n: usize| n as f64 * (n as f64).ln();
@@ -130,7 +110,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
         }
         // At the first (the configured) ef_search; the run consumes the index.
         index.set_ef_search(ef_searches[0]);
-        let mut qps = Some(throughput(index, &queries, SEARCHERS, run_time)?);
+        let mut qps = Some(throughput(index, &queries, run_time)?);
         for (ef, latency, recall) in settings {
             add(figure(format!("hnsw recall@10 (ef {ef})"), recall, "", 4, Some(Bound::AtLeast(HNSW_MIN_RECALL))));
             add(figure(format!("hnsw p50 (ef {ef})"), ms(latency.p50), "ms", 2, Some(Bound::AtMost(HNSW_P50_MS))));
@@ -143,8 +123,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
 
     let mut table = Table::new("figure,size,value,unit,target,result");
     let names = ["quick", "dim", "clusters", "spread", "noise_rank", "seed", "queries", "searchers"];
-    let values: [&dyn Display; 8] =
-        [&common.quick, &DIM, &CLUSTERS, &SPREAD, &args.noise_rank, &SEED, &queries, &SEARCHERS];
+    let values: [&dyn Display; 8] = [&common.quick, &DIM, &CLUSTERS, &SPREAD, &NOISE_RANK, &SEED, &queries, &SEARCHERS];
     for (name, value) in names.into_iter().zip(values) {
         table.row([format!("setup {name}").as_str(), "", &value.to_string(), "", "", ""]);
     }
@@ -184,27 +163,23 @@ fn one_at_a_time(index: &VectorIndex, queries: &[Vec<f32>]) -> anyhow::Result<(L
     Ok((LatencySummary::from_samples(samples), hits))
 }
 
-/// Queries per second of `searchers` threads searching for `run`, each cycling
-/// through the queries from its own offset, a read lock per search as in the server.
-fn throughput(index: VectorIndex, queries: &[Vec<f32>], searchers: usize, run: Duration) -> anyhow::Result<f64> {
+/// Queries per second of [`SEARCHERS`] threads searching for `run`, each cycling through the queries from its own
+/// offset, a read lock per search as in the server.
+fn throughput(index: VectorIndex, queries: &[Vec<f32>], run: Duration) -> anyhow::Result<f64> {
     let (index, started) = (RwLock::new(index), Instant::now());
+    let search = |searcher: usize| -> anyhow::Result<usize> {
+        let mut done = 0;
+        for query in queries.iter().cycle().skip(searcher * queries.len() / SEARCHERS) {
+            if started.elapsed() >= run {
+                break;
+            }
+            index.read().expect("no writer panics").search(query, K, None, None)?;
+            done += 1;
+        }
+        Ok(done)
+    };
     let done = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..searchers)
-            .map(|searcher| {
-                let index = &index;
-                scope.spawn(move || -> anyhow::Result<usize> {
-                    let mut done = 0;
-                    for query in queries.iter().cycle().skip(searcher * queries.len() / searchers) {
-                        if started.elapsed() >= run {
-                            break;
-                        }
-                        index.read().expect("no writer panics").search(query, K, None, None)?;
-                        done += 1;
-                    }
-                    Ok(done)
-                })
-            })
-            .collect();
+        let workers: Vec<_> = (0..SEARCHERS).map(|searcher| scope.spawn(move || search(searcher))).collect();
         workers.into_iter().map(|worker| worker.join().expect("searcher panicked")).sum::<anyhow::Result<usize>>()
     })?;
     Ok(done as f64 / started.elapsed().as_secs_f64())

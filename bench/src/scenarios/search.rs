@@ -1,28 +1,31 @@
-//! search: what the search feature costs next to plain Embed of the same texts, with the
-//! real model on real paragraphs. The corpus goes through Embed on one server and through
-//! Ingest (to every job COMPLETED) on a second; Search at c=16 runs against Embed of the
-//! same queries; an open-loop client's search latency is taken idle and during a second
-//! ingest. Both targets are ratios to Embed in the same run, and both comparisons
-//! alternate their sides (slice by slice, round by round) so that a change in the
-//! machine's load hits both alike. The server's CPU (per thread) and the bench's, and the
-//! model's padded tokens per path (estimated), show where the time went.
+//! search: what the search feature costs next to plain Embed of the same texts, with the real model on real
+//! paragraphs. The corpus goes through Embed on one server and through Ingest (to every job COMPLETED) on a second;
+//! Search at c=16 runs against Embed of the same queries; an open-loop client's search latency is taken idle and
+//! during a second ingest. Both targets are ratios to Embed in the same run, and both comparisons alternate their
+//! sides (slice by slice, round by round) so that a change in the machine's load hits both alike. The server's CPU
+//! (per thread) and the bench's, and the model's padded tokens per path (estimated), show where the time went.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
 use clap::Parser;
-use embedwire_bench::corpus::{Corpus, CorpusOptions};
-use embedwire_bench::cpu::{CpuUse, CpuWindow};
-use embedwire_bench::ingest::{self, IngestRun};
-use embedwire_bench::latency::{LatencySummary, ms};
-use embedwire_bench::load::{self, LoadResult, Rpc, Stop};
-use embedwire_bench::options::{Common, SearchLoad, at_least_one, connections};
-use embedwire_bench::report::{Bound, Report, Row, percentiles};
-use embedwire_bench::server_process::{ServerCommand, ServerProcess};
-use embedwire_proto::v1::EmbedRequest;
-use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
+use embedwire_bench::{
+    corpus::{Corpus, CorpusOptions},
+    cpu::{CpuUse, CpuWindow},
+    ingest::{self, IngestRun},
+    latency::{LatencySummary, ms},
+    load::{self, LoadResult, Rpc, Stop},
+    options::{Common, SearchLoad, connections},
+    report::{Report, Row, percentiles},
+    server_process::{ServerCommand, ServerProcess},
+};
+use embedwire_proto::v1::{EmbedRequest, embed_service_client::EmbedServiceClient};
 use embedwire_server::ServerConfig;
 use tonic::transport::Channel;
 
@@ -32,39 +35,23 @@ const MIN_INGEST_RATIO: f64 = 0.85;
 const MIN_SEARCH_RATIO: f64 = 0.90;
 /// Busiest server threads listed per phase in the CSV.
 const THREADS_IN_CSV: usize = 6;
+/// Query texts (first sentences of one-line docstrings, not in the corpus).
+const QUERIES: usize = 500;
+/// Texts per Embed call, and concurrent clients, when embedding the corpus.
+const EMBED_BATCH: usize = 64;
+const EMBED_CLIENTS: usize = 4;
+/// Alternating rounds the concurrent Search and Embed runs are split into.
+const ROUNDS: usize = 4;
+/// Between the searches of the one-client (open-loop) latency runs.
+const LATENCY_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Options of the search scenario.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     #[command(flatten)]
     pub corpus: CorpusOptions,
-    /// Documents embedded with Embed, then ingested [default: 10000, --quick: 1000].
-    #[arg(long, value_parser = at_least_one::<usize>())]
-    pub documents: Option<usize>,
-    /// Further documents ingested while search latency is measured; texts not in the
-    /// corpus, so that they cost embedding [default: 1000, --quick: 100].
-    #[arg(long, value_parser = at_least_one::<usize>())]
-    pub second_ingest_documents: Option<usize>,
-    /// Query texts (first sentences of one-line docstrings, not in the corpus).
-    #[arg(long, default_value_t = 500, value_parser = at_least_one::<usize>())]
-    pub queries: usize,
-    /// Texts per Embed call when embedding the corpus.
-    #[arg(long, default_value_t = 64, value_parser = at_least_one::<usize>())]
-    pub embed_batch: usize,
-    /// Concurrent clients embedding the corpus.
-    #[arg(long, default_value_t = 4, value_parser = at_least_one::<usize>())]
-    pub embed_clients: usize,
-    /// Alternating slices of the Embed / Ingest comparison [default: 5, --quick: 2].
-    #[arg(long, value_parser = at_least_one::<usize>())]
-    pub slices: Option<usize>,
     #[command(flatten)]
     pub load: SearchLoad,
-    /// Alternating rounds the concurrent Search and Embed runs are split into.
-    #[arg(long, default_value_t = 4, value_parser = at_least_one::<usize>())]
-    pub rounds: usize,
-    /// Milliseconds between the searches of the one-client (open-loop) latency runs.
-    #[arg(long, default_value_t = 50, value_parser = at_least_one::<u64>())]
-    pub latency_interval_ms: u64,
 }
 
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
@@ -72,9 +59,9 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let command = common.server_command(common.server_binary()?, vec![("--max-queue-ms", "0".into())]);
     // The batching limits the server runs with, read as it reads them, for the padding estimate.
     let limits = ServerConfig::try_parse_from(["embedwire-server".to_string()].iter().chain(&common.server_args))?;
-    let documents = args.documents.unwrap_or(common.pick(10_000, 1_000));
-    let second = args.second_ingest_documents.unwrap_or(common.pick(1_000, 100));
-    let corpus = args.corpus.select(documents, second, args.queries)?;
+    // The second ingest runs while search latency is measured: texts not in the corpus, so that they cost embedding.
+    let (documents, second) = (common.pick(10_000, 1_000), common.pick(1_000, 100));
+    let corpus = args.corpus.select(documents, second, QUERIES)?;
     println!("search: {documents} documents, {second} for the second ingest, {} queries", corpus.queries.len());
     // search_bench.csv: what it always held, the figures then the details.
     let mut report = Report::new(common.results(""), "search_bench")?.summary_also_as("search_bench.csv");
@@ -95,14 +82,14 @@ async fn measure(
         corpus.second_ingest.iter().cycle().take(common.pick(512, 128)).map(|p| p.text.clone()).collect();
     let embed_server = start_warm(args, command, &warmup).await?;
     let server = start_warm(args, command, &warmup).await?;
-    let embed_channels =
-        connections(&embed_server, args.embed_clients.div_ceil(args.load.clients_per_connection)).await?;
+    let embed_channels = connections(&embed_server, EMBED_CLIENTS.div_ceil(args.load.clients_per_connection)).await?;
     let ingest_channel = server.connect().await?;
     let (mut embeds, mut ingests) = (Vec::new(), Vec::new());
-    let slice_len = corpus.documents.len().div_ceil(args.slices.unwrap_or(common.pick(5, 2)));
+    // Alternating slices of the Embed / Ingest comparison.
+    let slice_len = corpus.documents.len().div_ceil(common.pick(5, 2));
     for (slice, paragraphs) in corpus.documents.chunks(slice_len).enumerate() {
         let texts: Arc<[String]> = paragraphs.iter().map(|p| p.text.clone()).collect();
-        let embedding = embed_all(&embed_channels, args.embed_clients, texts, args.embed_batch);
+        let embedding = embed_all(&embed_channels, texts);
         let (embed, embed_cpu) = CpuWindow::around(embed_server.pid, embedding).await?;
         let ingesting =
             ingest::ingest(ingest_channel.clone(), paragraphs, ("doc-", slice * slice_len), args.load.ingest_batch);
@@ -118,7 +105,7 @@ async fn measure(
     let stats = ingest::index_stats(control.clone()).await?;
     println!("index ({}): {} documents, {} chunks", stats.index_kind, stats.document_count, stats.chunk_count);
     let lengths = &embed.0.token_counts;
-    let (window, group) = (args.embed_batch * args.embed_clients, limits.ingest_batch_documents);
+    let (window, group) = (EMBED_BATCH * EMBED_CLIENTS, limits.ingest_batch_documents);
     let work = [
         model_work(lengths, window, true, limits.max_batch_size, limits.max_batch_tokens),
         model_work(lengths, group, false, limits.max_batch_size, limits.max_bulk_batch_tokens),
@@ -131,9 +118,9 @@ async fn measure(
     for rpc in [search_rpc, Rpc::Embed] {
         load::run(&channels, args.load.clients, queries.clone(), rpc, Stop::After(common.warmup(2.0, 0.5))).await?;
     }
-    let round = common.duration(10.0, 2.0) / args.rounds as u32;
+    let round = common.duration(10.0, 2.0) / ROUNDS as u32;
     let mut sides: [Vec<(LoadResult, CpuUse)>; 2] = Default::default();
-    for _ in 0..args.rounds {
+    for _ in 0..ROUNDS {
         for (rpc, side) in [search_rpc, Rpc::Embed].into_iter().zip(&mut sides) {
             let running = load::run(&channels, args.load.clients, queries.clone(), rpc, Stop::After(round));
             side.push(CpuWindow::around(server.pid, running).await?);
@@ -142,10 +129,8 @@ async fn measure(
     let [search, embed_queries] = sides.map(|side| combine(side, LoadResult::combine));
     println!("Search {:.1} /s, Embed {:.1} /s at c={}", search.0.rate(), embed_queries.0.rate(), args.load.clients);
 
-    let single = std::slice::from_ref(&control);
-    load::run(single, 1, queries.clone(), search_rpc, Stop::Calls(common.pick(50, 10))).await?;
-    let interval = Duration::from_millis(args.latency_interval_ms);
-    let paced = |stop| load::run_paced(&control, queries.clone(), search_rpc, stop, interval);
+    load::run(std::slice::from_ref(&control), 1, queries.clone(), search_rpc, Stop::Calls(common.pick(50, 10))).await?;
+    let paced = |stop| load::run_paced(&control, queries.clone(), search_rpc, stop, LATENCY_INTERVAL);
     let idle = paced(Stop::After(common.duration(10.0, 2.0))).await?;
     // One open-loop client searches from the second ingest's first call to its last job completed.
     let ingest_done = Arc::new(AtomicBool::new(false));
@@ -184,9 +169,10 @@ async fn measure(
     let second_text = format!("{:.1} docs/s ({:.1} s)", second.rate(), second.completed.as_secs_f64());
     let ingested = format!("Ingest corpus ({} docs/call, to COMPLETED)", args.load.ingest_batch);
     let searched = format!("Search c={c} (top_k {})", args.load.top_k);
-    let embedded = format!("Embed corpus ({}/call, {} clients)", args.embed_batch, args.embed_clients);
+    let embedded = format!("Embed corpus ({EMBED_BATCH}/call, {EMBED_CLIENTS} clients)");
     let second_ingest = format!("second ingest ({} docs) under search", second.documents);
-    let figures = [
+    let embed_c = format!("Embed c={c}");
+    report.figures([
         Row::info("corpus documents", documents as f64, "documents", docs_text),
         Row::info(embedded, embed_rate, "texts/s", format!("{embed_rate:.1} texts/s")),
         at_least(ingested, (ingest_rate, "documents/s", "docs/s"), (MIN_INGEST_RATIO, embed_rate, "Embed".into())),
@@ -195,7 +181,7 @@ async fn measure(
         Row::info("padded tokens est. Embed/Ingest/sorted", padded, "x", padding),
         cpu_row("CPU Embed corpus", &embed.1),
         cpu_row("CPU Ingest", &ingest.1),
-        at_least(searched, (search_rate, "searches/s", "searches/s"), (MIN_SEARCH_RATIO, embed_one, format!("Embed c={c}"))),
+        at_least(searched, (search_rate, "searches/s", "searches/s"), (MIN_SEARCH_RATIO, embed_one, embed_c)),
         per_cpu_row("Search / Embed per server CPU-second", (search_rate, &search.1), (embed_one, &embed_queries.1)),
         latency_row(format!("Search c={c} p50 / p95 / p99"), &search.0.latency),
         Row::info(format!("Embed c={c} (1 text)"), embed_one, "texts/s", format!("{embed_one:.1} texts/s")),
@@ -205,32 +191,29 @@ async fn measure(
         latency_row("Search c=1 idle p50 / p95 / p99".into(), idle_l),
         Row::info("Search c=1 during ingest p50/p95/p99", ms(busy_l.p50), "ms", busy_text),
         Row::info(second_ingest, second.rate(), "documents/s", second_text),
-    ];
-    report.figures(figures);
+    ]);
 
     // The CSV's further rows: the setup, every count and percentile, the busiest threads.
-    let setup = [
+    for (name, value, unit) in [
         ("quick", f64::from(u8::from(common.quick)), "bool"),
         ("intra_op_threads", common.intra_op_threads as f64, "threads"),
-        ("embed_batch", args.embed_batch as f64, "texts"),
-        ("embed_clients", args.embed_clients as f64, "clients"),
+        ("embed_batch", EMBED_BATCH as f64, "texts"),
+        ("embed_clients", EMBED_CLIENTS as f64, "clients"),
         ("ingest_batch", args.load.ingest_batch as f64, "documents"),
         ("clients", c as f64, "clients"),
-    ];
-    for (name, value, unit) in setup {
+    ] {
         report.setup(name, value, unit);
     }
     let server_args = &common.server_args;
     report.setup(&format!("server_args [{}]", server_args.join(" ")), server_args.len() as f64, "flags");
-    let counts = [
+    for (figure, value, unit) in [
         ("corpus docstrings", corpus.docstrings, "docstrings"),
         ("corpus eligible paragraphs", corpus.paragraphs, "paragraphs"),
         ("corpus second ingest documents", corpus.second_ingest.len(), "documents"),
         ("corpus queries", corpus.queries.len(), "queries"),
         ("corpus query sentences", corpus.query_candidates, "sentences"),
         ("embed_corpus calls", embed.0.calls, "calls"),
-    ];
-    for (figure, value, unit) in counts {
+    ] {
         report.count(figure, value as f64, unit);
     }
     report.count("embed_corpus seconds", embed.0.elapsed.as_secs_f64(), "s");
@@ -247,13 +230,12 @@ async fn measure(
         report.count(format!("model work {name} padded tokens"), work.padded as f64, "tokens");
         report.count(format!("model work {name} batches"), work.batches as f64, "batches");
     }
-    let loads = [
+    for (name, load) in [
         ("search", &search.0),
         ("embed_queries", &embed_queries.0),
         ("search_idle_c1", &idle),
         ("search_during_ingest_c1", &busy.0),
-    ];
-    for (name, load) in loads {
+    ] {
         report.count(format!("{name} rate"), load.rate(), "calls/s");
         report.count(format!("{name} calls"), load.calls as f64, "calls");
         report.count(format!("{name} seconds"), load.elapsed.as_secs_f64(), "s");
@@ -262,14 +244,13 @@ async fn measure(
             report.count(format!("{name} {stat}"), ms(value), "ms");
         }
     }
-    let phases = [
+    for (name, cpu) in [
         ("embed_corpus", &embed.1),
         ("ingest", &ingest.1),
         ("search", &search.1),
         ("embed_queries", &embed_queries.1),
         ("search_during_ingest", &busy.1),
-    ];
-    for (name, cpu) in phases {
+    ] {
         report.count(format!("cpu {name} server"), cpu.server_cores, "cores");
         report.count(format!("cpu {name} server kernel"), cpu.server_system_cores, "cores");
         report.count(format!("cpu {name} bench"), cpu.bench_cores, "cores");
@@ -285,8 +266,8 @@ async fn measure(
 async fn start_warm(args: &Args, command: &ServerCommand, warmup: &Arc<[String]>) -> anyhow::Result<ServerProcess> {
     let (server, took) = ServerProcess::start(command).await?;
     println!("server pid {} SERVING after {:.2} s", server.pid, took.as_secs_f64());
-    let channels = connections(&server, args.embed_clients.div_ceil(args.load.clients_per_connection)).await?;
-    embed_all(&channels, args.embed_clients, warmup.clone(), args.embed_batch).await?;
+    let channels = connections(&server, EMBED_CLIENTS.div_ceil(args.load.clients_per_connection)).await?;
+    embed_all(&channels, warmup.clone()).await?;
     Ok(server)
 }
 
@@ -304,8 +285,7 @@ fn combine<T>(parts: Vec<(T, CpuUse)>, runs: impl Fn(&[T]) -> T) -> (T, CpuUse) 
     (runs(&parts), CpuUse::combine(&cpu))
 }
 
-/// What embedding a list of texts did; the token counts as the server counted them,
-/// one per text, in text order.
+/// What embedding a list of texts did; the token counts as the server counted them, one per text, in text order.
 #[derive(Debug, Clone)]
 struct EmbedCorpus {
     calls: usize,
@@ -327,19 +307,14 @@ impl EmbedCorpus {
     }
 }
 
-/// Every text through Embed in calls of `per_call`, taken in order from a shared
-/// queue by `clients` concurrent clients (client k on channel k mod n), the way a
-/// client batch job would; fails on the first failed call.
-async fn embed_all(
-    channels: &[Channel],
-    clients: usize,
-    texts: Arc<[String]>,
-    per_call: usize,
-) -> anyhow::Result<EmbedCorpus> {
-    let (calls, next) = (texts.len().div_ceil(per_call), Arc::new(AtomicUsize::new(0)));
+/// Every text through Embed in calls of [`EMBED_BATCH`], taken in order from a shared queue by [`EMBED_CLIENTS`]
+/// concurrent clients (client k on channel k mod n), the way a client batch job would; fails on the first failed
+/// call.
+async fn embed_all(channels: &[Channel], texts: Arc<[String]>) -> anyhow::Result<EmbedCorpus> {
+    let (calls, next) = (texts.len().div_ceil(EMBED_BATCH), Arc::new(AtomicUsize::new(0)));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    for k in 0..clients {
+    for k in 0..EMBED_CLIENTS {
         let (texts, next) = (texts.clone(), next.clone());
         let mut client = EmbedServiceClient::new(channels[k % channels.len()].clone());
         tasks.spawn(async move {
@@ -349,12 +324,13 @@ async fn embed_all(
                 if call >= calls {
                     return anyhow::Ok(answered);
                 }
-                let inputs = texts[call * per_call..((call + 1) * per_call).min(texts.len())].to_vec();
+                let inputs = texts[call * EMBED_BATCH..((call + 1) * EMBED_BATCH).min(texts.len())].to_vec();
                 let count = inputs.len();
                 let request = EmbedRequest { inputs, ..Default::default() };
                 let response = client.embed(request).await.with_context(|| format!("Embed call {call}"))?.into_inner();
-                anyhow::ensure!(response.token_counts.len() == count, "Embed answered {} of {count} texts", response.count);
-                answered.push((call, response.token_counts));
+                let (texts_answered, counts) = (response.count, response.token_counts);
+                anyhow::ensure!(counts.len() == count, "Embed answered {texts_answered} of {count} texts");
+                answered.push((call, counts));
             }
         });
     }
@@ -364,10 +340,9 @@ async fn embed_all(
     Ok(EmbedCorpus { calls, elapsed, token_counts: answered.into_iter().flat_map(|(_, counts)| counts).collect() })
 }
 
-/// The model's work for a list of sequence lengths on one path: real tokens, tokens
-/// with padding (a batch is padded to its longest sequence), batches. An estimate
-/// from Embed's token counts and the server's batching rules, to explain a gap
-/// between the Embed and Ingest rates; not a measurement.
+/// The model's work for a list of sequence lengths on one path: real tokens, tokens with padding (a batch is padded
+/// to its longest sequence), batches. An estimate from Embed's token counts and the server's batching rules, to
+/// explain a gap between the Embed and Ingest rates; not a measurement.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct ModelWork {
     real: u64,
@@ -375,11 +350,10 @@ struct ModelWork {
     batches: usize,
 }
 
-/// Cuts the lengths, in groups of `group` (each sorted first if `sort`), into batches
-/// of at most `max_size` sequences and `max_tokens` padded tokens, as the batcher does.
-/// Embed: concurrent calls fill a window the model thread sorts before cutting.
-/// Ingest: the job runner's groups of --ingest-batch-documents, unsorted, under the
-/// bulk budget (one chunk per document assumed); sorted, the room a change has.
+/// Cuts the lengths, in groups of `group` (each sorted first if `sort`), into batches of at most `max_size` sequences
+/// and `max_tokens` padded tokens, as the batcher does. Embed: concurrent calls fill a window the model thread sorts
+/// before cutting. Ingest: the job runner's groups of --ingest-batch-documents, unsorted, under the bulk budget (one
+/// chunk per document assumed); sorted, the room a change has.
 fn model_work(lengths: &[u32], group: usize, sort: bool, max_size: usize, max_tokens: usize) -> ModelWork {
     let mut work = ModelWork::default();
     for group in lengths.chunks(group.max(1)) {
@@ -408,8 +382,8 @@ fn at_least(
     (min, base, what): (f64, f64, String),
 ) -> Row {
     let target = format!(">= {min:.2} x {what} ({:.1})", min * base);
-    Row::judged(figure, rate, unit, format!("{rate:.1} {short}"), Bound::AtLeast(min * base), target)
-        .with_note(format!("{:.2} x", rate / base))
+    let measured = format!("{rate:.1} {short}");
+    Row::info(figure, rate, unit, measured).at_least(min * base, target).with_note(format!("{:.2} x", rate / base))
 }
 
 /// Two rates per second of server CPU: on a machine shared with other jobs the server

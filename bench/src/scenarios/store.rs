@@ -1,29 +1,32 @@
-//! store: what a shared store costs against the embedded store, with the real model and
-//! server binary. One embedwire server per store (embedded; a Weaviate cluster of each
-//! size asked, on the server's defaults; PostgreSQL with pgvector, a primary and a
-//! streaming replica the server reads from; each by `scripts/cluster.sh up --store-only`)
-//! ingests the docstring corpus to every job COMPLETED, then serves closed-loop Search.
-//! Targets on the largest Weaviate cluster and on PostgreSQL, as ratios to the embedded
-//! store. The CPU of the server and of the store's processes per chunk and per search is
-//! what the capacity model is built on. All stores run at once and take turns (slice k
-//! into every store before slice k+1 into any, search rounds alike), so that a change in
-//! the machine's load (measured too) hits every store alike.
+//! store: what a shared store costs against the embedded store, with the real model and server binary. One embedwire
+//! server per store (embedded; a Weaviate cluster of each size asked, on the server's defaults; PostgreSQL with
+//! pgvector, a primary and a streaming replica the server reads from; each by `scripts/cluster.sh up --store-only`)
+//! ingests the docstring corpus to every job COMPLETED, then serves closed-loop Search. Targets on the largest
+//! Weaviate cluster and on PostgreSQL, as ratios to the embedded store. The CPU of the server and of the store's
+//! processes per chunk and per search is what the capacity model is built on. All stores run at once and take turns
+//! (slice k into every store before slice k+1 into any, search rounds alike), so that a change in the machine's load
+//! (measured too) hits every store alike.
 
-use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::{
+    future::Future,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use clap::Parser;
-use embedwire_bench::corpus::{CorpusOptions, Paragraph};
-use embedwire_bench::cpu::{cpu_time_of, machine_busy_time};
-use embedwire_bench::ingest::{self, IngestRun};
-use embedwire_bench::load::{self, LoadResult, Rpc, Stop};
-use embedwire_bench::options::{Common, SearchLoad, at_least_one, connections};
-use embedwire_bench::report::{Bound, Report, Row, Table, load_average};
-use embedwire_bench::server_process::ServerProcess;
-use embedwire_bench::store_cluster::{StoreCluster, StoreKind};
-use embedwire_bench::{latency::ms, memory::mib, memory::rss_bytes};
+use embedwire_bench::{
+    corpus::{Corpus, CorpusOptions},
+    cpu::{cpu_time_of, machine_busy_time},
+    ingest::{self, IngestRun},
+    latency::ms,
+    load::{self, LoadResult, Rpc, Stop},
+    memory::{mib, rss_bytes},
+    options::{Common, SearchLoad, connections},
+    report::{Report, Row, Table, load_average},
+    server_process::ServerProcess,
+    store_cluster::{StoreCluster, StoreKind},
+};
 use embedwire_server::ServerConfig;
 use tonic::transport::Channel;
 
@@ -31,38 +34,19 @@ use tonic::transport::Channel;
 /// ingest documents/s and searches/s at least these shares.
 const MIN_INGEST_RATIO: f64 = 0.8;
 const MIN_SEARCH_RATIO: f64 = 0.7;
+/// Query texts (first sentences of one-line docstrings, not in the corpus).
+const QUERIES: usize = 500;
 
 /// Options of the store scenario (`--duration-secs`: Search time per store, all rounds).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     #[command(flatten)]
     pub corpus: CorpusOptions,
-    /// Weaviate cluster sizes, one cluster and server each [default: 1,3, --quick: 1].
-    /// The targets are judged on the largest.
-    #[arg(long, value_delimiter = ',')]
-    pub nodes: Vec<usize>,
-    /// Measure Weaviate clusters (of the sizes --nodes gives).
+    /// Measure Weaviate clusters of 1 and 3 nodes (--quick: 1), besides PostgreSQL.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub weaviate: bool,
-    /// Measure PostgreSQL with pgvector (a primary and a streaming replica) too.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub postgres: bool,
-    /// Documents ingested into every store [default: 10000, --quick: 200].
-    #[arg(long, value_parser = at_least_one::<usize>())]
-    pub documents: Option<usize>,
-    /// Query texts (first sentences of one-line docstrings, not in the corpus).
-    #[arg(long, default_value_t = 500, value_parser = at_least_one::<usize>())]
-    pub queries: usize,
-    /// Slices the corpus goes in, every store in turn: short turns (20 s or so) follow
-    /// other jobs' load (a build on one store's 2-minute turn skewed a run 2 x)
-    /// [default: 10, --quick: 1].
-    #[arg(long, value_parser = at_least_one::<usize>())]
-    pub slices: Option<usize>,
     #[command(flatten)]
     pub load: SearchLoad,
-    /// Rounds the stores' Search runs alternate in, as for --slices [default: 6, --quick: 1].
-    #[arg(long, value_parser = at_least_one::<usize>())]
-    pub rounds: Option<usize>,
 }
 
 /// One store under measurement: what it is, and the processes behind it.
@@ -141,27 +125,22 @@ impl StoreResult {
 }
 
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
-    anyhow::ensure!(args.nodes.iter().all(|n| (1..=9).contains(n)), "--nodes: cluster sizes from 1 to 9");
     // store_bench.csv: every figure and the setup (which the printed table leaves out).
     let mut report = Report::new(common.results("store"), "store_bench")?.summary_also_as("store_bench.csv");
-    let mut nodes = if args.nodes.is_empty() { common.pick(vec![1, 3], vec![1]) } else { args.nodes.clone() };
-    nodes.sort_unstable();
-    nodes.dedup();
-    if !args.weaviate {
-        nodes.clear();
-    }
-    let slices = args.slices.unwrap_or(common.pick(10, 1));
-    let rounds = args.rounds.unwrap_or(common.pick(6, 1));
+    // One cluster and server per size; the targets are judged on the largest.
+    let nodes = if args.weaviate { common.pick(vec![1, 3], vec![1]) } else { Vec::new() };
+    // Short turns (20 s or so) follow other jobs' load: a build on one store's 2-minute turn skewed a run 2 x. Search
+    // rounds alternate alike.
+    let (slices, rounds) = (common.pick(10, 1), common.pick(6, 1));
     let warmup_calls = common.pick(64, 16);
     let binary = common.server_binary()?; // before measuring: a failed build should not come after minutes
-    let flags = std::iter::once("embedwire-server".to_string()).chain(common.server_args.iter().cloned());
-    let server = ServerConfig::try_parse_from(flags)?;
-    let postgres = if args.postgres { " and PostgreSQL (primary + replica)" } else { "" };
-    println!("store: embedded, Weaviate clusters of {nodes:?} nodes{postgres}; load average {}", load_average());
+    let server = ServerConfig::try_parse_from(["embedwire-server".to_string()].iter().chain(&common.server_args))?;
+    let shared = format!("Weaviate clusters of {nodes:?} nodes and PostgreSQL (primary + replica)");
+    println!("store: embedded, {shared}; load average {}", load_average());
     // Warm-up texts: corpus-like paragraphs that are not in the corpus.
-    let corpus = args.corpus.select(args.documents.unwrap_or(common.pick(10_000, 200)), warmup_calls, args.queries)?;
+    let corpus = args.corpus.select(common.pick(10_000, 200), warmup_calls, QUERIES)?;
     let mut clusters = Vec::new();
-    let kinds = nodes.iter().map(|&n| StoreKind::Weaviate(n)).chain(args.postgres.then_some(StoreKind::Postgres));
+    let kinds = nodes.iter().map(|&n| StoreKind::Weaviate(n)).chain([StoreKind::Postgres]);
     for kind in kinds {
         let (cluster, took) = StoreCluster::start(kind)?;
         println!("{kind:?} healthy after {:.1} s in {}", took.as_secs_f64(), cluster.state_dir().display());
@@ -174,8 +153,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             let mut with_cluster = common.clone();
             with_cluster.server_args =
                 [cluster.map(|c| c.server_args()).unwrap_or_default(), common.server_args.clone()].concat();
-            // Capacity with closed-loop clients, whose calls wait for full batches: the
-            // queue-time bound off.
+            // Capacity with closed-loop clients, whose calls wait for full batches: the queue-time bound off.
             let command = with_cluster.server_command(binary.clone(), vec![("--max-queue-ms", "0".into())]);
             let (process, took) = ServerProcess::start(&command).await?;
             let no_layout = || ["0".to_string(), String::new(), String::new(), String::new(), String::new()];
@@ -184,7 +162,8 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
                 None => ("embedded".to_string(), "embedded", false, no_layout()),
                 Some(StoreKind::Postgres) => ("postgres primary + replica".into(), "postgres", true, no_layout()),
                 Some(StoreKind::Weaviate(n)) => {
-                    let (shards, replication) = (server.shards.unwrap_or(n), server.replication_factor.unwrap_or(n.min(3)));
+                    let (shards, replication) =
+                        (server.shards.unwrap_or(n), server.replication_factor.unwrap_or(n.min(3)));
                     let [write, read] =
                         [server.write_consistency, server.read_consistency].map(|c| format!("{c:?}").to_uppercase());
                     let layout = [n.to_string(), shards.to_string(), replication.to_string(), write, read];
@@ -198,12 +177,12 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             let texts: Arc<[String]> = corpus.second_ingest.iter().map(|p| p.text.clone()).collect();
             let clients = 4.min(warmup_calls);
             load::run(&channels, clients, texts, Rpc::Embed, Stop::Calls(warmup_calls / clients)).await?;
-            let (nodes, data_dir) = (cluster.map(|c| c.pids.clone()).unwrap_or_default(), cluster.map(|c| c.data_dir()));
+            let (nodes, data_dir) =
+                (cluster.map(|c| c.pids.clone()).unwrap_or_default(), cluster.map(|c| c.data_dir()));
             stores.push(Store { label, engine, judged, layout, server: process.pid, nodes, data_dir, channels });
             servers.push(process);
         }
-        let queries = corpus.queries.clone().into();
-        let results = measure(common, &args, (&corpus.documents, queries), stores, (slices, rounds)).await?;
+        let results = measure(common, &args, &corpus, stores, (slices, rounds)).await?;
         for (server, store) in servers.into_iter().zip(&results) {
             for line in server.log_tail().iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")) {
                 println!("  {} server log: {line}", store.store.label);
@@ -250,12 +229,13 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
 async fn measure(
     common: &Common,
     args: &Args,
-    (documents, queries): (&[Paragraph], Arc<[String]>),
+    corpus: &Corpus,
     stores: Vec<Store>,
     (slices, rounds): (usize, usize),
 ) -> anyhow::Result<Vec<StoreResult>> {
-    let slice_len = documents.len().div_ceil(slices);
-    let slices: Vec<_> = documents.chunks(slice_len).collect();
+    let queries: Arc<[String]> = corpus.queries.clone().into();
+    let slice_len = corpus.documents.len().div_ceil(slices);
+    let slices: Vec<_> = corpus.documents.chunks(slice_len).collect();
     let batch = args.load.ingest_batch;
     let ingests = in_turns(
         &stores,
@@ -285,16 +265,16 @@ async fn measure(
     )
     .await?;
     let measured = stores.into_iter().zip(ingests).zip(searches).zip(counts);
-    let results = measured.map(|(((store, (ingests, ingest_cost)), (searches, search_cost)), (index, rss, data_bytes))| {
-        let (ingest, search) = (IngestRun::combine(&ingests), LoadResult::combine(&searches));
-        StoreResult { store, ingest, ingest_cost, index, rss, data_bytes, search, search_cost }
-    });
+    let results =
+        measured.map(|(((store, (ingests, ingest_cost)), (searches, search_cost)), (index, rss, data_bytes))| {
+            let (ingest, search) = (IngestRun::combine(&ingests), LoadResult::combine(&searches));
+            StoreResult { store, ingest, ingest_cost, index, rss, data_bytes, search, search_cost }
+        });
     Ok(results.collect())
 }
 
-/// `turns` turns of `work(turn, store)` on every store, the order rotating (so no store
-/// always follows the same one, whose background work, e.g. Weaviate compacting,
-/// would fall on it); each store's results, and their CPU summed.
+/// `turns` turns of `work(turn, store)` on every store, the order rotating (so no store always follows the same one,
+/// whose background work, e.g. Weaviate compacting, would fall on it); each store's results, and their CPU summed.
 async fn in_turns<'a, T, F: Future<Output = anyhow::Result<T>> + 'a>(
     stores: &'a [Store],
     turns: usize,
@@ -325,10 +305,9 @@ async fn in_turns<'a, T, F: Future<Output = anyhow::Result<T>> + 'a>(
     Ok(done)
 }
 
-/// `pids` and their children: a PostgreSQL postmaster's backends do the work. (A
-/// child that has ended took its CPU time with it; backends live as long as the
-/// server's pooled connections.) RSS summed this way counts shared buffers once per
-/// process that touched them: an upper bound.
+/// `pids` and their children: a PostgreSQL postmaster's backends do the work. (A child that has ended took its CPU
+/// time with it; backends live as long as the server's pooled connections.) RSS summed this way counts shared buffers
+/// once per process that touched them: an upper bound.
 fn with_children(pids: &[u32]) -> Vec<u32> {
     let children = procfs::process::all_processes().into_iter().flatten().flatten().filter_map(|process| {
         let stat = process.stat().ok()?;
@@ -337,8 +316,7 @@ fn with_children(pids: &[u32]) -> Vec<u32> {
     pids.iter().copied().chain(children).collect()
 }
 
-/// The bytes of the files under `dir` (the nodes' data); files gone while read (a
-/// compaction) are left out.
+/// The bytes of the files under `dir` (the nodes' data); files gone while read (a compaction) are left out.
 fn dir_bytes(dir: &Path) -> u64 {
     let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
     let bytes = |entry: std::fs::DirEntry| match entry.file_type() {
@@ -358,17 +336,12 @@ fn figures(args: &Args, documents: usize, queries: usize, stores: &[StoreResult]
     ];
     for s in stores {
         let (label, ingest, search, latency) = (&s.store.label, s.ingest.rate(), s.search.rate(), &s.search.latency);
-        let (p50, p99, secs, calls) =
-            (ms(latency.p50), ms(latency.p99), s.ingest.completed.as_secs_f64(), s.search.calls);
+        let (p50, p99, calls) = (ms(latency.p50), ms(latency.p99), s.search.calls);
         let (rss, costs) = (mib(s.rss), [("ingest", &s.ingest_cost), ("search", &s.search_cost)]);
+        let ingested = format!("{ingest:.1} docs/s ({:.1} s)", s.ingest.completed.as_secs_f64());
         let mut info = vec![
             ("index chunks".into(), s.index.1 as f64, "chunks", s.index.1.to_string()),
-            (
-                format!("ingest ({batch} docs/call, to COMPLETED)"),
-                ingest,
-                "docs/s",
-                format!("{ingest:.1} docs/s ({secs:.1} s)"),
-            ),
+            (format!("ingest ({batch} docs/call, to COMPLETED)"), ingest, "docs/s", ingested),
             (format!("search c={c} (top_k {k})"), search, "searches/s", format!("{search:.1}/s ({calls} calls)")),
             (format!("search c={c} p50 / p99"), p99, "ms", format!("{p50:.1} / {p99:.1} ms")),
         ];
@@ -401,22 +374,17 @@ fn figures(args: &Args, documents: usize, queries: usize, stores: &[StoreResult]
             let figure = format!("{label} / embedded: {what} if bound by CPU (ratio of CPU per unit)");
             rows.push(Row::info(figure, ratio, "x", format!("{ratio:.2} x")));
         }
-        let (chunk, per_search) =
-            ([s.per_chunk(SERVER), s.per_chunk(NODES)], [s.per_search(SERVER), s.per_search(NODES)]);
-        let ingest_note = format!("CPU-ms/chunk {:.2} + {:.2} vs {:.2}", chunk[0], chunk[1], base.per_chunk(SERVER));
-        let search_note =
-            format!("CPU-ms/search {:.2} + {:.2} vs {:.2}", per_search[0], per_search[1], base.per_search(SERVER));
+        let note = |unit: &str, per: fn(&StoreResult, usize) -> f64| {
+            format!("CPU-ms/{unit} {:.2} + {:.2} vs {:.2}", per(s, SERVER), per(s, NODES), per(base, SERVER))
+        };
+        let (ingest_ratio, search_ratio) = (ingest / base.ingest.rate(), search / base.search.rate());
         for (what, ratio, limit, note) in [
-            ("ingest docs/s".to_string(), ingest / base.ingest.rate(), MIN_INGEST_RATIO, ingest_note),
-            (format!("search/s c={c}"), search / base.search.rate(), MIN_SEARCH_RATIO, search_note),
+            ("ingest docs/s".into(), ingest_ratio, MIN_INGEST_RATIO, note("chunk", StoreResult::per_chunk)),
+            (format!("search/s c={c}"), search_ratio, MIN_SEARCH_RATIO, note("search", StoreResult::per_search)),
         ] {
-            let (figure, measured) = (format!("{label} / embedded: {what}"), format!("{ratio:.2} x"));
-            rows.push(if s.store.judged {
-                Row::judged(figure, ratio, "x", measured, Bound::AtLeast(limit), format!(">= {limit:.1} x"))
-                    .with_note(note)
-            } else {
-                Row::info(figure, ratio, "x", measured)
-            });
+            let row = Row::info(format!("{label} / embedded: {what}"), ratio, "x", format!("{ratio:.2} x"));
+            let target = format!(">= {limit:.1} x");
+            rows.push(if s.store.judged { row.at_least(limit, target).with_note(note) } else { row });
         }
     }
     rows
