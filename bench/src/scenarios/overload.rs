@@ -122,9 +122,9 @@ async fn measure(common: &Common, args: &Args, report: &mut Report) -> anyhow::R
         server.stop().await?;
         let unloaded = unloaded.latency();
         let (accepted, rejections) = (tally.latency(), LatencySummary::from_samples(tally.rejected.clone()));
-        let [unloaded_p50, unloaded_p99] = [unloaded.p50, unloaded.p99].map(ms);
-        let [accepted_p50, accepted_p99] = [accepted.p50, accepted.p99].map(ms);
-        let [rejected_p50, rejected_p99] = [rejections.p50, rejections.p99].map(ms);
+        let (unloaded_p50, unloaded_p99) = (ms(unloaded.p50), ms(unloaded.p99));
+        let (accepted_p50, accepted_p99) = (ms(accepted.p50), ms(accepted.p99));
+        let (rejected_p50, rejected_p99) = (ms(rejections.p50), ms(rejections.p99));
         // Answered calls/s over the whole run, the drain included: the server works all along.
         let goodput = accepted.count as f64 / run.elapsed.as_secs_f64().max(1e-9);
         let (sent, rejected, failed) = (run.sent, rejections.count, tally.failed);

@@ -87,10 +87,9 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let errors = tokio::runtime::Runtime::new()?.block_on(measure(common, &args, window, (&mut windows, &mut report)))?;
     let mut table = Table::new(WINDOWS_COLUMNS);
     for (i, w) in windows.iter().enumerate() {
-        let (rss_mean, rss_max) = (mib(w.rss.mean()), mib(w.rss.peak()));
         let (start, warmup) = (window.as_secs_f64() * i as f64, u8::from(i < WARMUP_WINDOWS));
         let mut cells = vec![(i + 1).to_string(), format!("{start:.0}"), warmup.to_string()];
-        cells.extend([format!("{rss_mean:.1}"), format!("{rss_max:.1}")]);
+        cells.extend([w.rss.mean(), w.rss.peak()].map(|bytes| format!("{:.1}", mib(bytes))));
         cells.extend(w.cores.unwrap_or([f64::NAN; 3]).map(|cores| format!("{cores:.2}")));
         for tally in &w.kinds {
             let latency = tally.latency();
