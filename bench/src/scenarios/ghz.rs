@@ -227,8 +227,7 @@ fn write_configs(dir: &Path, queries: &[String]) -> Result<()> {
         let config = json!({
             "name": name, "call": format!("embedwire.v1.{call}"), "proto": format!("proto/embedwire/v1/{proto}.proto"),
             "import-paths": ["proto"], "insecure": true,
-            // The data is sent as is: templating 256 texts per call would load ghz,
-            // not the server.
+            // The data is sent as is: templating 256 texts per call would load ghz, not the server.
             "disable-template-functions": true, "disable-template-data": true,
             // 64 calls of 256 texts on the real model take longer than ghz's default
             // 20 s deadline to drain; this measures throughput, not deadlines.
