@@ -1,39 +1,51 @@
-//! gateway: the /v1 HTTP contract driven as the existing gateways' benchmark client
-//! drives it (N workers, each on its own keep-alive connection, one known query), on
-//! embedwire and on the Python baseline (`bench/baseline/app.py`), each alone on the
-//! machine with the same model and real documents ingested through /v1 first (never an
-//! empty index); cold starts alike (spawn to /healthz saying the model is loaded). On
-//! embedwire also /v1/search against gRPC Search, alternating in rounds.
+//! gateway: the /v1 HTTP contract driven as the existing gateways' benchmark client drives it (N workers, each on
+//! its own keep-alive connection, one known query), on embedwire and on the Python baseline (`bench/baseline/app.py`),
+//! each alone on the machine with the same model and real documents ingested through /v1 first (never an empty
+//! index); cold starts alike (spawn to /healthz saying the model is loaded). On embedwire also /v1/search against
+//! gRPC Search, alternating in rounds.
 
-use std::ffi::OsString;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::{
+    ffi::OsString,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
 use bytes::Bytes;
-use embedwire_bench::closed_loop::{self, Caller, ClosedLoopRun};
-use embedwire_bench::corpus::{Corpus, CorpusOptions, Paragraph};
-use embedwire_bench::cpu::{CpuUse, CpuWindow};
-use embedwire_bench::http_client::HttpConnection;
-use embedwire_bench::http_process::{HttpServerCommand, HttpServerProcess};
-use embedwire_bench::latency::ms;
-use embedwire_bench::load::Stop;
-use embedwire_bench::memory::{RssSampler, RssSeries, mib};
-use embedwire_bench::options::{Common, at_least_one};
-use embedwire_bench::report::{Bound, Report, Row, Table, percentiles};
-use embedwire_bench::wire_count::ByteCounters;
+use embedwire_bench::{
+    closed_loop::{self, Caller, ClosedLoopRun},
+    corpus::{Corpus, CorpusOptions, Paragraph},
+    cpu::{CpuUse, CpuWindow},
+    http_client::HttpConnection,
+    http_process::{HttpServerCommand, HttpServerProcess},
+    latency::ms,
+    load::Stop,
+    memory::{RssSampler, RssSeries, mib},
+    options::Common,
+    report::{Bound, Report, Row, Table, percentiles},
+    server_process::fresh_data_dir,
+    wire_count::ByteCounters,
+};
 use embedwire_proto::v1::{self, search_service_client::SearchServiceClient};
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
-/// embedwire against the baseline at the headline concurrency: RPS at least, p95 and
-/// peak RSS at most these multiples of the baseline's.
+/// embedwire against the baseline at the headline concurrency: RPS at least, p95 and peak RSS at most these multiples.
 const MIN_RPS_RATIO: f64 = 2.0;
 const MAX_P95_RATIO: f64 = 0.5;
 const MAX_RSS_RATIO: f64 = 0.5;
 /// /v1/search through the in-process HTTP layer against gRPC Search (issue 4).
 const MIN_HTTP_GRPC_RATIO: f64 = 0.9;
+/// Workers of the headline run, where the targets are judged.
+const HEADLINE_CONCURRENCY: usize = 16;
+/// Documents of the corpus ingested into each gateway (full, --quick), per POST /v1/ingest.
+const DOCUMENTS: (usize, usize) = (10_000, 300);
+const INGEST_BATCH: usize = 500;
+/// Alternating rounds of the HTTP-against-gRPC comparison, and the real query sentences it rotates through.
+const ROUNDS: usize = 3;
+const QUERIES: usize = 500;
+const BASELINE_APP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/baseline/app.py");
 /// The known client's query and hits asked, and its warm-up.
 const KNOWN_QUERY: &str = "example query about RAG gateways";
 const TOP_K: u32 = 5;
@@ -50,28 +62,6 @@ const RUNS_COLUMNS: &str =
 pub struct Args {
     #[command(flatten)]
     pub corpus: CorpusOptions,
-    /// The gateways to measure, in this order, each alone on the machine: embedwire
-    /// (the server with the real model, its HTTP layer on its port) and baseline.
-    #[arg(long, value_delimiter = ',', default_value = "embedwire,baseline", value_parser = ["embedwire", "baseline"])]
-    pub targets: Vec<String>,
-    /// Documents of the corpus ingested into each gateway [default: 10000, --quick: 300].
-    #[arg(long, value_parser = at_least_one::<usize>())]
-    pub documents: Option<usize>,
-    /// Documents per POST /v1/ingest.
-    #[arg(long, default_value_t = 500, value_parser = at_least_one::<usize>())]
-    pub ingest_batch: usize,
-    /// Workers of the headline run, where the targets are judged.
-    #[arg(long, default_value_t = 16, value_parser = at_least_one::<usize>())]
-    pub headline_concurrency: usize,
-    /// Alternating rounds of the HTTP-against-gRPC comparison.
-    #[arg(long, default_value_t = 3, value_parser = at_least_one::<usize>())]
-    pub rounds: usize,
-    /// Real query sentences the HTTP-against-gRPC comparison rotates through.
-    #[arg(long, default_value_t = 500, value_parser = at_least_one::<usize>())]
-    pub queries: usize,
-    /// The baseline gateway's script.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/baseline/app.py"))]
-    pub baseline_app: PathBuf,
 }
 
 /// A load run, the gateway's CPU during it and its RSS (none in the comparison).
@@ -84,7 +74,6 @@ struct Measured {
 
 /// What the ratios between the gateways need of each.
 struct Gateway {
-    name: String,
     cold_start: Duration,
     headline: Measured,
     /// HTTP and gRPC search, on embedwire.
@@ -92,25 +81,20 @@ struct Gateway {
 }
 
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
-    anyhow::ensure!(!args.targets.is_empty(), "--targets: at least one");
     let python = args.corpus.python()?;
-    let binary = if args.targets.iter().any(|t| t == "embedwire") { Some(common.server_binary()?) } else { None };
-    let corpus = args.corpus.select(args.documents.unwrap_or(common.pick(10_000, 300)), 0, args.queries)?;
+    let binary = common.server_binary()?;
+    let corpus = args.corpus.select(common.pick(DOCUMENTS.0, DOCUMENTS.1), 0, QUERIES)?;
     let documents = corpus.documents.len();
-    println!("gateway: {documents} documents, headline c={}", args.headline_concurrency);
+    println!("gateway: {documents} documents, headline c={HEADLINE_CONCURRENCY}");
     let mut report = Report::new(common.results("gateway"), "gateway")?;
     let mut runs = Table::new(RUNS_COLUMNS);
     let runtime = tokio::runtime::Runtime::new()?;
-    let mut gateways = Vec::new();
-    for target in &args.targets {
-        let command = match target.as_str() {
-            "embedwire" => embedwire_command(common, binary.clone().context("no server binary")?),
-            _ => baseline_command(common, &args, python.clone()),
-        };
-        gateways.push(runtime.block_on(measure(common, &args, &command, &corpus, (&mut report, &mut runs)))?);
-    }
+    // One after the other, each alone on the machine.
+    let mut measure_alone = |command| runtime.block_on(measure(common, &command, &corpus, (&mut report, &mut runs)));
+    let ours = measure_alone(embedwire_command(common, binary))?;
+    let baseline = measure_alone(baseline_command(common, python))?;
     report.table("gateway_runs.csv", &runs)?;
-    judge(&mut report, &gateways);
+    judge(&mut report, &ours, &baseline);
     report.setup("quick", f64::from(u8::from(common.quick)), "bool");
     report.setup("documents", documents as f64, "documents");
     report.finish()
@@ -121,9 +105,8 @@ fn embedwire_command(common: &Common, binary: PathBuf) -> HttpServerCommand {
     // Capacity at 16 closed-loop callers, as the baseline (which queues without bound)
     // serves them: the default latency bound refuses that load by design (overload
     // measures it), and refused callers retrying at once took the cores from the model.
-    let flags = vec![("--backend", "onnx".into()), ("--max-queue-ms", "0".into())];
-    let server = common.server_command(binary, flags);
-    let dir = embedwire_bench::server_process::fresh_data_dir();
+    let server = common.server_command(binary, vec![("--backend", "onnx".into()), ("--max-queue-ms", "0".into())]);
+    let dir = fresh_data_dir();
     let mut args: Vec<OsString> =
         vec!["--listen".into(), "127.0.0.1:0".into(), "--data-dir".into(), dir.clone().into()];
     args.extend(server.args);
@@ -133,29 +116,29 @@ fn embedwire_command(common: &Common, binary: PathBuf) -> HttpServerCommand {
 }
 
 /// The baseline on the same model, with the same ONNX Runtime thread count.
-fn baseline_command(common: &Common, args: &Args, python: PathBuf) -> HttpServerCommand {
-    let mut flags: Vec<OsString> = vec![args.baseline_app.clone().into(), "--port".into(), "0".into()];
-    flags.extend(["--threads".into(), common.intra_op_threads.to_string().into()]);
+fn baseline_command(common: &Common, python: PathBuf) -> HttpServerCommand {
+    let threads = common.intra_op_threads.to_string();
+    let mut args: Vec<OsString> = vec![BASELINE_APP.into(), "--port".into(), "0".into()];
+    args.extend(["--threads".into(), threads.into()]);
     if let Some(dir) = &common.model_dir {
-        flags.extend(["--model-dir".into(), dir.into()]);
+        args.extend(["--model-dir".into(), dir.into()]);
     }
-    HttpServerCommand { name: "baseline".into(), program: python, args: flags, env: Vec::new(), scratch_dir: None }
+    HttpServerCommand { name: "baseline".into(), program: python, args, env: Vec::new(), scratch_dir: None }
 }
 
 /// One gateway from its start to its stop; its own figures, files and runs rows.
 async fn measure(
     common: &Common,
-    args: &Args,
     command: &HttpServerCommand,
     corpus: &Corpus,
     (report, runs): (&mut Report, &mut Table),
 ) -> anyhow::Result<Gateway> {
     let (gateway, cold_start) = HttpServerProcess::start(command).await?;
-    let (name, c) = (gateway.name.clone(), args.headline_concurrency);
+    let (name, c) = (gateway.name.clone(), HEADLINE_CONCURRENCY);
     println!("{name}: healthy after {:.2} s", cold_start.as_secs_f64());
     let timeline = RssSampler::start(gateway.pid, RSS_INTERVAL);
     let born = Instant::now();
-    let (jobs, took) = ingest(&gateway, &corpus.documents, args.ingest_batch).await?;
+    let (jobs, took) = ingest(&gateway, &corpus.documents).await?;
     let mut phases = vec![("ingest".to_string(), Duration::ZERO, born.elapsed())];
     let mut warmup = gateway.connect(ByteCounters::new()).await?;
     for _ in 0..WARMUP_CALLS {
@@ -170,7 +153,7 @@ async fn measure(
     }
     let (headline, from) = (sweep_runs.remove(0), born.elapsed());
     let comparison =
-        if name == "embedwire" { Some(compare(&gateway, common, args, &corpus.queries).await?) } else { None };
+        if name == "embedwire" { Some(compare(&gateway, common, &corpus.queries).await?) } else { None };
     phases.extend(comparison.as_ref().map(|_| ("HTTP vs gRPC".into(), from, born.elapsed())));
     let rss = timeline.finish(gateway.pid).await?;
     gateway.stop().await?;
@@ -210,19 +193,18 @@ async fn measure(
     let rss_text = format!("{peak:.1} / {mean:.1} MiB");
     report.figure(Row::info(format!("{name} RSS during c={c} (peak / mean)"), peak, "MiB", rss_text));
     report.figure(Row::info(format!("{name} CPU c={c}: server / bench"), cpu.server_cores, "cores", cores));
-    Ok(Gateway { name, cold_start, headline, comparison })
+    Ok(Gateway { cold_start, headline, comparison })
 }
 
-/// Fills the index through the /v1 contract itself: POST /v1/ingest in batches (each
-/// answers a job at once), GET /v1/jobs/{id} until every job completed, then /healthz
-/// must count every document. Returns the requests and the time they took.
-async fn ingest(gateway: &HttpServerProcess, docs: &[Paragraph], batch: usize) -> anyhow::Result<(usize, Duration)> {
+/// Fills the index through the /v1 contract itself: POST /v1/ingest in batches (each answers a job at once), GET
+/// /v1/jobs/{id} until every job completed, then /healthz must count every document. Returns requests and time.
+async fn ingest(gateway: &HttpServerProcess, docs: &[Paragraph]) -> anyhow::Result<(usize, Duration)> {
     let mut connection = gateway.connect(ByteCounters::new()).await?;
     let (started, name) = (Instant::now(), &gateway.name);
     let mut jobs = Vec::new();
-    for (number, chunk) in docs.chunks(batch).enumerate() {
+    for (number, chunk) in docs.chunks(INGEST_BATCH).enumerate() {
         let document = |(i, p): (usize, &Paragraph)| {
-            let id = format!("doc-{}", number * batch + i);
+            let id = format!("doc-{}", number * INGEST_BATCH + i);
             json!({"id": id, "text": p.text, "metadata": {"source": p.source}})
         };
         let body = json!({ "documents": chunk.iter().enumerate().map(document).collect::<Vec<_>>() });
@@ -309,21 +291,16 @@ async fn timed(g: &HttpServerProcess, c: usize, grpc: bool, texts: &[String], t:
     Ok(Measured { concurrency: c, run, cpu, rss })
 }
 
-/// /v1/search against gRPC Search at the headline concurrency, the same query
-/// sentences in the same rotation, one connection per worker on both sides.
-async fn compare(
-    gateway: &HttpServerProcess,
-    common: &Common,
-    args: &Args,
-    queries: &[String],
-) -> anyhow::Result<[Measured; 2]> {
-    let c = args.headline_concurrency;
+/// /v1/search against gRPC Search at the headline concurrency, the same query sentences in the same rotation, one
+/// connection per worker on both sides.
+async fn compare(gateway: &HttpServerProcess, common: &Common, queries: &[String]) -> anyhow::Result<[Measured; 2]> {
+    let c = HEADLINE_CONCURRENCY;
     for grpc in [false, true] {
         closed_loop::run(callers(gateway, c, grpc, queries).await?, Stop::After(common.warmup(1.0, 0.2))).await?;
     }
-    let round = common.duration(9.0, 1.0) / args.rounds as u32;
+    let round = common.duration(9.0, 1.0) / ROUNDS as u32;
     let mut sides: [Vec<Measured>; 2] = Default::default();
-    for _ in 0..args.rounds {
+    for _ in 0..ROUNDS {
         for (grpc, side) in [false, true].into_iter().zip(&mut sides) {
             side.push(timed(gateway, c, grpc, queries, round).await?);
         }
@@ -346,24 +323,21 @@ fn ratio(figure: String, (a, b): (f64, f64), bound: Bound, note: String) -> Row 
 }
 
 /// The targets: embedwire against the baseline, HTTP against gRPC search.
-fn judge(report: &mut Report, gateways: &[Gateway]) {
-    let find = |name: &str| gateways.iter().find(|g| g.name == name);
-    if let (Some(ours), Some(base)) = (find("embedwire"), find("baseline")) {
-        let (a, b, c) = (&ours.headline, &base.headline, ours.headline.concurrency);
-        let (rate, p95) = ((a.run.rate(), b.run.rate()), (ms(a.run.latency().p95), ms(b.run.latency().p95)));
-        let (rss, cold) = ((mib(a.rss.peak()), mib(b.rss.peak())), (ours.cold_start, base.cold_start));
-        let note = format!("{:.1} vs {:.1} req/s", rate.0, rate.1);
-        report.figure(ratio(format!("RPS c={c} embedwire / baseline"), rate, Bound::AtLeast(MIN_RPS_RATIO), note));
-        let note = format!("{:.1} vs {:.1} ms", p95.0, p95.1);
-        report.figure(ratio(format!("p95 c={c} embedwire / baseline"), p95, Bound::AtMost(MAX_P95_RATIO), note));
-        let note = format!("{:.0} vs {:.0} MiB", rss.0, rss.1);
-        report.figure(ratio(format!("RSS peak c={c} embedwire / baseline"), rss, Bound::AtMost(MAX_RSS_RATIO), note));
-        let (a, b) = (cold.0.as_secs_f64(), cold.1.as_secs_f64());
-        let text = format!("{:.2} x ({a:.2} vs {b:.2} s)", a / b.max(1e-9));
-        report.figure(Row::info("cold start embedwire / baseline", a / b.max(1e-9), "x", text));
-    }
-    if let Some([http, grpc]) = find("embedwire").and_then(|g| g.comparison.as_ref()) {
-        let (c, rate) = (http.concurrency, (http.run.rate(), grpc.run.rate()));
+fn judge(report: &mut Report, ours: &Gateway, baseline: &Gateway) {
+    let (a, b, c) = (&ours.headline, &baseline.headline, HEADLINE_CONCURRENCY);
+    let (rate, p95) = ((a.run.rate(), b.run.rate()), (ms(a.run.latency().p95), ms(b.run.latency().p95)));
+    let note = format!("{:.1} vs {:.1} req/s", rate.0, rate.1);
+    report.figure(ratio(format!("RPS c={c} embedwire / baseline"), rate, Bound::AtLeast(MIN_RPS_RATIO), note));
+    let note = format!("{:.1} vs {:.1} ms", p95.0, p95.1);
+    report.figure(ratio(format!("p95 c={c} embedwire / baseline"), p95, Bound::AtMost(MAX_P95_RATIO), note));
+    let rss = (mib(a.rss.peak()), mib(b.rss.peak()));
+    let note = format!("{:.0} vs {:.0} MiB", rss.0, rss.1);
+    report.figure(ratio(format!("RSS peak c={c} embedwire / baseline"), rss, Bound::AtMost(MAX_RSS_RATIO), note));
+    let (a, b) = (ours.cold_start.as_secs_f64(), baseline.cold_start.as_secs_f64());
+    let text = format!("{:.2} x ({a:.2} vs {b:.2} s)", a / b.max(1e-9));
+    report.figure(Row::info("cold start embedwire / baseline", a / b.max(1e-9), "x", text));
+    if let Some([http, grpc]) = &ours.comparison {
+        let rate = (http.run.rate(), grpc.run.rate());
         let text = |rate: f64, m: &Measured| format!("{rate:.1} req/s, {}", percentiles(&m.run.latency()));
         let figure = format!("HTTP /v1/search c={c}, rotating queries");
         report.figure(Row::info(figure, rate.0, "requests/s", text(rate.0, http)));

@@ -1,41 +1,45 @@
-//! ghz: the gRPC calls under ghz, the community's gRPC load tool, so the figures can be
-//! checked with a tool the bench did not write: the configs checked in under
-//! `bench/ghz/` (they also run by hand: `ghz --config bench/ghz/embed-256.json -c 16 -z 5s
-//! 127.0.0.1:50051`; host, concurrency and duration on the command line override the
-//! file) at several concurrencies, on a fresh server per backend. The server's admission
-//! limits are lifted, so every run measures throughput at saturation, not
-//! RESOURCE_EXHAUSTED (the overload scenario measures admission).
+//! ghz: the gRPC calls under ghz, the community's gRPC load tool, so the figures can be checked with a tool the bench
+//! did not write: the configs checked in under `bench/ghz/` (they also run by hand: `ghz --config
+//! bench/ghz/embed-256.json -c 16 -z 5s 127.0.0.1:50051`; host, concurrency and duration on the command line override
+//! the file) at several concurrencies, on a fresh server per backend. The server's admission limits are lifted, so
+//! every run measures throughput at saturation, not RESOURCE_EXHAUSTED (the overload scenario measures admission).
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use anyhow::{Context, Result};
-use embedwire_bench::cpu::CpuWindow;
-use embedwire_bench::latency::ms;
-use embedwire_bench::options::{Common, at_least_one, program_output};
-use embedwire_bench::report::{Report, Row, Table};
-use embedwire_bench::server_process::ServerProcess;
-use embedwire_bench::{corpus::CorpusOptions, ingest};
-use embedwire_server::ServerConfig;
-use embedwire_server::config::BackendKind;
+use embedwire_bench::{
+    corpus::CorpusOptions,
+    cpu::CpuWindow,
+    ingest,
+    latency::ms,
+    options::{Common, program_output},
+    report::{Report, Row, Table},
+    server_process::ServerProcess,
+};
+use embedwire_server::{ServerConfig, config::BackendKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// ghz_summary.csv, one line per run.
 const COLUMNS: &str = "backend,config,call,texts_per_call,concurrency,count,ok,errors,seconds,rps,ok_rps,texts_per_s,\
                        avg_ms,p50_ms,p95_ms,p99_ms,server_cores,top_error";
-/// Documents per Ingest call when populating the index for Search.
+/// Documents ingested before the Search runs (full, --quick), per Ingest call.
+const SEARCH_DOCUMENTS: (usize, usize) = (1000, 100);
 const INGEST_BATCH: usize = 500;
+/// The checked-in ghz configs; their proto paths are relative to the workspace.
+const CONFIGS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/ghz");
 /// Query sentences the Search config rotates through.
 const SEARCH_QUERIES: usize = 64;
 /// EmbedStream: messages per stream, texts per message (256 texts per stream).
 const STREAM_MESSAGES: usize = 8;
 const STREAM_TEXTS: usize = 32;
 
-/// Options of the ghz scenario (`--concurrency`: ghz workers, one connection each
-/// [default: 1,16,64, --quick: 1,16]).
+/// Options of the ghz scenario (`--concurrency`: ghz workers, one connection each [default: 1,16,64, --quick: 1,16]).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Regenerate the checked-in configs from the docstring corpus, then stop.
@@ -47,21 +51,15 @@ pub struct Args {
     /// Configs to run, by file stem [default: every *.json in the configs directory].
     #[arg(long, env = "GHZ_SUITE_CONFIGS", value_delimiter = ',')]
     pub configs: Vec<String>,
-    /// Documents ingested before the Search runs [default: 1000, --quick: 100].
-    #[arg(long, env = "GHZ_SUITE_SEARCH_DOCUMENTS", value_parser = at_least_one::<usize>())]
-    pub search_documents: Option<usize>,
     /// The ghz binary [default: CACHE/bin/ghz, where `make setup` installs it].
     #[arg(long, env = "GHZ_SUITE_GHZ")]
     pub ghz: Option<PathBuf>,
-    /// The checked-in ghz configs; their proto paths are relative to the workspace.
-    #[arg(long, env = "GHZ_SUITE_CONFIGS_DIR", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/ghz"))]
-    pub configs_dir: PathBuf,
     #[command(flatten)]
     pub corpus: CorpusOptions,
 }
 
-/// One checked-in config: file stem, path, call, and texts embedded per ghz request
-/// (a whole stream for EmbedStream; 1 for Search).
+/// One checked-in config: file stem, path, call, and texts embedded per ghz request (a whole stream for EmbedStream;
+/// 1 for Search).
 struct Config {
     stem: String,
     path: PathBuf,
@@ -109,9 +107,9 @@ impl GhzReport {
 pub fn run(common: &Common, args: Args) -> Result<()> {
     anyhow::ensure!(!args.backends.is_empty(), "--backends: at least one");
     if args.write_configs {
-        return write_configs(&args.configs_dir, &args.corpus.select(0, 0, 256)?.queries);
+        return write_configs(Path::new(CONFIGS_DIR), &args.corpus.select(0, 0, 256)?.queries);
     }
-    let configs = read_configs(&args.configs_dir, &args.configs)?;
+    let configs = read_configs(Path::new(CONFIGS_DIR), &args.configs)?;
     let ghz = match &args.ghz {
         Some(path) => path.clone(),
         None => <ServerConfig as clap::Parser>::try_parse_from(["embedwire-server"])?.cache_dir().join("bin/ghz"),
@@ -121,13 +119,12 @@ pub fn run(common: &Common, args: Args) -> Result<()> {
     let binary = common.server_binary()?;
     let is_search = |c: &Config| c.call.ends_with("/Search");
     let documents = match configs.iter().any(is_search) {
-        true => args.corpus.select(args.search_documents.unwrap_or(common.pick(1000, 100)), 0, 1)?.documents,
+        true => args.corpus.select(common.pick(SEARCH_DOCUMENTS.0, SEARCH_DOCUMENTS.1), 0, 1)?.documents,
         false => Vec::new(),
     };
     let concurrency = common.sweep(&[1, 16, 64], &[1, 16]);
-    // A full run waits for the calls in flight when the duration ends (a 256-text
-    // call on the real model is never cut off); a quick run cancels them (they
-    // count as errors), so that it ends on time.
+    // A full run waits for the calls in flight when the duration ends (a 256-text call on the real model is never cut
+    // off); a quick run cancels them (they count as errors), so that it ends on time.
     let (run_time, stop) = (common.duration(2.0, 0.3), common.pick("wait", "close"));
     let backends: Vec<_> = args.backends.iter().map(|b| b.name()).collect();
     println!("ghz: {} configs x concurrency {concurrency:?} x backends {backends:?}", configs.len());
@@ -230,8 +227,7 @@ fn write_configs(dir: &Path, queries: &[String]) -> Result<()> {
         let config = json!({
             "name": name, "call": format!("embedwire.v1.{call}"), "proto": format!("proto/embedwire/v1/{proto}.proto"),
             "import-paths": ["proto"], "insecure": true,
-            // The data is sent as is: templating 256 texts per call would load ghz,
-            // not the server.
+            // The data is sent as is: templating 256 texts per call would load ghz, not the server.
             "disable-template-functions": true, "disable-template-data": true,
             // 64 calls of 256 texts on the real model take longer than ghz's default
             // 20 s deadline to drain; this measures throughput, not deadlines.

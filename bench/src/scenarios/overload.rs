@@ -1,21 +1,22 @@
-//! overload: the real server offered three times the Embed calls it can answer, and which
-//! queue-time bound (--max-queue-ms) keeps both overload targets. Before each bound's run
-//! (the server's default first), a reference server without a bound measures the maximum
-//! (closed loop) and the unloaded p99 (open loop at half of it) again, since a shared
-//! machine's capacity changes from minute to minute; then a fresh server with the bound is
-//! offered 3 x that maximum open loop, so a queue in the server shows up as latency.
+//! overload: the real server offered three times the Embed calls it can answer, and which queue-time bound
+//! (--max-queue-ms) keeps both overload targets. Before each bound's run (the server's default first), a reference
+//! server without a bound measures the maximum (closed loop) and the unloaded p99 (open loop at half of it) again,
+//! since a shared machine's capacity changes from minute to minute; then a fresh server with the bound is offered
+//! 3 x that maximum open loop, so a queue in the server shows up as latency.
 
-use std::ffi::OsString;
-use std::sync::Arc;
-use std::time::Duration;
+use std::{ffi::OsString, sync::Arc, time::Duration};
 
 use clap::Parser;
-use embedwire_bench::latency::{LatencySummary, ms};
-use embedwire_bench::load::{self, Rpc, Stop};
-use embedwire_bench::open_loop::{self, Call, OpenLoopRun, Outcome, Schedule, Tally};
-use embedwire_bench::options::{Common, at_least_one, connections, seconds};
-use embedwire_bench::report::{Report, Row, Table};
-use embedwire_bench::{corpus::CorpusOptions, cpu::CpuWindow, server_process::ServerProcess};
+use embedwire_bench::{
+    corpus::CorpusOptions,
+    cpu::CpuWindow,
+    latency::{LatencySummary, ms},
+    load::{self, Rpc, Stop},
+    open_loop::{self, Call, OpenLoopRun, Outcome, Schedule, Tally},
+    options::{Common, at_least_one, connections, seconds},
+    report::{Report, Row, Table},
+    server_process::ServerProcess,
+};
 use embedwire_proto::v1::{EmbedRequest, embed_service_client::EmbedServiceClient};
 use embedwire_server::ServerConfig;
 use tonic::transport::Channel;
@@ -68,25 +69,22 @@ pub struct Args {
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     // The summary, also under the name it always had.
     let mut report = Report::new(common.results(""), "overload_bench")?.summary_also_as("overload_bench.csv");
-    let texts: Arc<[String]> = args.corpus.select(0, 0, TEXTS)?.queries.into();
-
-    let (rows, table, passing) = tokio::runtime::Runtime::new()?.block_on(measure(common, &args, texts))?;
+    let passing = tokio::runtime::Runtime::new()?.block_on(measure(common, &args, &mut report))?;
     println!(
         "\nunloaded p99 = p99 latency of answered Embed calls (one text each) offered open loop at {:.0}% of the \
          maximum (closed loop, measured just before), on a server with default flags but no queue-time bound; \
          measured again before each bound's overload run",
         UNLOADED_FRACTION * 100.0
     );
-    report.table("overload_bench_runs.csv", &table)?;
-    report.figures(rows);
     report.finish()?;
     println!("--max-queue-ms bounds meeting both overload targets: {passing:?}");
     Ok(())
 }
 
-/// Per bound: the baseline again on the reference server (kept running), then the
-/// overload on a fresh server with the bound; the figures, and the bounds meeting both targets.
-async fn measure(common: &Common, args: &Args, texts: Arc<[String]>) -> anyhow::Result<(Vec<Row>, Table, Vec<String>)> {
+/// Per bound: the baseline again on the reference server (kept running), then the overload on a fresh server with
+/// the bound; its figures and runs row go to `report`. Returns the bounds meeting both targets.
+async fn measure(common: &Common, args: &Args, report: &mut Report) -> anyhow::Result<Vec<String>> {
+    let texts: Arc<[String]> = args.corpus.select(0, 0, TEXTS)?.queries.into();
     let others = Some(args.queue_bounds_ms.clone()).filter(|given| !given.is_empty());
     let others = others.unwrap_or_else(|| common.pick(vec![50, 20, 15, 10, 5], vec![20]));
     // The server's default first: a fixed number when it has one, else no flag (derived).
@@ -104,7 +102,7 @@ async fn measure(common: &Common, args: &Args, texts: Arc<[String]>) -> anyhow::
     };
     // The reference measures capacity: no queue-time bound refuses its closed-loop clients.
     let (reference, reference_channels) = start(vec![("--max-queue-ms", "0".into())], CONNECTIONS).await?;
-    let (mut rows, mut passing, mut table) = (Vec::new(), Vec::new(), Table::new(RUNS_COLUMNS));
+    let (mut passing, mut table) = (Vec::new(), Table::new(RUNS_COLUMNS));
     for bound_ms in bounds {
         let stop = Stop::After(secs(args.max_secs, 10.0, 2.0));
         let max = load::run(&reference_channels, MAX_CLIENTS, texts.clone(), Rpc::Embed, stop).await?;
@@ -144,16 +142,15 @@ async fn measure(common: &Common, args: &Args, texts: Arc<[String]>) -> anyhow::
         let accepted_target = format!("p99 <= {MAX_ACCEPTED_P99_RATIO:.0} x {unloaded_p99:.2} ms");
         let goodput_text = format!("{goodput:.0} calls/s ({:.0}% of max)", 100.0 * goodput / max_rate);
         let row = |figure: &str, value, unit, measured| Row::info(format!("{figure} {label}"), value, unit, measured);
-        let judged = |figure: &str, value, measured, limit, target: String| {
-            row(figure, value, "ms", measured).at_most(limit, target)
-        };
-        rows.extend([
+        report.figures([
             row("max Embed throughput, before", max_rate, "calls/s", format!("{max_rate:.0} calls/s")),
             row("unloaded p99, before", unloaded_p99, "ms", format!("{unloaded_p99:.2} ms")),
             row("offered,", offered, "calls/s", format!("{offered:.0} calls/s ({FACTOR} x max)")),
             row("rejected,", rejected as f64, "calls", format!("{rejected} of {sent}, {failed} errors")),
-            judged("rejection latency,", rejection_p99, rejections, MAX_REJECTION_P99_MS, REJECTION_TARGET.into()),
-            judged("accepted latency,", accepted_p99, accepted_text, accepted_limit, accepted_target)
+            row("rejection latency,", rejection_p99, "ms", rejections)
+                .at_most(MAX_REJECTION_P99_MS, REJECTION_TARGET.into()),
+            row("accepted latency,", accepted_p99, "ms", accepted_text)
+                .at_most(accepted_limit, accepted_target)
                 .with_note(format!("{:.1} x unloaded", accepted_p99 / unloaded_p99.max(1e-9))),
             row("goodput,", goodput, "calls/s", goodput_text),
         ]);
@@ -168,7 +165,8 @@ async fn measure(common: &Common, args: &Args, texts: Arc<[String]>) -> anyhow::
         table.row(line.split(','));
     }
     reference.stop().await?;
-    Ok((rows, table, passing))
+    report.table("overload_bench_runs.csv", &table)?;
+    Ok(passing)
 }
 
 /// Offers one-text Embed calls open loop; the run, its calls by outcome, the server's cores.

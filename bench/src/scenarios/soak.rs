@@ -1,27 +1,35 @@
-//! soak: ten minutes of mixed load on the real server (real model, default flags) against
-//! the soak targets: no errors besides RESOURCE_EXHAUSTED, RSS growth <= 10% and p99 drift
-//! <= 20%, last window against the first after a warm-up. The mix's maximum is measured
-//! closed loop, then 80% of it is offered open loop, so a slow minute is sampled as densely
-//! as a fast one; the client's lag and the other processes' CPU are printed beside.
+//! soak: ten minutes of mixed load on the real server (real model, default flags) against the soak targets: no errors
+//! besides RESOURCE_EXHAUSTED, RSS growth <= 10% and p99 drift <= 20%, last window against the first after a warm-up.
+//! The mix's maximum is measured closed loop, then 80% of it is offered open loop, so a slow minute is sampled as
+//! densely as a fast one; the client's lag and the other processes' CPU are printed beside.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
-use embedwire_bench::closed_loop::{self, Caller};
-use embedwire_bench::corpus::{CorpusOptions, Paragraph};
-use embedwire_bench::cpu::{CpuWindow, cpu_time, machine_busy_time};
-use embedwire_bench::latency::{LatencySummary, ms};
-use embedwire_bench::memory::{RssSeries, mib, rss_bytes};
-use embedwire_bench::open_loop::{self, Call, Outcome, Schedule, Tally};
-use embedwire_bench::options::{Common, at_least_one, connections, seconds};
-use embedwire_bench::report::{Report, Row, Table};
-use embedwire_bench::{ingest, load::Stop, server_process::ServerProcess};
-use embedwire_proto::v1::search_query::Query;
-use embedwire_proto::v1::{embed_service_client::EmbedServiceClient, search_service_client::SearchServiceClient};
-use embedwire_proto::v1::{Document, EmbedRequest, GetJobRequest, IngestRequest, JobStatus, SearchQuery, SearchRequest};
+use embedwire_bench::{
+    closed_loop::{self, Caller},
+    corpus::{CorpusOptions, Paragraph},
+    cpu::{CpuWindow, cpu_time, machine_busy_time},
+    ingest,
+    latency::{LatencySummary, ms},
+    load::Stop,
+    memory::{RssSeries, mib, rss_bytes},
+    open_loop::{self, Call, Outcome, Schedule, Tally},
+    options::{Common, connections},
+    report::{Report, Row, Table},
+    server_process::ServerProcess,
+};
+use embedwire_proto::v1::{
+    Document, EmbedRequest, GetJobRequest, IngestRequest, JobStatus, SearchQuery, SearchRequest,
+    embed_service_client::EmbedServiceClient, search_query::Query, search_service_client::SearchServiceClient,
+};
 use tonic::transport::Channel;
 
 /// Most RSS growth and p99 drift, percent, first measured window to last.
@@ -51,21 +59,12 @@ const WINDOWS_COLUMNS: &str = "window,start_s,warmup,rss_mean_mib,rss_max_mib,se
     embed_ok,embed_rejected,embed_errors,embed_p50_ms,embed_p99_ms,search_ok,search_rejected,search_errors,\
     search_p50_ms,search_p99_ms,ingest_ok,ingest_rejected,ingest_errors,ingest_p50_ms,ingest_p99_ms";
 
-/// Options of the soak scenario; --duration-secs is the soak's length, warm-up window
-/// included [default: 600, --quick: 6].
+/// Options of the soak scenario; --duration-secs is the soak's length, warm-up window included
+/// [default: 600, --quick: 6].
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     #[command(flatten)]
     pub corpus: CorpusOptions,
-    /// Seconds per window: RSS and p99 are compared window against window [default: 60, --quick: 2].
-    #[arg(long, env = "SOAK_BENCH_WINDOW_SECS", value_parser = at_least_one::<u64>())]
-    pub window_secs: Option<u64>,
-    /// Seconds of the closed-loop run measuring the mix's maximum [default: 20, --quick: 2].
-    #[arg(long, env = "SOAK_BENCH_MAX_SECS", value_parser = seconds)]
-    pub max_secs: Option<f64>,
-    /// Documents ingested before any load, so searches run on a real index [default: 3000, --quick: 200].
-    #[arg(long, env = "SOAK_BENCH_DOCUMENTS", value_parser = at_least_one::<usize>())]
-    pub documents: Option<usize>,
 }
 
 /// A window of the soak: calls by kind and outcome, RSS, busy cores (server, bench, others).
@@ -77,21 +76,20 @@ struct Window {
 }
 
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
-    let window = Duration::from_secs(args.window_secs.unwrap_or(common.pick(60, 2)));
+    // RSS and p99 are compared window against window.
+    let window = Duration::from_secs(common.pick(60, 2));
     let windows = (common.duration(600.0, 6.0).as_secs_f64() / window.as_secs_f64().max(1e-9)) as usize;
     anyhow::ensure!(windows >= WARMUP_WINDOWS + 2, "{windows} windows: too few to compare");
     // The summary, also under the name it always had.
     let mut report = Report::new(common.results(""), "soak_bench")?.summary_also_as("soak_bench.csv");
     println!("soak: {windows} windows of {} s ({WARMUP_WINDOWS} warm-up), mix {MIX:?}", window.as_secs());
     let mut windows = vec![Window::default(); windows];
-    let (rows, errors) = tokio::runtime::Runtime::new()?.block_on(measure(common, &args, window, &mut windows))?;
-
+    let errors = tokio::runtime::Runtime::new()?.block_on(measure(common, &args, window, (&mut windows, &mut report)))?;
     let mut table = Table::new(WINDOWS_COLUMNS);
     for (i, w) in windows.iter().enumerate() {
-        let (rss_mean, rss_max) = (mib(w.rss.mean()), mib(w.rss.peak()));
         let (start, warmup) = (window.as_secs_f64() * i as f64, u8::from(i < WARMUP_WINDOWS));
         let mut cells = vec![(i + 1).to_string(), format!("{start:.0}"), warmup.to_string()];
-        cells.extend([format!("{rss_mean:.1}"), format!("{rss_max:.1}")]);
+        cells.extend([w.rss.mean(), w.rss.peak()].map(|bytes| format!("{:.1}", mib(bytes))));
         cells.extend(w.cores.unwrap_or([f64::NAN; 3]).map(|cores| format!("{cores:.2}")));
         for tally in &w.kinds {
             let latency = tally.latency();
@@ -101,23 +99,23 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
         table.row(cells);
     }
     report.table("soak_bench_windows.csv", &table)?;
-    report.figures(rows);
     report.finish()?;
     errors.iter().for_each(|error| println!("  error: {error}"));
     Ok(())
 }
 
-/// Populates the index, measures the maximum, soaks, checks the jobs; figures and first failures.
+/// Populates the index, measures the maximum, soaks, checks the jobs; the figures go to `report`, the first
+/// failures are returned.
 async fn measure(
     common: &Common,
     args: &Args,
     window: Duration,
-    windows: &mut [Window],
-) -> anyhow::Result<(Vec<Row>, Vec<String>)> {
-    let documents = args.documents.unwrap_or(common.pick(3000, 200));
+    (windows, report): (&mut [Window], &mut Report),
+) -> anyhow::Result<Vec<String>> {
     let ingest_ids = common.pick(INGEST_IDS.0, INGEST_IDS.1);
-    // Twice the ids, so an upsert usually brings a new text to embed.
-    let corpus = args.corpus.select(documents, 2 * ingest_ids, QUERIES)?;
+    // Documents ingested before any load, so searches run on a real index; twice the
+    // ids to ingest during the soak, so an upsert usually brings a new text to embed.
+    let corpus = args.corpus.select(common.pick(3000, 200), 2 * ingest_ids, QUERIES)?;
     let (server, took) = ServerProcess::start(&common.server_command(common.server_binary()?, Vec::new())).await?;
     let channels = connections(&server, CONNECTIONS).await?;
     let populated = ingest::ingest(channels[0].clone(), &corpus.documents, ("soak-doc-", 0), POPULATE_BATCH).await?;
@@ -134,15 +132,13 @@ async fn measure(
         jobs: Mutex::new(Vec::new()),
     });
 
-    let mut rows = Vec::new();
     let workers = (0..MAX_CLIENTS).map(|worker| MixWorker { load: load.clone(), worker }).collect();
-    let time = Duration::from_secs_f64(args.max_secs.unwrap_or(common.pick(20.0, 2.0)));
-    let run = closed_loop::run(workers, Stop::After(time)).await?;
+    let run = closed_loop::run(workers, Stop::After(Duration::from_secs(common.pick(20, 2)))).await?;
     let (max, errors, first) = (run.rate(), run.errors(), run.first_error);
     anyhow::ensure!(max > 0.0, "no call succeeded while measuring the maximum: {first:?}");
     println!("max mix rate: {max:.1} calls/s ({errors} failed calls, the first: {first:?})");
     let text = format!("{max:.1} calls/s ({errors} failed calls)");
-    rows.push(Row::info(format!("max mix rate (closed loop, {MAX_CLIENTS} clients)"), max, "calls/s", text));
+    report.figure(Row::info(format!("max mix rate (closed loop, {MAX_CLIENTS} clients)"), max, "calls/s", text));
     let rate = max * LOAD_FRACTION;
     let schedule = Schedule { rate, duration: window * windows.len() as u32, max_in_flight: MAX_IN_FLIGHT };
     println!("soak: {rate:.1} calls/s open loop for {} s", schedule.duration.as_secs());
@@ -197,14 +193,15 @@ async fn measure(
     server.stop().await?;
     let minutes = schedule.duration.as_secs_f64() / 60.0;
     let length = format!("{minutes:.1} min, {} calls sent ({} held back)", run.sent, run.held_back);
-    rows.push(Row::info("soak rate (open loop)", rate, "calls/s", format!("{rate:.1} calls/s")));
-    rows.push(Row::info("soak length", minutes, "min", length));
+    report.figure(Row::info("soak rate (open loop)", rate, "calls/s", format!("{rate:.1} calls/s")));
+    report.figure(Row::info("soak length", minutes, "min", length));
     for (kind, total) in KINDS.iter().zip(&totals) {
         let (ok, rejected, failed, latency) = (total.ok.len(), total.rejected.len(), total.failed, total.latency());
         let (p50, p99) = (ms(latency.p50), ms(latency.p99));
         let calls = format!("{ok} ok, {rejected} RESOURCE_EXHAUSTED, {failed} other errors");
-        rows.push(Row::info(format!("{kind} calls"), (ok + rejected + failed) as f64, "calls", calls));
-        rows.push(Row::info(format!("{kind} p99 (whole soak)"), p99, "ms", format!("p50 {p50:.1} / p99 {p99:.1} ms")));
+        report.figure(Row::info(format!("{kind} calls"), (ok + rejected + failed) as f64, "calls", calls));
+        let latency = format!("p50 {p50:.1} / p99 {p99:.1} ms");
+        report.figure(Row::info(format!("{kind} p99 (whole soak)"), p99, "ms", latency));
     }
     let lag = ms(LatencySummary::from_samples(totals.iter().flat_map(|t| t.lags.iter().copied()).collect()).p99);
     let server = format!("{:.2} cores (the bench's clients: {:.2})", cpu.server_cores, cpu.bench_cores);
@@ -220,7 +217,7 @@ async fn measure(
     let (first_rss, last_rss) = (mib(first.rss.mean()), mib(last.rss.mean()));
     let errors = totals.iter().map(|t| t.failed).sum::<usize>() + failed_jobs.len();
     let errors_text = format!("{errors} (calls and ingest jobs)");
-    rows.extend([
+    report.figures([
         Row::info("generator lag p99", lag, "ms", format!("{lag:.2} ms")),
         Row::info("server CPU during the soak", cpu.server_cores, "cores", server),
         Row::info("other processes' CPU per window", mean_others, "cores", format!("{} cores", per_window.join(" "))),
@@ -236,7 +233,7 @@ async fn measure(
     };
     let (rss_growth, text) = growth(first_rss, last_rss);
     let rss_row = Row::info(format!("RSS growth, {compared}"), rss_growth, "%", text);
-    rows.push(rss_row.at_most(MAX_RSS_GROWTH_PERCENT, format!("<= {MAX_RSS_GROWTH_PERCENT:.0}%")));
+    report.figure(rss_row.at_most(MAX_RSS_GROWTH_PERCENT, format!("<= {MAX_RSS_GROWTH_PERCENT:.0}%")));
     for (k, kind) in KINDS.iter().enumerate() {
         let (first, last) = (first.kinds[k].latency(), last.kinds[k].latency());
         let (first_p99, last_p99) = (ms(first.p99), ms(last.p99));
@@ -246,14 +243,14 @@ async fn measure(
         // Ingest is a few percent of the calls: a window's p99 of a handful of ingests
         // is close to their maximum, so it is printed, not judged.
         let target = format!("<= {MAX_P99_DRIFT_PERCENT:.0}%");
-        rows.push(if k == 2 { row } else { row.at_most(MAX_P99_DRIFT_PERCENT, target) });
+        report.figure(if k == 2 { row } else { row.at_most(MAX_P99_DRIFT_PERCENT, target) });
     }
     let errors = KINDS.iter().zip(&totals).flat_map(|(kind, t)| t.first_error.as_ref().map(|e| format!("{kind}: {e}")));
-    Ok((rows, errors.chain(failed_jobs.into_iter().take(1)).collect()))
+    Ok(errors.chain(failed_jobs.into_iter().take(1)).collect())
 }
 
-/// The mix's calls. Call n's kind and inputs follow from a hash of n: every run makes the
-/// same calls in the same order, with no period a batcher could lock onto.
+/// The mix's calls. Call n's kind and inputs follow from a hash of n: every run makes the same calls in the same
+/// order, with no period a batcher could lock onto.
 struct MixedLoad {
     channels: Vec<Channel>,
     texts: Arc<[String]>,
@@ -316,9 +313,9 @@ impl Call for MixedLoad {
     }
 }
 
-/// A worker of the maximum's run: worker w makes calls w, w + W, ... A refused call is
-/// retried after a pause doubling up to 200 ms, as the clients do: the maximum is what the
-/// server answers clients that back off, not how fast it refuses the others.
+/// A worker of the maximum's run: worker w makes calls w, w + W, ... A refused call is retried after a pause doubling
+/// up to 200 ms, as the clients do: the maximum is what the server answers clients that back off, not how fast it
+/// refuses the others.
 struct MixWorker {
     load: Arc<MixedLoad>,
     worker: usize,
