@@ -152,8 +152,7 @@ async fn measure(
         phases.push((phase, from, born.elapsed()));
     }
     let (headline, from) = (sweep_runs.remove(0), born.elapsed());
-    let comparison =
-        if name == "embedwire" { Some(compare(&gateway, common, &corpus.queries).await?) } else { None };
+    let comparison = if name == "embedwire" { Some(compare(&gateway, common, &corpus.queries).await?) } else { None };
     phases.extend(comparison.as_ref().map(|_| ("HTTP vs gRPC".into(), from, born.elapsed())));
     let rss = timeline.finish(gateway.pid).await?;
     gateway.stop().await?;

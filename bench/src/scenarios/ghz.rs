@@ -183,7 +183,14 @@ pub fn run(common: &Common, args: Args) -> Result<()> {
 
 /// Runs ghz on `file` (one connection per worker); its report goes to `out` without the
 /// per-call details and the call data (megabytes, and in the config already).
-fn run_ghz(ghz: &Path, file: &Config, host: SocketAddr, c: usize, run: (Duration, &str), out: &Path) -> Result<GhzReport> {
+fn run_ghz(
+    ghz: &Path,
+    file: &Config,
+    host: SocketAddr,
+    c: usize,
+    run: (Duration, &str),
+    out: &Path,
+) -> Result<GhzReport> {
     let raw = out.with_extension("raw.json");
     let (concurrency, (duration, duration_stop)) = (c.to_string(), run);
     let mut command = std::process::Command::new(ghz);

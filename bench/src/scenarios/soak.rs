@@ -84,7 +84,8 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let mut report = Report::new(common.results(""), "soak_bench")?.summary_also_as("soak_bench.csv");
     println!("soak: {windows} windows of {} s ({WARMUP_WINDOWS} warm-up), mix {MIX:?}", window.as_secs());
     let mut windows = vec![Window::default(); windows];
-    let errors = tokio::runtime::Runtime::new()?.block_on(measure(common, &args, window, (&mut windows, &mut report)))?;
+    let errors =
+        tokio::runtime::Runtime::new()?.block_on(measure(common, &args, window, (&mut windows, &mut report)))?;
     let mut table = Table::new(WINDOWS_COLUMNS);
     for (i, w) in windows.iter().enumerate() {
         let (start, warmup) = (window.as_secs_f64() * i as f64, u8::from(i < WARMUP_WINDOWS));
