@@ -13,8 +13,7 @@ use serde::Deserialize;
 
 use crate::child_process::program_output;
 
-/// `explicit`, or the interpreter of the venv `make setup` creates: its packages are pinned, so every set-up machine
-/// extracts the same corpus.
+/// `explicit`, or the venv Python `make setup` creates: its packages are pinned, so every machine gets one corpus.
 pub fn python_or_venv(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(python) = explicit {
         return Ok(python.to_path_buf());
@@ -108,10 +107,8 @@ pub fn docstrings(python: &Path, cache_dir: &Path, refresh: bool) -> anyhow::Res
     // The script prints JSON lines, ASCII only (json.dumps escapes the rest).
     let mut script = Command::new(python);
     let stdout = program_output(script.args(["-I", "-B", "-c", SCRIPT]), "extracting docstrings; or pass --python")?;
-    let docstrings = stdout
-        .lines()
-        .map(|line| serde_json::from_str::<Docstring>(line).with_context(|| format!("bad script line: {line}")))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let parse = |line: &str| serde_json::from_str(line).with_context(|| format!("bad script line: {line}"));
+    let docstrings = stdout.lines().map(parse).collect::<anyhow::Result<Vec<Docstring>>>()?;
     write_cache(&cache, python, &stdout).with_context(|| format!("writing {}", cache.display()))?;
     Ok(docstrings)
 }
@@ -232,23 +229,11 @@ fn spread(items: &[String], count: usize) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn docstring(source: &str, text: &str) -> Docstring {
-        Docstring { source: source.into(), text: text.into() }
-    }
-
-    fn words(n: usize, word: &str) -> String {
-        vec![word; n].join(" ")
-    }
-
     #[test]
-    fn paragraphs_split_on_blank_lines_and_fold_whitespace() {
+    fn paragraphs_split_on_blank_lines_and_sentences_end_at_a_stop_before_a_space() {
         let text = "Summary line.\n\n  Indented   body\nwith two lines.\n \n\n>>> code()\n";
         assert_eq!(paragraphs(text), ["Summary line.", "Indented body with two lines.", ">>> code()"]);
         assert!(paragraphs("\n\n").is_empty());
-    }
-
-    #[test]
-    fn first_sentence_ends_at_a_stop_before_a_space() {
         assert_eq!(first_sentence("Return the value. More words."), "Return the value.");
         assert_eq!(first_sentence("Call os.path.join here"), "Call os.path.join here");
         assert_eq!(first_sentence("Is it done? Yes"), "Is it done?");
@@ -257,6 +242,8 @@ mod tests {
 
     #[test]
     fn select_keeps_long_paragraphs_once_and_one_line_queries() {
+        let docstring = |source: &str, text: &str| Docstring { source: source.into(), text: text.into() };
+        let words = |n: usize, word: &str| vec![word; n].join(" ");
         let long = words(25, "alpha");
         let docstrings = vec![
             docstring("m.f", &format!("Do the thing now please.\n\n{long}\n\n>>> {long}")),

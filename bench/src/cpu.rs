@@ -112,11 +112,8 @@ impl CpuUse {
         let mut threads: HashMap<u32, ThreadCpu> = HashMap::new();
         for part in parts {
             for thread in &part.server_threads {
-                let used = thread.cores * part.wall.as_secs_f64() / seconds;
-                threads
-                    .entry(thread.tid)
-                    .and_modify(|known| known.cores += used)
-                    .or_insert_with(|| ThreadCpu { cores: used, ..thread.clone() });
+                let known = threads.entry(thread.tid).or_insert_with(|| ThreadCpu { cores: 0.0, ..thread.clone() });
+                known.cores += thread.cores * part.wall.as_secs_f64() / seconds;
             }
         }
         CpuUse {

@@ -1,8 +1,7 @@
 //! The in-process ceiling a server run is compared with: the server crate's own model (any [`BatchModel`]) called batch
-//! after batch, with no gRPC, batcher or client. Inputs come tokenized, taken in rotation so batches differ; leaving
-//! tokenizing out makes this an upper bound. On a noisy machine a bench measures in rounds: [`InProcess`] keeps the
-//! model between passes that alternate with the server's runs, and [`Ceiling::combine`] pools them, so both sides
-//! sample the same stretch.
+//! after batch, with no gRPC, batcher or client. Inputs come tokenized (so this is an upper bound), taken in rotation
+//! so batches differ. On a noisy machine a bench measures in rounds: [`InProcess`] keeps the model between passes that
+//! alternate with the server's runs, and [`Ceiling::combine`] pools them, so both sides sample the same stretch.
 
 use std::{collections::HashSet, time::Duration, time::Instant};
 
@@ -113,8 +112,7 @@ impl<'a, M: BatchModel> InProcess<'a, M> {
         Ok(BatchSizeRun::from_samples(batch_size, samples))
     }
 
-    /// One pass over `plan`'s batch sizes, `time` and `min_batches` each; hands each run to `on_run` as it completes
-    /// (to print progress).
+    /// One pass over `plan`'s batch sizes, `time` and `min_batches` each; runs go to `on_run` (to print progress).
     pub fn pass(
         &mut self,
         plan: &CeilingPlan,
@@ -148,8 +146,7 @@ impl<'a, M: BatchModel> InProcess<'a, M> {
     }
 }
 
-/// The whole ceiling in one pass: the warm-up, then every batch size of `plan` for its time and at least
-/// [`MIN_BATCHES`] batches.
+/// The whole ceiling in one pass: the warm-up, then each size of `plan` for its time and >= [`MIN_BATCHES`] batches.
 pub fn measure<M: BatchModel>(
     model: &mut M,
     inputs: &[M::Input],

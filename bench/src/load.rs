@@ -1,6 +1,5 @@
 //! Clients sending one text per call (Embed, or Search with one text query), sharing a few HTTP/2 connections the way
-//! real clients would, in a closed loop or paced. A failed call fails the run: a run with errors would measure other
-//! work than asked.
+//! real clients would, in a closed loop or paced. A failed call fails the run: errors mean other work than asked.
 
 use std::{sync::Arc, time::Duration, time::Instant};
 
@@ -49,13 +48,11 @@ impl LoadResult {
 pub enum Rpc {
     /// `EmbedService/Embed` with default options (float32, normalized), as a typical client sends it.
     Embed,
-    /// `SearchService/Search` with one text query and default options (hit texts and metadata included, rerank as the
-    /// server decides).
+    /// `SearchService/Search`, one text query, default options (hit texts and metadata included, server-chosen rerank).
     Search { top_k: u32 },
 }
 
-/// Runs `clients` clients spread evenly over `channels` (client k on channel k mod n) until `stop`, and fails if a call
-/// failed.
+/// Runs `clients` clients over `channels` (client k on channel k mod n) until `stop`; a failed call fails the run.
 pub async fn run(
     channels: &[Channel],
     clients: usize,
@@ -76,8 +73,7 @@ pub async fn run(
     Ok(LoadResult::from_samples(run.timings.iter().map(|timing| timing.latency).collect(), run.elapsed))
 }
 
-/// Open-loop calls beyond which a paced client waits for an answer before sending more: a bound for a server that
-/// stopped answering, never reached in a sane run.
+/// Unanswered calls at which a paced client waits: a bound for a server that stopped answering, not hit in a sane run.
 const MAX_PACED_IN_FLIGHT: usize = 256;
 
 /// One client on `channel` whose calls leave every `interval` until `stop`, whether or not the earlier ones have been

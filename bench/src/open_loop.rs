@@ -59,8 +59,7 @@ pub struct Schedule {
     pub rate: f64,
     /// Calls leave for this long; the run ends when the last one is answered.
     pub duration: Duration,
-    /// A bound on unanswered calls, for a server that stopped answering: the schedule waits when it is reached (counted
-    /// in `held_back`).
+    /// A bound on unanswered calls, for a server that stopped answering: at it the schedule waits (`held_back`).
     pub max_in_flight: usize,
 }
 
@@ -95,8 +94,7 @@ pub async fn run<C: Call>(
 }
 
 /// Sends a call every `interval` until `stop`; a sender that falls behind goes on at the same pace instead of sending
-/// the missed calls in a burst. Fails on the first call that does not end [`Outcome::Ok`]. Returns the latencies and
-/// the run's time.
+/// the missed calls in a burst. Fails on the first call not [`Outcome::Ok`]. Returns the latencies and the run's time.
 pub async fn paced<C: Call>(
     caller: Arc<C>,
     interval: Duration,
@@ -121,8 +119,7 @@ pub async fn paced<C: Call>(
 }
 
 /// The engine of both: call n leaves at the n-th tick of `ticks` (which started at `started`) unless `stop(n)`, never
-/// more than `max_in_flight` unanswered (the calls that wait for it are counted and returned); answers go to
-/// `on_sample` as they arrive.
+/// more than `max_in_flight` unanswered (waits counted and returned); answers go to `on_sample` as they arrive.
 async fn drive<C: Call>(
     caller: Arc<C>,
     (started, mut ticks): (Instant, Interval),
@@ -132,10 +129,7 @@ async fn drive<C: Call>(
 ) -> anyhow::Result<u64> {
     let mut in_flight: JoinSet<Sample> = JoinSet::new();
     let mut held_back = 0;
-    for n in 0.. {
-        if stop(n) {
-            break;
-        }
+    for n in (0..).take_while(|&n| !stop(n)) {
         // Until the call is due, collect the answers that arrive (those already in first: biased).
         let at: Instant = loop {
             tokio::select! {

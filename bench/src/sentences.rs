@@ -1,5 +1,4 @@
-//! The benchmark's inputs: distinct 12-word English sentences, made without a random number generator so every run (and
-//! every machine) embeds the same texts.
+//! Distinct 12-word English sentences, made without randomness so every run (and every machine) embeds the same texts.
 //!
 //! Each sentence fills one template from seven word lists. Three of them have pairwise coprime lengths (16, 17, 19) and
 //! sentence `i` takes word `i mod len` from each, so by the Chinese remainder theorem the first 16 x 17 x 19 = 5168

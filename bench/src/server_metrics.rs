@@ -5,8 +5,7 @@ use std::{collections::HashMap, net::SocketAddr};
 
 use crate::{http_client::HttpConnection, wire_count::ByteCounters};
 
-/// The unlabelled samples of one read of /metrics: counters, gauges, and histograms' `_sum` and `_count` (bucket lines
-/// carry labels and are left out).
+/// The unlabelled samples of one read of /metrics: counters, gauges, histograms' `_sum` and `_count` (not the buckets).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MetricsSnapshot(HashMap<String, f64>);
 
