@@ -1,16 +1,13 @@
-//! The closed-loop engine for any call (HTTP or gRPC, so a comparison differs only in
-//! the protocol): N workers, each sending its next call when the previous answer has
-//! arrived, every call timed. A failed call is recorded, not fatal: an overloaded
-//! gateway answering errors is a result ([`crate::load`] makes it fatal).
+//! The closed-loop engine for any call (HTTP or gRPC, so a comparison differs only in the protocol): N workers, each
+//! sending its next call when the previous answer has arrived, every call timed. A failed call is recorded, not fatal:
+//! an overloaded gateway answering errors is a result ([`crate::load`] makes it fatal).
 
-use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use std::{fmt::Write as _, future::Future, sync::Arc, sync::atomic::AtomicBool, sync::atomic::Ordering};
 
 use anyhow::Context;
 
-use crate::latency::LatencySummary;
+use crate::latency::{LatencySummary, ms};
 
 /// How long the workers keep calling.
 #[derive(Debug, Clone)]
@@ -88,13 +85,7 @@ impl ClosedLoopRun {
     pub fn csv(&self) -> String {
         let mut out = String::from("worker,start_ms,latency_ms,ok\n");
         for t in &self.timings {
-            out.push_str(&format!(
-                "{},{:.3},{:.3},{}\n",
-                t.worker,
-                t.start.as_secs_f64() * 1e3,
-                t.latency.as_secs_f64() * 1e3,
-                u8::from(t.ok)
-            ));
+            let _ = writeln!(out, "{},{:.3},{:.3},{}", t.worker, ms(t.start), ms(t.latency), u8::from(t.ok));
         }
         out
     }
@@ -112,18 +103,13 @@ pub async fn run<C: Caller>(callers: Vec<C>, stop: Stop) -> anyhow::Result<Close
             tokio::spawn(async move {
                 let mut timings = Vec::new();
                 let mut first_error = None;
-                for n in 0.. {
-                    if stop.reached(started, n) {
-                        break;
-                    }
+                for n in (0..).take_while(|&n| !stop.reached(started, n)) {
                     let start = started.elapsed();
                     let call = Instant::now();
                     let result = caller.call(n).await;
                     let latency = call.elapsed();
-                    if let Err(error) = &result
-                        && first_error.is_none()
-                    {
-                        first_error = Some(format!("{error:#}"));
+                    if let Err(error) = &result {
+                        first_error.get_or_insert_with(|| format!("{error:#}"));
                     }
                     timings.push(Timing { worker, start, latency, ok: result.is_ok() });
                 }

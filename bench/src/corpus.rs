@@ -1,14 +1,10 @@
-//! The corpus: real text found on this machine, nothing generated. `docstrings.py`
-//! (run once, its output cached under `bench/results/tmp/`) collects the docstrings of
-//! the Python standard library, its help topics and the installed packages; this module
-//! cuts them into paragraphs and picks, deterministically: documents (paragraphs of 20
-//! to 120 words, no doctests, each text once), the second ingest's documents (more such
-//! paragraphs, spread evenly, none in the corpus) and queries (the first sentence of
-//! one-line docstrings, 4 to 19 words so never a document, spread evenly).
+//! The corpus: real text found on this machine, nothing generated. `docstrings.py` (run once, its output cached under
+//! `bench/results/tmp/`) collects the docstrings of the Python standard library, its help topics and the installed
+//! packages; this module cuts them into paragraphs and picks, deterministically: documents (paragraphs of 20 to 120
+//! words, no doctests, each text once), the second ingest's documents (more such paragraphs, spread evenly, none in the
+//! corpus) and queries (the first sentence of one-line docstrings, 4 to 19 words so never a document, spread evenly).
 
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::{collections::HashSet, path::Path, path::PathBuf, process::Command};
 
 use anyhow::Context;
 use clap::Parser;
@@ -17,8 +13,7 @@ use serde::Deserialize;
 
 use crate::child_process::program_output;
 
-/// `explicit`, or the interpreter of the venv `make setup` creates: its packages are
-/// pinned, so every set-up machine extracts the same corpus.
+/// `explicit`, or the venv Python `make setup` creates: its packages are pinned, so every machine gets one corpus.
 pub fn python_or_venv(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(python) = explicit {
         return Ok(python.to_path_buf());
@@ -31,9 +26,8 @@ pub fn python_or_venv(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
 /// Where the corpus comes from: the options of every scenario that uses one.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CorpusOptions {
-    /// The Python interpreter whose standard library and packages give the corpus
-    /// [default: the venv `make setup` creates, CACHE/venv/bin/python: its packages
-    /// are pinned, so every set-up machine gets the same corpus].
+    /// The Python interpreter whose standard library and packages give the corpus [default: the venv `make setup`
+    /// creates, CACHE/venv/bin/python: its packages are pinned, so every set-up machine gets the same corpus].
     #[arg(long, env = "BENCH_PYTHON")]
     pub python: Option<PathBuf>,
     /// Where the extracted docstrings are cached (git-ignored).
@@ -100,9 +94,8 @@ pub struct Corpus {
     pub query_candidates: usize,
 }
 
-/// The docstrings of `python`'s stdlib and packages, from the cache in `cache_dir`
-/// when it was made by the same interpreter (and `refresh` is off), else extracted
-/// now and cached.
+/// The docstrings of `python`'s stdlib and packages, from the cache in `cache_dir` when it was made by the same
+/// interpreter (and `refresh` is off), else extracted now and cached.
 pub fn docstrings(python: &Path, cache_dir: &Path, refresh: bool) -> anyhow::Result<Vec<Docstring>> {
     let cache = cache_dir.join(CACHE_FILE);
     if !refresh
@@ -114,10 +107,8 @@ pub fn docstrings(python: &Path, cache_dir: &Path, refresh: bool) -> anyhow::Res
     // The script prints JSON lines, ASCII only (json.dumps escapes the rest).
     let mut script = Command::new(python);
     let stdout = program_output(script.args(["-I", "-B", "-c", SCRIPT]), "extracting docstrings; or pass --python")?;
-    let docstrings = stdout
-        .lines()
-        .map(|line| serde_json::from_str::<Docstring>(line).with_context(|| format!("bad script line: {line}")))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let parse = |line: &str| serde_json::from_str(line).with_context(|| format!("bad script line: {line}"));
+    let docstrings = stdout.lines().map(parse).collect::<anyhow::Result<Vec<Docstring>>>()?;
     write_cache(&cache, python, &stdout).with_context(|| format!("writing {}", cache.display()))?;
     Ok(docstrings)
 }
@@ -127,8 +118,7 @@ fn cache_header(python: &Path) -> String {
     serde_json::json!({ "python": python.to_string_lossy() }).to_string()
 }
 
-/// The cached docstrings, or None when the cache is unreadable or from another
-/// interpreter.
+/// The cached docstrings, or None when the cache is unreadable or from another interpreter.
 fn parse_cache(text: &str, python: &Path) -> Option<Vec<Docstring>> {
     let mut lines = text.lines();
     if lines.next()? != cache_header(python) {
@@ -137,8 +127,7 @@ fn parse_cache(text: &str, python: &Path) -> Option<Vec<Docstring>> {
     lines.map(|line| serde_json::from_str(line).ok()).collect()
 }
 
-/// Writes the cache through a temporary file, so a concurrent run never reads half
-/// of it.
+/// Writes the cache through a temporary file, so a concurrent run never reads half of it.
 fn write_cache(cache: &Path, python: &Path, lines: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(cache.parent().context("cache file without a directory")?)?;
     let partial = cache.with_extension(format!("{}.partial", std::process::id()));
@@ -146,25 +135,22 @@ fn write_cache(cache: &Path, python: &Path, lines: &str) -> anyhow::Result<()> {
     Ok(std::fs::rename(&partial, cache)?)
 }
 
-/// The paragraphs of a docstring, each with its whitespace folded; blank lines
-/// separate paragraphs.
+/// The paragraphs of a docstring, each with its whitespace folded; blank lines separate paragraphs.
 pub fn paragraphs(docstring: &str) -> Vec<String> {
     let lines: Vec<&str> = docstring.lines().collect();
     let blocks = lines.split(|line| line.trim().is_empty()).filter(|block| !block.is_empty());
     blocks.map(|block| block.join(" ").split_whitespace().collect::<Vec<_>>().join(" ")).collect()
 }
 
-/// The text up to and including the first `.`, `?` or `!` followed by a space (or
-/// the end); the whole text when there is none. "e.g. x" ends early, as a simple
-/// splitter does; such fragments are rare and still real text.
+/// The text up to and including the first `.`, `?` or `!` followed by a space (or the end); the whole text when there
+/// is none. "e.g. x" ends early, as a simple splitter does; such fragments are rare and still real text.
 pub fn first_sentence(text: &str) -> &str {
     let mut ends = text.match_indices(['.', '?', '!']).map(|(i, _)| i + 1);
     ends.find(|&end| text[end..].is_empty() || text[end..].starts_with(' ')).map_or(text, |end| &text[..end])
 }
 
-/// Cuts the docstrings into paragraphs and picks `documents` corpus documents,
-/// `second_ingest` further documents and `queries` query sentences, or says how many
-/// there are when too few.
+/// Cuts the docstrings into paragraphs and picks `documents` corpus documents, `second_ingest` further documents and
+/// `queries` query sentences, or says how many there are when too few.
 pub fn select(
     docstrings: &[Docstring],
     documents: usize,
@@ -218,9 +204,8 @@ pub fn select(
     })
 }
 
-/// Takes `aside` items spread evenly over all of `items` (every k-th, k =
-/// len / aside), then the first `keep` of the others, in order. Expects
-/// `keep + aside <= items.len()`.
+/// Takes `aside` items spread evenly over all of `items` (every k-th, k = len / aside), then the first `keep` of the
+/// others, in order. Expects `keep + aside <= items.len()`.
 fn split_evenly<T>(items: Vec<T>, keep: usize, aside: usize) -> (Vec<T>, Vec<T>) {
     let stride = items.len().checked_div(aside).map_or(usize::MAX, |stride| stride.max(1));
     let mut kept = Vec::with_capacity(keep);
@@ -244,23 +229,11 @@ fn spread(items: &[String], count: usize) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn docstring(source: &str, text: &str) -> Docstring {
-        Docstring { source: source.into(), text: text.into() }
-    }
-
-    fn words(n: usize, word: &str) -> String {
-        vec![word; n].join(" ")
-    }
-
     #[test]
-    fn paragraphs_split_on_blank_lines_and_fold_whitespace() {
+    fn paragraphs_split_on_blank_lines_and_sentences_end_at_a_stop_before_a_space() {
         let text = "Summary line.\n\n  Indented   body\nwith two lines.\n \n\n>>> code()\n";
         assert_eq!(paragraphs(text), ["Summary line.", "Indented body with two lines.", ">>> code()"]);
         assert!(paragraphs("\n\n").is_empty());
-    }
-
-    #[test]
-    fn first_sentence_ends_at_a_stop_before_a_space() {
         assert_eq!(first_sentence("Return the value. More words."), "Return the value.");
         assert_eq!(first_sentence("Call os.path.join here"), "Call os.path.join here");
         assert_eq!(first_sentence("Is it done? Yes"), "Is it done?");
@@ -269,6 +242,8 @@ mod tests {
 
     #[test]
     fn select_keeps_long_paragraphs_once_and_one_line_queries() {
+        let docstring = |source: &str, text: &str| Docstring { source: source.into(), text: text.into() };
+        let words = |n: usize, word: &str| vec![word; n].join(" ");
         let long = words(25, "alpha");
         let docstrings = vec![
             docstring("m.f", &format!("Do the thing now please.\n\n{long}\n\n>>> {long}")),

@@ -1,13 +1,10 @@
-//! CPU time of a process and of each of its threads, from /proc: where the cores
-//! went during a run, the server against the bench's own clients, and inside the
-//! server by thread (what `top -H -p PID` shows, summed over the run).
+//! CPU time of a process and of each of its threads, from /proc: where the cores went during a run, the server against
+//! the bench's own clients, and inside the server by thread (what `top -H -p PID` shows, summed over the run).
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::{collections::HashMap, time::Duration, time::Instant};
 
 use anyhow::Context;
-use procfs::process::Process;
-use procfs::{CurrentSI, KernelStats};
+use procfs::{CurrentSI, KernelStats, process::Process};
 
 /// /proc's clock ticks (USER_HZ) as time.
 fn ticks(count: u64) -> Duration {
@@ -30,9 +27,8 @@ pub fn cpu_time_of(pids: &[u32]) -> anyhow::Result<Duration> {
     pids.iter().map(|&pid| cpu_time(pid)).sum()
 }
 
-/// CPU time the whole machine has been busy so far (/proc/stat's user + nice +
-/// system + irq + softirq + steal; guest time is already part of user): against the
-/// processes a bench knows of, the load others put on the machine.
+/// CPU time the whole machine has been busy so far (/proc/stat's user + nice + system + irq + softirq + steal; guest
+/// time is already part of user): against the processes a bench knows of, the load others put on the machine.
 pub fn machine_busy_time() -> anyhow::Result<Duration> {
     let cpu = KernelStats::current().context("reading /proc/stat")?.total;
     let optional: u64 = [cpu.irq, cpu.softirq, cpu.steal].iter().map(|time| time.unwrap_or(0)).sum();
@@ -60,8 +56,7 @@ pub struct CpuUse {
     pub wall: Duration,
     /// The server process, all threads, as cores kept busy.
     pub server_cores: f64,
-    /// The part of `server_cores` spent in the kernel: a large share points at memory
-    /// being mapped and zeroed over and over.
+    /// The part of `server_cores` spent in the kernel: a large share points at memory mapped and zeroed over and over.
     pub server_system_cores: f64,
     /// The bench process (its clients), as cores kept busy.
     pub bench_cores: f64,
@@ -90,8 +85,7 @@ impl CpuWindow {
     /// Reads again and returns what was used since [`CpuWindow::start`].
     pub fn finish(self) -> anyhow::Result<CpuUse> {
         let wall = self.started.elapsed();
-        // Threads that used no CPU, or are gone by now (their last share is unknown),
-        // are left out.
+        // Threads that used no CPU, or are gone by now (their last share is unknown), are left out.
         let threads = thread_times(self.server_pid)?.into_iter().filter_map(|(tid, (name, after))| {
             let used = after.saturating_sub(self.server_threads.get(&tid).map_or(Duration::ZERO, |(_, time)| *time));
             (used > Duration::ZERO).then(|| ThreadCpu { tid, name, cores: used.as_secs_f64() / wall.as_secs_f64() })
@@ -118,11 +112,8 @@ impl CpuUse {
         let mut threads: HashMap<u32, ThreadCpu> = HashMap::new();
         for part in parts {
             for thread in &part.server_threads {
-                let used = thread.cores * part.wall.as_secs_f64() / seconds;
-                threads
-                    .entry(thread.tid)
-                    .and_modify(|known| known.cores += used)
-                    .or_insert_with(|| ThreadCpu { cores: used, ..thread.clone() });
+                let known = threads.entry(thread.tid).or_insert_with(|| ThreadCpu { cores: 0.0, ..thread.clone() });
+                known.cores += thread.cores * part.wall.as_secs_f64() / seconds;
             }
         }
         CpuUse {
@@ -136,25 +127,21 @@ impl CpuUse {
 }
 
 impl std::fmt::Display for CpuUse {
-    /// `server 1.85 cores, 0.10 in the kernel (embedwire-model/812 0.95, other/813
-    /// 0.40, 3 more 0.02), bench 0.10 cores`: the busiest four threads, then the rest.
+    /// `server 1.85 cores, 0.10 in the kernel (embedwire-model/812 0.95, other/813 0.40, 3 more 0.02), bench 0.10
+    /// cores`: the busiest four threads, then the rest.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (busiest, rest) = self.server_threads.split_at(self.server_threads.len().min(4));
         let mut threads: Vec<String> = busiest.iter().map(|t| format!("{}/{} {:.2}", t.name, t.tid, t.cores)).collect();
         if !rest.is_empty() {
             threads.push(format!("{} more {:.2}", rest.len(), rest.iter().map(|t| t.cores).sum::<f64>()));
         }
-        let (server, kernel, bench) = (self.server_cores, self.server_system_cores, self.bench_cores);
-        write!(
-            f,
-            "server {server:.2} cores, {kernel:.2} in the kernel ({}), bench {bench:.2} cores",
-            threads.join(", ")
-        )
+        let (server, kernel, bench, threads) =
+            (self.server_cores, self.server_system_cores, self.bench_cores, threads.join(", "));
+        write!(f, "server {server:.2} cores, {kernel:.2} in the kernel ({threads}), bench {bench:.2} cores")
     }
 }
 
-/// Every thread of a process: thread id to (name, CPU time so far). A thread that
-/// ends while being read is skipped.
+/// Every thread of a process: thread id to (name, CPU time so far). A thread that ends while being read is skipped.
 fn thread_times(pid: u32) -> anyhow::Result<HashMap<u32, (String, Duration)>> {
     let tasks = Process::new(pid as i32)?.tasks().with_context(|| format!("reading /proc/{pid}/task"))?;
     let threads = tasks.flatten().filter_map(|task| {
@@ -168,8 +155,7 @@ fn thread_times(pid: u32) -> anyhow::Result<HashMap<u32, (String, Duration)>> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ThreadCpu {
     pub tid: u32,
-    /// The thread's name (Linux keeps 15 bytes). A thread started by a library
-    /// (ONNX Runtime's pool) inherits the name of the thread that started it.
+    /// The thread's name (Linux keeps 15 bytes); one a library starts (ONNX Runtime's pool) has its starter's name.
     pub name: String,
     /// CPU time as cores kept busy over the run.
     pub cores: f64,

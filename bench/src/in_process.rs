@@ -1,12 +1,9 @@
-//! The in-process ceiling a server run is compared with: the server crate's own model
-//! (any [`BatchModel`]) called batch after batch, with no gRPC, batcher or client.
-//! Inputs come tokenized, taken in rotation so batches differ; leaving tokenizing out
-//! makes this an upper bound. On a noisy machine a bench measures in rounds:
-//! [`InProcess`] keeps the model between passes that alternate with the server's
-//! runs, and [`Ceiling::combine`] pools them, so both sides sample the same stretch.
+//! The in-process ceiling a server run is compared with: the server crate's own model (any [`BatchModel`]) called batch
+//! after batch, with no gRPC, batcher or client. Inputs come tokenized (so this is an upper bound), taken in rotation
+//! so batches differ. On a noisy machine a bench measures in rounds: [`InProcess`] keeps the model between passes that
+//! alternate with the server's runs, and [`Ceiling::combine`] pools them, so both sides sample the same stretch.
 
-use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::{collections::HashSet, time::Duration, time::Instant};
 
 use embedwire_server::batcher::BatchModel;
 
@@ -58,18 +55,11 @@ impl Ceiling {
         self.runs.iter().find(|run| run.batch_size == batch_size)
     }
 
-    /// Passes over the same batch sizes as one: each size's batches pooled.
+    /// Passes (at least one) over the same batch sizes as one: each size's batches pooled.
     pub fn combine(passes: &[Ceiling]) -> Ceiling {
-        let mut pooled: Vec<BatchSizeRun> = Vec::new();
-        for run in passes.iter().flat_map(|pass| &pass.runs) {
-            match pooled.iter_mut().find(|known| known.batch_size == run.batch_size) {
-                Some(known) => known.samples.extend(&run.samples),
-                None => pooled.push(run.clone()),
-            }
-        }
-        Ceiling {
-            runs: pooled.into_iter().map(|run| BatchSizeRun::from_samples(run.batch_size, run.samples)).collect(),
-        }
+        let pooled = |size| passes.iter().filter_map(move |pass| pass.of(size)).flat_map(|run| run.samples.clone());
+        let sizes = passes[0].runs.iter().map(|run| run.batch_size);
+        Ceiling { runs: sizes.map(|size| BatchSizeRun::from_samples(size, pooled(size).collect())).collect() }
     }
 }
 
@@ -78,13 +68,11 @@ pub struct CeilingPlan {
     pub batch_sizes: Vec<usize>,
     /// Measured time per batch size (in all, when measured in rounds).
     pub time_per_size: Duration,
-    /// Unmeasured run before the first size, so allocation and thread start-up stay
-    /// out of the figures.
+    /// Unmeasured run before the first size, so allocation and thread start-up stay out of the figures.
     pub warmup: Duration,
 }
 
-/// Fewest batches of a one-pass run, so that even a short run of large batches says
-/// something.
+/// Fewest batches of a one-pass run, so that even a short run of large batches says something.
 pub const MIN_BATCHES: usize = 3;
 const WARMUP_BATCH: usize = 8;
 
@@ -109,9 +97,8 @@ impl<'a, M: BatchModel> InProcess<'a, M> {
         self.run(WARMUP_BATCH, time, 0).map(|_| ())
     }
 
-    /// Runs batches of `batch_size` for at least `time` and `min_batches` batches. The
-    /// first time a size runs, one batch of it goes first, unmeasured: ONNX Runtime
-    /// sizes buffers per shape.
+    /// Runs batches of `batch_size` for at least `time` and `min_batches` batches. The first time a size runs, one
+    /// batch of it goes first, unmeasured: ONNX Runtime sizes buffers per shape.
     fn run(&mut self, batch_size: usize, time: Duration, min_batches: usize) -> anyhow::Result<BatchSizeRun> {
         anyhow::ensure!(batch_size > 0, "batch size 0");
         if self.seen.insert(batch_size) {
@@ -125,8 +112,7 @@ impl<'a, M: BatchModel> InProcess<'a, M> {
         Ok(BatchSizeRun::from_samples(batch_size, samples))
     }
 
-    /// One pass over `plan`'s batch sizes, `time` and `min_batches` each; hands each
-    /// run to `on_run` as it completes (to print progress).
+    /// One pass over `plan`'s batch sizes, `time` and `min_batches` each; runs go to `on_run` (to print progress).
     pub fn pass(
         &mut self,
         plan: &CeilingPlan,
@@ -160,8 +146,7 @@ impl<'a, M: BatchModel> InProcess<'a, M> {
     }
 }
 
-/// The whole ceiling in one pass: the warm-up, then every batch size of `plan` for
-/// its time and at least [`MIN_BATCHES`] batches.
+/// The whole ceiling in one pass: the warm-up, then each size of `plan` for its time and >= [`MIN_BATCHES`] batches.
 pub fn measure<M: BatchModel>(
     model: &mut M,
     inputs: &[M::Input],

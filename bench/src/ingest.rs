@@ -1,14 +1,12 @@
-//! Ingestion over gRPC: documents sent with `SearchService/Ingest` in calls of a
-//! fixed size, one after the other, each job followed with `WatchJob` from the
-//! moment it exists, and timed from the first call to the last job COMPLETED.
+//! Ingestion over gRPC: documents sent with `SearchService/Ingest` in calls of a fixed size, one after the other, each
+//! job followed with `WatchJob` from the moment it exists, and timed from the first call to the last job COMPLETED.
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::{collections::HashMap, time::Duration, time::Instant};
 
 use anyhow::Context;
-use embedwire_proto::v1::search_service_client::SearchServiceClient;
 use embedwire_proto::v1::{
     Document, GetIndexStatsRequest, GetIndexStatsResponse, IngestRequest, Job, JobStatus, WatchJobRequest,
+    search_service_client::SearchServiceClient,
 };
 use tonic::transport::Channel;
 
@@ -44,9 +42,8 @@ impl IngestRun {
     }
 }
 
-/// Ingests `documents` (ids `{id_prefix}{first_id + index}`, metadata `source`) in
-/// calls of `per_call`, and waits until every job completed. A job that fails fails
-/// the run: it would have measured something else than indexing.
+/// Ingests `documents` (ids `{id_prefix}{first_id + index}`, metadata `source`) in calls of `per_call`, and waits until
+/// every job completed. A job that fails fails the run: it would have measured something else than indexing.
 pub async fn ingest(
     channel: Channel,
     documents: &[Paragraph],
@@ -54,21 +51,12 @@ pub async fn ingest(
     per_call: usize,
 ) -> anyhow::Result<IngestRun> {
     anyhow::ensure!(!documents.is_empty() && per_call > 0, "nothing to ingest");
-    let requests: Vec<IngestRequest> = documents
-        .chunks(per_call)
-        .enumerate()
-        .map(|(call, chunk)| IngestRequest {
-            documents: chunk
-                .iter()
-                .enumerate()
-                .map(|(i, paragraph)| Document {
-                    id: format!("{id_prefix}{:05}", first_id + call * per_call + i),
-                    text: paragraph.text.clone(),
-                    metadata: HashMap::from([("source".to_string(), paragraph.source.clone())]),
-                })
-                .collect(),
-        })
-        .collect();
+    let all: Vec<Document> = Vec::from_iter((first_id..).zip(documents).map(|(id, paragraph)| Document {
+        id: format!("{id_prefix}{id:05}"),
+        text: paragraph.text.clone(),
+        metadata: HashMap::from([("source".to_string(), paragraph.source.clone())]),
+    }));
+    let requests: Vec<_> = all.chunks(per_call).map(|chunk| IngestRequest { documents: chunk.to_vec() }).collect();
     let calls = requests.len();
     let mut client = SearchServiceClient::new(channel);
     let started = Instant::now();

@@ -1,5 +1,4 @@
-//! Latency summaries from raw samples: mean and nearest-rank percentiles; and the
-//! median time of work too short to time once.
+//! Latency summaries from samples: mean and nearest-rank percentiles; the median time of work too short to time once.
 
 use std::time::Duration;
 
@@ -34,8 +33,7 @@ impl LatencySummary {
     }
 }
 
-/// Nearest-rank percentile of sorted, non-empty `samples`: always a measured value,
-/// never an interpolation between two.
+/// Nearest-rank percentile of sorted, non-empty `samples`: always a measured value, never an interpolation between two.
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
@@ -45,8 +43,7 @@ pub fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
-/// The median time of `work`, repeated for about `time` (at least 5 times): for work
-/// too short to time once.
+/// The median time of `work`, repeated for about `time` (at least 5 times): for work too short to time once.
 pub fn median_time<T>(time: Duration, mut work: impl FnMut() -> T) -> Duration {
     let (mut samples, started) = (Vec::new(), std::time::Instant::now());
     while samples.len() < 5 || started.elapsed() < time {

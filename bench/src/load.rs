@@ -1,21 +1,19 @@
-//! Clients sending one text per call (Embed, or Search with one text query), sharing
-//! a few HTTP/2 connections the way real clients would, in a closed loop or paced. A
-//! failed call fails the run: a run with errors would measure other work than asked.
+//! Clients sending one text per call (Embed, or Search with one text query), sharing a few HTTP/2 connections the way
+//! real clients would, in a closed loop or paced. A failed call fails the run: errors mean other work than asked.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::{sync::Arc, time::Duration, time::Instant};
 
 use anyhow::Context;
-use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
-use embedwire_proto::v1::search_query::Query;
-use embedwire_proto::v1::search_service_client::SearchServiceClient;
-use embedwire_proto::v1::{EmbedRequest, SearchQuery, SearchRequest};
+use embedwire_proto::v1::{
+    EmbedRequest, SearchQuery, SearchRequest, embed_service_client::EmbedServiceClient, search_query::Query,
+    search_service_client::SearchServiceClient,
+};
 use tonic::transport::Channel;
 
 pub use crate::closed_loop::Stop;
-use crate::closed_loop::{self, Caller};
-use crate::latency::LatencySummary;
-use crate::open_loop::{self, Call, Outcome};
+use crate::{
+    closed_loop, closed_loop::Caller, latency::LatencySummary, open_loop, open_loop::Call, open_loop::Outcome,
+};
 
 #[derive(Debug, Clone)]
 pub struct LoadResult {
@@ -48,16 +46,13 @@ impl LoadResult {
 /// The call each client repeats, always with one text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rpc {
-    /// `EmbedService/Embed` with default options (float32, normalized), as a typical
-    /// client sends it.
+    /// `EmbedService/Embed` with default options (float32, normalized), as a typical client sends it.
     Embed,
-    /// `SearchService/Search` with one text query and default options (hit texts and
-    /// metadata included, rerank as the server decides).
+    /// `SearchService/Search`, one text query, default options (hit texts and metadata included, server-chosen rerank).
     Search { top_k: u32 },
 }
 
-/// Runs `clients` clients spread evenly over `channels` (client k on channel
-/// k mod n) until `stop`, and fails if a call failed.
+/// Runs `clients` clients over `channels` (client k on channel k mod n) until `stop`; a failed call fails the run.
 pub async fn run(
     channels: &[Channel],
     clients: usize,
@@ -66,10 +61,11 @@ pub async fn run(
     stop: Stop,
 ) -> anyhow::Result<LoadResult> {
     anyhow::ensure!(!channels.is_empty() && clients > 0 && !texts.is_empty(), "nothing to run");
-    // Clients start far apart in the text list, so concurrent calls carry different
-    // texts.
-    let callers =
-        (0..clients).map(|k| OneText::new(rpc, &channels[k % channels.len()], &texts, k * texts.len() / clients));
+    // Clients start far apart in the text list, so concurrent calls carry different texts.
+    let callers = (0..clients).map(|k| {
+        let channel = channels[k % channels.len()].clone();
+        OneText { rpc, channel, texts: texts.clone(), first: k * texts.len() / clients }
+    });
     let run = closed_loop::run(callers.collect(), stop).await?;
     if let Some(error) = run.first_error {
         anyhow::bail!(error);
@@ -77,18 +73,16 @@ pub async fn run(
     Ok(LoadResult::from_samples(run.timings.iter().map(|timing| timing.latency).collect(), run.elapsed))
 }
 
-/// Open-loop calls beyond which a paced client waits for an answer before sending
-/// more: a bound for a server that stopped answering, never reached in a sane run.
+/// Unanswered calls at which a paced client waits: a bound for a server that stopped answering, not hit in a sane run.
 const MAX_PACED_IN_FLIGHT: usize = 256;
 
-/// One client on `channel` whose calls leave every `interval` until `stop`, whether
-/// or not the earlier ones have been answered ([`open_loop::paced`]).
+/// One client on `channel` whose calls leave every `interval` until `stop`, whether or not the earlier ones have been
+/// answered ([`open_loop::paced`]).
 ///
-/// A closed-loop client samples the server at moments the server sets: when it
-/// alternates between a slow phase and short gaps (a model batch of background work,
-/// then a gap where a query slips in), each next call leaves right after the
-/// previous answer, at the start of the next slow phase, and waits all of it. Calls
-/// on a fixed schedule arrive independently of the server's phases, as users' do.
+/// A closed-loop client samples the server at moments the server sets: when it alternates between a slow phase and
+/// short gaps (a model batch of background work, then a gap where a query slips in), each next call leaves right after
+/// the previous answer, at the start of the next slow phase, and waits all of it. Calls on a fixed schedule arrive
+/// independently of the server's phases, as users' do.
 pub async fn run_paced(
     channel: &Channel,
     texts: Arc<[String]>,
@@ -98,7 +92,7 @@ pub async fn run_paced(
 ) -> anyhow::Result<LoadResult> {
     anyhow::ensure!(!texts.is_empty(), "nothing to run");
     let started = Instant::now();
-    let caller = Arc::new(OneText::new(rpc, channel, &texts, 0));
+    let caller = Arc::new(OneText { rpc, channel: channel.clone(), texts, first: 0 });
     let (latencies, elapsed) =
         open_loop::paced(caller, interval, MAX_PACED_IN_FLIGHT, |n| stop.reached(started, n as usize)).await?;
     Ok(LoadResult::from_samples(latencies, elapsed))
@@ -108,17 +102,9 @@ pub async fn run_paced(
 #[derive(Clone)]
 struct OneText {
     rpc: Rpc,
-    embed: EmbedServiceClient<Channel>,
-    search: SearchServiceClient<Channel>,
+    channel: Channel,
     texts: Arc<[String]>,
     first: usize,
-}
-
-impl OneText {
-    fn new(rpc: Rpc, channel: &Channel, texts: &Arc<[String]>, first: usize) -> Self {
-        let (embed, search) = (EmbedServiceClient::new(channel.clone()), SearchServiceClient::new(channel.clone()));
-        OneText { rpc, embed, search, texts: texts.clone(), first }
-    }
 }
 
 impl Call for OneText {
@@ -135,7 +121,8 @@ impl Caller for OneText {
         match self.rpc {
             Rpc::Embed => {
                 let request = EmbedRequest { inputs: vec![text], ..Default::default() };
-                let response = self.embed.embed(request).await.context("Embed call failed")?.into_inner();
+                let mut client = EmbedServiceClient::new(self.channel.clone());
+                let response = client.embed(request).await.context("Embed call failed")?.into_inner();
                 anyhow::ensure!(
                     response.count == 1 && response.embeddings.len() == response.dim as usize * 4,
                     "Embed answered {} vectors in {} bytes for one input",
@@ -149,7 +136,8 @@ impl Caller for OneText {
                     top_k: Some(top_k),
                     ..Default::default()
                 };
-                let response = self.search.search(request).await.context("Search call failed")?.into_inner();
+                let mut client = SearchServiceClient::new(self.channel.clone());
+                let response = client.search(request).await.context("Search call failed")?.into_inner();
                 anyhow::ensure!(
                     response.results.len() == 1 && !response.results[0].hits.is_empty(),
                     "Search answered {} results (the first with {} hits) for one query",

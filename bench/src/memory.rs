@@ -1,12 +1,10 @@
-//! Resident memory of a process, from /proc: once, or sampled over a run (its peak,
-//! and the series for an RSS-over-time plot).
+//! A process's resident memory, from /proc: once, or sampled over a run (its peak, and the series for an RSS plot).
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use procfs::process::Process;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use tokio::{sync::oneshot, task::JoinHandle};
 
 /// The process's resident set size (VmRSS) in bytes.
 pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
@@ -18,19 +16,17 @@ pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-/// (time since sampling started, bytes).
+/// (time since sampling started, bytes); its peak and mean are 0 when there is no sample.
 #[derive(Debug, Clone, Default)]
 pub struct RssSeries {
     pub samples: Vec<(Duration, u64)>,
 }
 
 impl RssSeries {
-    /// 0 when there is no sample.
     pub fn peak(&self) -> u64 {
         self.samples.iter().map(|(_, bytes)| *bytes).max().unwrap_or(0)
     }
 
-    /// 0 when there is no sample.
     pub fn mean(&self) -> u64 {
         let total: u64 = self.samples.iter().map(|(_, bytes)| *bytes).sum();
         total.checked_div(self.samples.len() as u64).unwrap_or(0)

@@ -1,17 +1,12 @@
-//! Open-loop load: each call leaves on a schedule, on its own task, whether or not
-//! earlier calls have been answered. A closed-loop client sends its next call only
-//! after an answer, so a slow server slows the load and its slow moments are sampled
-//! less (coordinated omission); on a schedule a queue in the server shows up as
-//! latency. Each call is classified: RESOURCE_EXHAUSTED (admission control refusing
-//! work) apart from every other failure.
+//! Open-loop load: each call leaves on a schedule, on its own task, whether or not earlier calls have been answered. A
+//! closed-loop client sends its next call only after an answer, so a slow server slows the load and its slow moments
+//! are sampled less (coordinated omission); on a schedule a queue in the server shows up as latency. Each call is
+//! classified: RESOURCE_EXHAUSTED (admission control refusing work) apart from every other failure.
 
-use std::future::Future;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::{future::Future, sync::Arc, time::Duration, time::Instant};
 
 use anyhow::Context;
-use tokio::task::JoinSet;
-use tokio::time::{Interval, MissedTickBehavior};
+use tokio::{task::JoinSet, time::Interval, time::MissedTickBehavior};
 
 use crate::latency::LatencySummary;
 
@@ -51,8 +46,7 @@ pub struct Sample {
     pub outcome: Outcome,
 }
 
-/// The call a run repeats; `n` numbers the calls from 0, so a caller can pick
-/// inputs and kinds deterministically.
+/// The call a run repeats; `n` numbers the calls from 0, so a caller can pick inputs and kinds deterministically.
 pub trait Call: Send + Sync + 'static {
     /// Makes call `n`; returns its kind and how it ended.
     fn call(&self, n: u64) -> impl Future<Output = (usize, Outcome)> + Send;
@@ -65,15 +59,8 @@ pub struct Schedule {
     pub rate: f64,
     /// Calls leave for this long; the run ends when the last one is answered.
     pub duration: Duration,
-    /// A bound on unanswered calls, for a server that stopped answering: the
-    /// schedule waits when it is reached (counted in `held_back`).
+    /// A bound on unanswered calls, for a server that stopped answering: at it the schedule waits (`held_back`).
     pub max_in_flight: usize,
-}
-
-impl Schedule {
-    pub fn calls(&self) -> u64 {
-        (self.rate * self.duration.as_secs_f64()).round() as u64
-    }
 }
 
 /// What a run did, besides its samples.
@@ -82,14 +69,12 @@ pub struct OpenLoopRun {
     pub sent: u64,
     /// From the start to the last answer.
     pub elapsed: Duration,
-    /// Calls that waited for `max_in_flight`: non-zero means the offered load was
-    /// not the scheduled one.
+    /// Calls that waited for `max_in_flight`: non-zero means the offered load was not the scheduled one.
     pub held_back: u64,
 }
 
-/// Sends `schedule`'s calls, call n due at `n / rate` from the start (late calls
-/// leave at once, in a burst), handing each finished call to `on_sample` as the run
-/// goes, so a long run can report as it goes and keep only what it needs.
+/// Sends `schedule`'s calls, call n due at `n / rate` from the start (late calls leave at once, in a burst), handing
+/// each finished call to `on_sample` as the run goes, so a long run can report as it goes and keep only what it needs.
 pub async fn run<C: Call>(
     caller: Arc<C>,
     schedule: Schedule,
@@ -99,7 +84,7 @@ pub async fn run<C: Call>(
     let (Some(period), true) = (period, schedule.max_in_flight > 0) else { anyhow::bail!("bad schedule {schedule:?}") };
     let started = Instant::now();
     let ticks = tokio::time::interval_at(started.into(), period);
-    let calls = schedule.calls();
+    let calls = (schedule.rate * schedule.duration.as_secs_f64()).round() as u64;
     let on_sample = |sample| {
         on_sample(sample);
         Ok(())
@@ -108,9 +93,8 @@ pub async fn run<C: Call>(
     Ok(OpenLoopRun { sent: calls, elapsed: started.elapsed(), held_back })
 }
 
-/// Sends a call every `interval` until `stop`; a sender that falls behind goes on at
-/// the same pace instead of sending the missed calls in a burst. Fails on the first
-/// call that does not end [`Outcome::Ok`]. Returns the latencies and the run's time.
+/// Sends a call every `interval` until `stop`; a sender that falls behind goes on at the same pace instead of sending
+/// the missed calls in a burst. Fails on the first call not [`Outcome::Ok`]. Returns the latencies and the run's time.
 pub async fn paced<C: Call>(
     caller: Arc<C>,
     interval: Duration,
@@ -134,9 +118,8 @@ pub async fn paced<C: Call>(
     Ok((latencies, started.elapsed()))
 }
 
-/// The engine of both: call n leaves at the n-th tick of `ticks` (which started at
-/// `started`) unless `stop(n)`, never more than `max_in_flight` unanswered (the calls
-/// that wait for it are counted and returned); answers go to `on_sample` as they arrive.
+/// The engine of both: call n leaves at the n-th tick of `ticks` (which started at `started`) unless `stop(n)`, never
+/// more than `max_in_flight` unanswered (waits counted and returned); answers go to `on_sample` as they arrive.
 async fn drive<C: Call>(
     caller: Arc<C>,
     (started, mut ticks): (Instant, Interval),
@@ -146,12 +129,8 @@ async fn drive<C: Call>(
 ) -> anyhow::Result<u64> {
     let mut in_flight: JoinSet<Sample> = JoinSet::new();
     let mut held_back = 0;
-    for n in 0.. {
-        if stop(n) {
-            break;
-        }
-        // Until the call is due, collect the answers that arrive (those already in
-        // first: biased).
+    for n in (0..).take_while(|&n| !stop(n)) {
+        // Until the call is due, collect the answers that arrive (those already in first: biased).
         let at: Instant = loop {
             tokio::select! {
                 biased;
@@ -209,34 +188,5 @@ impl Tally {
     /// Latency of the answered calls.
     pub fn latency(&self) -> LatencySummary {
         LatencySummary::from_samples(self.ok.clone())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Answers after 2 ms; call 7 fails.
-    struct Slow;
-
-    impl Call for Slow {
-        async fn call(&self, n: u64) -> (usize, Outcome) {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-            (0, if n == 7 { Outcome::Failed("boom".into()) } else { Outcome::Ok })
-        }
-    }
-
-    #[tokio::test]
-    async fn calls_leave_on_schedule_not_on_answers() {
-        let schedule = Schedule { rate: 500.0, duration: Duration::from_millis(60), max_in_flight: 1000 };
-        let mut due = Vec::new();
-        let run = run(Arc::new(Slow), schedule, |s| due.push(s.due)).await.unwrap();
-        assert_eq!((run.sent, due.len(), run.held_back), (30, 30, 0));
-        assert_eq!(due.iter().max(), Some(&Duration::from_millis(58)));
-        let full = Schedule { rate: 10_000.0, duration: Duration::from_millis(5), max_in_flight: 2 };
-        assert!(super::run(Arc::new(Slow), full, |_| {}).await.unwrap().held_back > 0);
-        let (latencies, _) = paced(Arc::new(Slow), Duration::from_millis(1), 8, |n| n >= 5).await.unwrap();
-        assert_eq!(latencies.len(), 5);
-        assert!(paced(Arc::new(Slow), Duration::from_millis(1), 8, |n| n >= 10).await.is_err());
     }
 }

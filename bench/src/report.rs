@@ -1,13 +1,11 @@
-//! The result model of every scenario: figures judged against their targets
-//! ([`Row`]), tables ([`Table`]) and the environment they were measured in, printed
-//! and written once as `<name>_summary.csv`, `<name>.json` and `<name>.md`, which
-//! `bench/report.py` reads. A MISS is a result, not a failure.
+//! The result model of every scenario: figures judged against their targets ([`Row`]), tables ([`Table`]) and
+//! the environment they were measured in, printed and written once as `<name>_summary.csv`, `<name>.json` and
+//! `<name>.md`, which `bench/report.py` reads. A MISS is a result, not a failure.
 
-use std::fmt::{Display, Write as _};
-use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::{fmt::Display, fmt::Write as _, path::Path, path::PathBuf, time::Instant};
 
 use anyhow::Context;
+use procfs::Current;
 
 use crate::latency::{LatencySummary, ms};
 
@@ -50,12 +48,11 @@ impl Row {
         Row { target: Some((bound, target)), ..Row::info(figure, value, unit, measured) }
     }
 
-    /// Judged against `limit` from below: `target` says the limit as the table prints it.
+    /// Judged against `limit` from below; `target` says the limit as the table prints it (so does `at_most`).
     pub fn at_least(self, limit: f64, target: String) -> Row {
         Row { target: Some((Bound::AtLeast(limit), target)), ..self }
     }
 
-    /// Judged against `limit` from above: `target` says the limit as the table prints it.
     pub fn at_most(self, limit: f64, target: String) -> Row {
         Row { target: Some((Bound::AtMost(limit), target)), ..self }
     }
@@ -175,8 +172,8 @@ impl Report {
         self.write(file, &table.text)
     }
 
-    /// Prints the figures against their targets and writes them, then the details, as
-    /// `<name>_summary.csv`, `<name>.json` (with the environment) and `<name>.md`.
+    /// Prints the figures against their targets and writes them, then the details, as `<name>_summary.csv`,
+    /// `<name>.json` (with the environment) and `<name>.md`.
     pub fn finish(self) -> anyhow::Result<()> {
         println!();
         print!("{}", printed_table(&self.figures));
@@ -185,11 +182,11 @@ impl Report {
         for file in [format!("{}_summary.csv", self.name)].into_iter().chain(self.summary_copy.map(String::from)) {
             self.write(&file, &summary)?;
         }
-        let mut markdown = String::from("| figure | measured | target | result |\n|---|---|---|---|\n");
+        let mut markdown = Table::new("figure,measured,target,result");
         for row in &self.figures {
-            let _ = writeln!(markdown, "| {} |", row.cells("**MISS**").join(" | "));
+            markdown.row(row.cells("**MISS**"));
         }
-        self.write(&format!("{}.md", self.name), &(markdown + &self.sections))?;
+        self.write(&format!("{}.md", self.name), &(markdown.markdown + &self.sections))?;
         let figures: Vec<serde_json::Value> = all.iter().map(figure_json).collect();
         let json = serde_json::json!({
             "scenario": self.name,
@@ -204,18 +201,13 @@ impl Report {
             },
         });
         let path = self.write(&format!("{}.json", self.name), &serde_json::to_string_pretty(&json)?)?;
-        println!(
-            "results in {} ({}); run time {:.1} s",
-            self.dir.display(),
-            path.display(),
-            self.started.elapsed().as_secs_f64()
-        );
+        let seconds = self.started.elapsed().as_secs_f64();
+        println!("results in {} ({}); run time {seconds:.1} s", self.dir.display(), path.display());
         Ok(())
     }
 }
 
-/// A table built row by row, written as CSV and shown in `<name>.md` by
-/// [`Report::section`].
+/// A table built row by row, written as CSV and shown in `<name>.md` by [`Report::section`].
 pub struct Table {
     text: String,
     markdown: String,
@@ -242,8 +234,7 @@ pub fn percentiles(l: &LatencySummary) -> String {
     format!("{:.1} / {:.1} / {:.1} ms", ms(l.p50), ms(l.p95), ms(l.p99))
 }
 
-/// The table as printed: columns as wide as their widest cell, then how many targets
-/// were met.
+/// The table as printed: columns as wide as their widest cell, then how many targets were met.
 fn printed_table(rows: &[Row]) -> String {
     let header = ["figure", "measured", "target", "result"].map(String::from);
     let cells: Vec<[String; 4]> = std::iter::once(header).chain(rows.iter().map(|row| row.cells("MISS"))).collect();
@@ -258,8 +249,7 @@ fn printed_table(rows: &[Row]) -> String {
     out
 }
 
-/// `figure,measured,unit,comparison,limit,result`, comparison and limit empty for
-/// figures without a target.
+/// `figure,measured,unit,comparison,limit,result`, comparison and limit empty for figures without a target.
 fn summary_csv(rows: &[Row]) -> String {
     let mut out = String::from("figure,measured,unit,comparison,limit,result\n");
     for row in rows {
@@ -295,31 +285,6 @@ pub fn load_average() -> String {
 }
 
 fn cpu_model() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    info.lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
-        .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn judges_and_quotes_each_row() {
-        let rows = [
-            Row::info("context, only", 3.0, "ms", "3.00 ms".into()),
-            Row::judged("ratio", 0.95, "x", "0.95 x".into(), Bound::AtLeast(0.9), ">= 0.90".into()).with_note("ok"),
-            Row::judged("latency", 12.0, "ms", "12 ms".into(), Bound::AtMost(10.0), "<= 10 ms".into()),
-        ];
-        let table = printed_table(&rows);
-        assert!(table.contains("PASS (ok)") && table.ends_with("1 of 2 targets met\n"), "{table}");
-        let csv = summary_csv(&rows);
-        let lines: Vec<&str> = csv.lines().collect();
-        assert_eq!(
-            lines[1..],
-            ["\"context, only\",3.000,ms,,,", "ratio,0.950,x,>=,0.900,PASS", "latency,12.000,ms,<=,10.000,MISS"]
-        );
-    }
+    let info = procfs::CpuInfo::current().ok();
+    info.and_then(|info| info.model_name(0).map(String::from)).unwrap_or_default()
 }

@@ -1,10 +1,8 @@
-//! The benchmark's inputs: distinct 12-word English sentences, made without a random
-//! number generator so every run (and every machine) embeds the same texts.
+//! Distinct 12-word English sentences, made without randomness so every run (and every machine) embeds the same texts.
 //!
-//! Each sentence fills one template from seven word lists. Three of them have
-//! pairwise coprime lengths (16, 17, 19) and sentence `i` takes word `i mod len` from
-//! each, so by the Chinese remainder theorem the first 16 x 17 x 19 = 5168 sentences
-//! all differ. The other lists only add variety.
+//! Each sentence fills one template from seven word lists. Three of them have pairwise coprime lengths (16, 17, 19) and
+//! sentence `i` takes word `i mod len` from each, so by the Chinese remainder theorem the first 16 x 17 x 19 = 5168
+//! sentences all differ. The other lists only add variety.
 
 /// 16 adjectives, 17 subjects and 19 verbs: the coprime lengths.
 const SUBJECT_ADJECTIVES: [&str; 16] = [
@@ -28,8 +26,8 @@ const OBJECTS: [&str; 11] =
 const PLACES: [&str; 9] = ["river", "station", "market", "bridge", "library", "harbor", "garden", "school", "church"];
 const TIMES: [&str; 7] = ["morning", "evening", "afternoon", "night", "weekend", "summer", "winter"];
 
-/// The `i`-th sentence: "The <adj> <subject> <verb> the <adj> <object> near the
-/// <place> every <time>." — twelve words, one to two tokens each for BERT.
+/// The `i`-th sentence, "The <adj> <subject> <verb> the <adj> <object> near the <place> every <time>.": twelve
+/// words, one to two tokens each for BERT.
 pub fn sentence(i: usize) -> String {
     format!(
         "The {} {} {} the {} {} near the {} every {}.",

@@ -1,15 +1,11 @@
-//! The server's own counters (`GET /metrics`, on the gRPC port), read before and
-//! after a run: what the server did during it (batches, the model's busy time,
-//! refusals), not only what its clients saw.
+//! The server's own counters (`GET /metrics`, on the gRPC port), read before and after a run: what the server did
+//! during it (batches, the model's busy time, refusals), not only what its clients saw.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::{collections::HashMap, net::SocketAddr};
 
-use crate::http_client::HttpConnection;
-use crate::wire_count::ByteCounters;
+use crate::{http_client::HttpConnection, wire_count::ByteCounters};
 
-/// The unlabelled samples of one read of /metrics: counters, gauges, and histograms'
-/// `_sum` and `_count` (bucket lines carry labels and are left out).
+/// The unlabelled samples of one read of /metrics: counters, gauges, histograms' `_sum` and `_count` (not the buckets).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MetricsSnapshot(HashMap<String, f64>);
 
@@ -23,18 +19,11 @@ impl MetricsSnapshot {
 
     /// The samples of a Prometheus text page.
     pub fn parse(text: &str) -> Self {
-        let samples = text
-            .lines()
-            .filter(|line| !line.starts_with('#'))
-            .filter_map(|line| {
-                let (name, value) = line.split_once(' ')?;
-                if name.contains('{') {
-                    return None;
-                }
-                Some((name.to_string(), value.trim().parse::<f64>().ok()?))
-            })
-            .collect();
-        MetricsSnapshot(samples)
+        let samples = text.lines().filter(|line| !line.starts_with('#')).filter_map(|line| {
+            let (name, value) = line.split_once(' ').filter(|(name, _)| !name.contains('{'))?;
+            Some((name.to_string(), value.trim().parse().ok()?))
+        });
+        MetricsSnapshot(samples.collect())
     }
 
     /// A sample's value; 0 when the page did not have it.
