@@ -190,3 +190,32 @@ impl Tally {
         LatencySummary::from_samples(self.ok.clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers after 2 ms; call 7 fails.
+    struct Slow;
+
+    impl Call for Slow {
+        async fn call(&self, n: u64) -> (usize, Outcome) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            (0, if n == 7 { Outcome::Failed("boom".into()) } else { Outcome::Ok })
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_leave_on_schedule_not_on_answers() {
+        let schedule = Schedule { rate: 500.0, duration: Duration::from_millis(60), max_in_flight: 1000 };
+        let mut due = Vec::new();
+        let run = run(Arc::new(Slow), schedule, |s| due.push(s.due)).await.unwrap();
+        assert_eq!((run.sent, due.len(), run.held_back), (30, 30, 0));
+        assert_eq!(due.iter().max(), Some(&Duration::from_millis(58)));
+        let full = Schedule { rate: 10_000.0, duration: Duration::from_millis(5), max_in_flight: 2 };
+        assert!(super::run(Arc::new(Slow), full, |_| {}).await.unwrap().held_back > 0);
+        let (latencies, _) = paced(Arc::new(Slow), Duration::from_millis(1), 8, |n| n >= 5).await.unwrap();
+        assert_eq!(latencies.len(), 5);
+        assert!(paced(Arc::new(Slow), Duration::from_millis(1), 8, |n| n >= 10).await.is_err());
+    }
+}
