@@ -14,6 +14,37 @@ use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+/// Starts of a cluster, each on new ports, before a lost port fails the test.
+const PORT_ATTEMPTS: usize = 3;
+
+/// The cluster `on_fresh_ports` makes, once `start` returned. The ports are picked free
+/// and released before the servers bind them, so an outgoing connection of another
+/// process can take one in between (a clean-clone `make test` lost weaviate-0's gRPC
+/// port while another cluster started beside it): a start that panics while one of
+/// `logs` says "address already in use" is tried again on new ports.
+pub fn start_on_fresh_ports<C>(
+    what: &str,
+    on_fresh_ports: impl Fn() -> C,
+    start: impl Fn(&C),
+    logs: impl Fn(&C) -> Vec<PathBuf>,
+) -> C {
+    let lost_a_port = |cluster: &C| {
+        let log = |path: &PathBuf| std::fs::read_to_string(path).unwrap_or_default().to_lowercase();
+        logs(cluster).iter().any(|path| log(path).contains("address already in use"))
+    };
+    for attempt in 1..=PORT_ATTEMPTS {
+        let cluster = on_fresh_ports();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| start(&cluster))) {
+            Ok(()) => return cluster,
+            Err(_) if attempt < PORT_ATTEMPTS && lost_a_port(&cluster) => {
+                eprintln!("a {what} server lost its port to another process; starting again on new ports");
+            }
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+    unreachable!("the last attempt returns or panics")
+}
+
 /// How long a server may take to exit after it was asked to stop before it is killed.
 pub const STOP_GRACE: Duration = Duration::from_secs(30);
 

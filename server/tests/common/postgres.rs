@@ -99,9 +99,6 @@ struct Server {
     child: Option<Child>,
 }
 
-/// Starts tried when a picked port was taken before the server bound it.
-const PORT_ATTEMPTS: usize = 3;
-
 /// A PostgreSQL primary and one streaming hot-standby replica on loopback.
 #[derive(Debug)]
 pub struct PostgresCluster {
@@ -123,26 +120,8 @@ impl PostgresCluster {
     /// test panicked) when dropped. Use it for tests that kill or stop a server, so that
     /// they do not disturb other tests.
     pub fn start() -> PostgresCluster {
-        // The ports are picked free and released before PostgreSQL binds them, so
-        // another process can take one in between (it happened to a Weaviate test
-        // cluster): such a start is tried again on new ports.
-        for attempt in 1..=PORT_ATTEMPTS {
-            let cluster = PostgresCluster::on_fresh_ports();
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cluster.start_both())) {
-                Ok(()) => return cluster,
-                Err(_) if attempt < PORT_ATTEMPTS && cluster.lost_a_port() => {
-                    eprintln!("a postgres server lost its port to another process; starting again on new ports");
-                }
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-        unreachable!("the last attempt returns or panics")
-    }
-
-    /// Whether a server exited because its port was taken (its log says so).
-    fn lost_a_port(&self) -> bool {
-        let log = |server: &Server| std::fs::read_to_string(&server.log).unwrap_or_default().to_lowercase();
-        self.servers().iter().any(|server| log(server).contains("address already in use"))
+        let logs = |cluster: &PostgresCluster| cluster.servers().iter().map(|server| server.log.clone()).collect();
+        child::start_on_fresh_ports("postgres", PostgresCluster::on_fresh_ports, PostgresCluster::start_both, logs)
     }
 
     /// The cluster's directory and servers, not initialized yet.

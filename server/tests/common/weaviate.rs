@@ -31,8 +31,6 @@ use super::child::{self, STOP_GRACE};
 /// How long a test waits for nodes to become ready and the cluster to agree that every
 /// node is healthy (a cold 3-node start takes about 15 s on 2 cores).
 pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(120);
-/// Starts of a cluster, each on new ports, before a lost port fails the test.
-const PORT_ATTEMPTS: usize = 3;
 
 /// The ports one node listens on, all on 127.0.0.1.
 #[derive(Debug, Clone, Copy)]
@@ -79,27 +77,13 @@ impl WeaviateCluster {
     /// killed (and its directory removed unless the test panicked) when dropped. Use it
     /// for tests that kill or restart nodes, so that they do not disturb other tests.
     pub fn start(nodes: usize) -> WeaviateCluster {
-        // The ports are picked free and released before Weaviate binds them, so an
-        // outgoing connection of another process can take one in between: a clean-clone
-        // `make test` lost weaviate-0's gRPC port while the 3-node test's cluster
-        // started beside it. Such a start is tried again on new ports.
-        for attempt in 1..=PORT_ATTEMPTS {
-            let cluster = WeaviateCluster::on_fresh_ports(nodes);
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cluster.start_all())) {
-                Ok(()) => return cluster,
-                Err(_) if attempt < PORT_ATTEMPTS && cluster.lost_a_port() => {
-                    eprintln!("a weaviate node lost its port to another process; starting again on new ports");
-                }
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-        unreachable!("the last attempt returns or panics")
-    }
-
-    /// Whether a node exited because its port was taken (its log says so).
-    fn lost_a_port(&self) -> bool {
-        let logs = self.nodes().iter().map(|n| std::fs::read_to_string(&n.log).unwrap_or_default()).collect::<Vec<_>>();
-        logs.iter().any(|log| log.contains("address already in use"))
+        let logs = |cluster: &WeaviateCluster| cluster.nodes().iter().map(|node| node.log.clone()).collect();
+        child::start_on_fresh_ports(
+            "weaviate",
+            || WeaviateCluster::on_fresh_ports(nodes),
+            WeaviateCluster::start_all,
+            logs,
+        )
     }
 
     /// The cluster's nodes with their data directories and environment, not started.
