@@ -20,9 +20,7 @@ pub fn workspace() -> PathBuf {
 
 /// The release build of embedwire-server (`cargo test --release --workspace` builds it).
 pub fn server_binary() -> PathBuf {
-    let path = workspace().join("target/release/embedwire-server");
-    assert!(path.is_file(), "{} is missing: run `cargo build --release --workspace`", path.display());
-    path
+    embedwire_bench::server_binary::in_workspace("release").unwrap()
 }
 
 /// The Python of the project's venv (scripts/setup-model.sh and setup-python-dev.sh

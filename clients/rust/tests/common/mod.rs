@@ -17,19 +17,10 @@ pub const PSEUDO: &[&str] = &["--backend", "pseudo"];
 /// Flags for the real all-MiniLM-L6-v2 model.
 pub const ONNX: &[&str] = &["--backend", "onnx"];
 
-/// The server binary of this workspace's build, next to the test binary's
-/// directory (target/release/deps/.. = target/release). `make test` builds the
-/// whole workspace first; alone, run `cargo build --release -p embedwire-server`.
+/// The server binary of this workspace's release build. `make test` builds the whole
+/// workspace first; alone, run `cargo build --release --workspace`.
 pub fn server_binary() -> PathBuf {
-    let test_binary = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = test_binary.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps");
-    let binary = profile_dir.join("embedwire-server");
-    assert!(
-        binary.is_file(),
-        "{} not found: build it first (cargo build --release -p embedwire-server)",
-        binary.display()
-    );
-    binary
+    embedwire_bench::server_binary::in_workspace("release").unwrap()
 }
 
 /// A running server with `flags`, SERVING.
