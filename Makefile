@@ -2,10 +2,6 @@
 # is cached, so repeating it costs seconds.
 CACHE ?= $(or $(EMBEDWIRE_CACHE),$(HOME)/.cache/embedwire)
 BIN := $(CACHE)/bin
-# Cargo's intermediate build files (dependencies, test executables) go to the cache, so a
-# fresh clone on a machine that built before compiles only the workspace's own crates;
-# the binaries stay in ./target/release.
-export CARGO_BUILD_BUILD_DIR ?= $(CACHE)/cargo-build
 ARGS ?=
 # The store of `make cluster`: weaviate or postgres.
 STORE ?= weaviate

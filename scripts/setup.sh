@@ -10,14 +10,4 @@ bash scripts/setup-model.sh >/dev/null
 bash scripts/setup-python-dev.sh
 bash scripts/setup-postgres.sh
 bash scripts/setup-tools.sh
-# Intermediate build files under the cache (the Makefile sets the same default): clones
-# share compiled dependencies. Each clone's own crates add about a gigabyte, so past
-# BUILD_DIR_MAX_GIB the directory is emptied and refilled by this build.
-BUILD_DIR_MAX_GIB=30
-export CARGO_BUILD_BUILD_DIR="${CARGO_BUILD_BUILD_DIR:-${EMBEDWIRE_CACHE:-$HOME/.cache/embedwire}/cargo-build}"
-if [ -d "$CARGO_BUILD_BUILD_DIR" ] &&
-  [ "$(du -s --block-size=1G "$CARGO_BUILD_BUILD_DIR" | cut -f1)" -gt "$BUILD_DIR_MAX_GIB" ]; then
-  echo "setup: $CARGO_BUILD_BUILD_DIR is over $BUILD_DIR_MAX_GIB GiB; emptying it" >&2
-  rm -rf "$CARGO_BUILD_BUILD_DIR"
-fi
 cargo build --release --workspace --quiet

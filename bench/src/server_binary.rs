@@ -18,12 +18,10 @@ pub fn resolve(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     build_into(own.parent().context("the bench binary has no parent directory")?)
 }
 
-/// This workspace's build of the server in `profile` (`release`): where `make setup` and `cargo build` put it. Tests
-/// name it so, not by their own path: with a cargo build directory (`make` sets one under the cache) a test's
-/// executable lives there, away from the binaries.
-pub fn in_workspace(profile: &str) -> anyhow::Result<PathBuf> {
+/// This workspace's release build of the server: where `make setup` puts it (the tests of other crates start it).
+pub fn workspace_release() -> anyhow::Result<PathBuf> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("the bench crate has no parent")?;
-    let path = workspace.join("target").join(profile).join(SERVER_BIN);
+    let path = workspace.join("target/release").join(SERVER_BIN);
     anyhow::ensure!(path.is_file(), "{} is missing: run `cargo build --release --workspace`", path.display());
     Ok(path)
 }

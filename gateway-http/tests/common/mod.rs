@@ -20,7 +20,7 @@ pub fn workspace() -> PathBuf {
 
 /// The release build of embedwire-server (`cargo test --release --workspace` builds it).
 pub fn server_binary() -> PathBuf {
-    embedwire_bench::server_binary::in_workspace("release").unwrap()
+    embedwire_bench::server_binary::workspace_release().unwrap()
 }
 
 /// The Python of the project's venv (scripts/setup-model.sh and setup-python-dev.sh

@@ -20,7 +20,7 @@ pub const ONNX: &[&str] = &["--backend", "onnx"];
 /// The server binary of this workspace's release build. `make test` builds the whole
 /// workspace first; alone, run `cargo build --release --workspace`.
 pub fn server_binary() -> PathBuf {
-    embedwire_bench::server_binary::in_workspace("release").unwrap()
+    embedwire_bench::server_binary::workspace_release().unwrap()
 }
 
 /// A running server with `flags`, SERVING.
