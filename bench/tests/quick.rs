@@ -283,22 +283,31 @@ fn soak_windows_add_up_to_the_summary() {
 #[test]
 fn overload_accounts_for_every_call() {
     let run = Run::scenario("overload", &[]);
-    // The server derives its default bound from the model's speed ("auto").
+    // The default server is compared with one whose load bounds are off, at the default flags otherwise.
     assert_eq!(ServerConfig::parse_from(["embedwire-server"]).max_queue_ms, None);
-    run.prints(["max Embed throughput", "rejection latency, queue bound auto (default)"]);
-    run.prints(["goodput, queue bound 20 ms", "accepted latency, queue bound 20 ms"]);
-    run.prints(["--max-queue-ms bounds meeting both overload targets"]);
-    run.summary("overload_bench.csv", 4);
-    let header = "queue_bound_ms,default,max_per_s,unloaded_p50_ms,unloaded_p99_ms,offered_per_s,sent,accepted,rejected,errors,\
-                  rejected_p50_ms,rejected_p99_ms,accepted_p50_ms,accepted_p99_ms,goodput_per_s,lag_p99_ms,held_back,\
-                  server_cores";
-    let runs = run.csv("overload_bench_runs.csv", header);
-    assert_eq!(runs.iter().map(|r| (r[0].as_str(), r[1].as_str())).collect::<Vec<_>>(), [("auto", "1"), ("20", "0")]);
-    for row in &runs {
-        let number = |i: usize| row[i].parse::<f64>().unwrap_or_else(|_| panic!("field {i} of {row:?}"));
-        // Every call sent is accounted for: accepted, rejected or failed.
-        assert_eq!(number(6), number(7) + number(8) + number(9), "{row:?}");
-        // Offered at 3 x the maximum measured before (both printed to 0.1 calls/s).
-        assert!(number(2) > 0.0 && (number(5) - 3.0 * number(2)).abs() <= 0.25, "{row:?}");
+    run.prints([
+        "closed loop grpc_embed x1 c=64",
+        "closed loop http_v1_search x1 c=64",
+        "closed loop http_embed x32 c=1",
+    ]);
+    run.prints(["max: ", "open loop 3 x max: accepted p99", "open loop 3 x max: back to the unloaded p99 after"]);
+    // Per closed-loop cell: refusals and the throughput ratio; open loop: goodput, accepted p99, refusals, recovery.
+    run.summary("overload_bench.csv", 4 * 2 * 2 + 4);
+    let header = "workload,texts_per_call,callers,server,calls,ok,errors,seconds,texts_per_s,p50_ms,p99_ms";
+    let cells = run.csv("overload_closed_loop.csv", header);
+    assert_eq!(cells.len(), 4 * 2 * 2, "4 workloads x callers 1 and 64 x 2 servers: {cells:?}");
+    for cell in &cells {
+        let number = |i: usize| cell[i].parse::<f64>().unwrap_or_else(|_| panic!("field {i} of {cell:?}"));
+        assert_eq!(number(4), number(5) + number(6), "every call answered or counted as failed: {cell:?}");
+        assert!(number(5) > 0.0 && number(8) > 0.0, "the cell ran: {cell:?}");
     }
+    let header = "max_per_s,unloaded_p50_ms,unloaded_p99_ms,offered_per_s,sent,accepted,rejected,errors,\
+                  rejected_p50_ms,rejected_p99_ms,accepted_p50_ms,accepted_p99_ms,goodput_per_s,full_batch_ms,\
+                  mean_batch_size,recovery_s,lag_p99_ms,held_back,server_cores";
+    let runs = run.csv("overload_bench_runs.csv", header);
+    let number = |i: usize| runs[0][i].parse::<f64>().unwrap_or_else(|_| panic!("field {i} of {:?}", runs[0]));
+    // Every call sent is accounted for: accepted, rejected or failed; offered at 3 x the maximum.
+    assert_eq!(number(4), number(5) + number(6) + number(7), "{runs:?}");
+    assert!(number(0) > 0.0 && (number(3) - 3.0 * number(0)).abs() <= 0.25, "{runs:?}");
+    assert!(number(13) > 0.0 && number(14) >= 1.0, "the full batch was read from /metrics: {runs:?}");
 }

@@ -8,6 +8,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{Error, Result};
 
+/// The retry hint of a refusal for inputs in flight: the limiter knows no model
+/// speed, and a client coming back after about a batch finds room as soon as
+/// some work drains.
+const IN_FLIGHT_RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Counts admitted inputs against a fixed budget.
 #[derive(Debug, Clone)]
 pub struct InFlightLimiter {
@@ -29,11 +34,13 @@ impl InFlightLimiter {
 
     /// Admits `inputs` inputs now or fails with RESOURCE_EXHAUSTED.
     pub fn try_admit(&self, inputs: usize) -> Result<Admission> {
-        let overloaded = || {
-            Error::ResourceExhausted(format!(
-                "server overloaded: {inputs} more inputs would pass the limit of {} in flight; retry later",
+        let overloaded = || Error::Overloaded {
+            reason: format!(
+                "server overloaded: {inputs} more inputs would pass the limit of {} in flight \
+                 (--max-in-flight-inputs); retry after the hinted delay",
                 self.limit
-            ))
+            ),
+            retry_after: IN_FLIGHT_RETRY_AFTER,
         };
         let count = u32::try_from(inputs).map_err(|_| overloaded())?;
         self.permits
@@ -57,7 +64,7 @@ mod tests {
     fn refuses_past_the_limit_and_frees_on_drop() {
         let limiter = InFlightLimiter::new(3);
         let first = limiter.try_admit(2).unwrap();
-        assert!(matches!(limiter.try_admit(2), Err(Error::ResourceExhausted(_))));
+        assert!(matches!(limiter.try_admit(2), Err(Error::Overloaded { .. })));
         assert_eq!(limiter.in_flight(), 2);
         drop(first);
         assert!(limiter.try_admit(3).is_ok());

@@ -155,18 +155,21 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_MAX_BATCH_WAIT_US", default_value_t = 2000)]
     pub max_batch_wait_us: u64,
 
-    /// Longest expected wait for the model, in milliseconds, that a new Embed or
-    /// search is admitted to: the interactive tokens queued ahead of it times the
-    /// model's recent time per token. Past it the call gets RESOURCE_EXHAUSTED at
-    /// once, so under overload the calls the server accepts stay fast. Calls bigger
-    /// than the bound take the bulk lane instead: never refused, slowed by overload.
-    /// [default: 2 x the model's time for one short text, measured at start, at
-    /// least 4 ms; 0: no bound]. Background ingestion is never refused by it.
+    /// Replaces the default admission rule with a bound on expected queue time, in
+    /// milliseconds: a new Embed (of at most 8 texts) or search is refused with
+    /// RESOURCE_EXHAUSTED while the interactive tokens queued ahead of it times the
+    /// model's recent time per token pass it; 0 turns every load bound off. Unset,
+    /// the default refuses only real overload: an interactive call while 2 x
+    /// --max-batch-size of them are already queued or running (a closed-loop client
+    /// of up to that many callers is never refused). Bigger Embed calls and
+    /// background ingestion take the bulk lane: never refused for load, slowed by it.
     #[arg(long, env = "EMBEDWIRE_MAX_QUEUE_MS")]
     pub max_queue_ms: Option<u64>,
 
-    /// Inputs admitted (queued or running) at once; past it, RESOURCE_EXHAUSTED.
-    #[arg(long, env = "EMBEDWIRE_MAX_IN_FLIGHT_INPUTS", default_value_t = 4096)]
+    /// Inputs admitted (queued or running) at once; past it, RESOURCE_EXHAUSTED. A
+    /// memory bound, not a latency one: 64 closed-loop callers of 256 texts fit (a few
+    /// tens of MB of token ids and vectors).
+    #[arg(long, env = "EMBEDWIRE_MAX_IN_FLIGHT_INPUTS", default_value_t = 16384)]
     pub max_in_flight_inputs: usize,
 
     /// Most inputs in one Embed call.

@@ -103,6 +103,15 @@ impl EmbeddingEngine {
         self.admission.in_flight()
     }
 
+    /// The admission rule for interactive calls (local backend only: a remote
+    /// backend's servers admit their own calls).
+    pub fn admission(&self) -> Option<crate::lanes::Admission> {
+        match self.backend.get() {
+            Some(Backend::Local(local)) => Some(local.admission()),
+            _ => None,
+        }
+    }
+
     /// Sequences waiting for the model (local backend only).
     pub fn queue_depth(&self) -> usize {
         match self.backend.get() {
@@ -126,7 +135,7 @@ impl EmbeddingEngine {
             Stats::add(&self.stats.rejected_overload, 1);
         })?;
         let raw = backend.embed(texts, options.truncate, options.priority).await.inspect_err(|error| {
-            if matches!(error, Error::ResourceExhausted(_)) {
+            if matches!(error, Error::Overloaded { .. }) {
                 Stats::add(&self.stats.rejected_overload, 1);
             }
         })?;

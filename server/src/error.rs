@@ -8,9 +8,14 @@ pub enum Error {
     /// (`inputs[3]: ...`, `dtype: ...`).
     #[error("{0}")]
     InvalidArgument(String),
-    /// A limit on load or size was hit; retrying later (or smaller) may work.
+    /// A limit on size was hit; sending less may work.
     #[error("{0}")]
     ResourceExhausted(String),
+    /// The server is overloaded now and did no work for the call; the same call
+    /// should work after about `retry_after` (a hint, sent to the client as
+    /// `grpc-retry-pushback-ms` / HTTP `Retry-After`).
+    #[error("{reason}")]
+    Overloaded { reason: String, retry_after: std::time::Duration },
     /// A count over a limit the server will never raise for this call (more texts
     /// than a Rerank call may carry): send less, not later.
     #[error("{0}")]
@@ -48,6 +53,11 @@ impl Error {
         Error::InvalidArgument(format!("{}: {}", field.into(), message.into()))
     }
 }
+
+/// The gRPC metadata key of a refusal's retry hint, in milliseconds: the key gRPC's
+/// own retry design (A6) uses for server pushback, so gRPC clients that implement
+/// retry policies honor it as well as ours.
+pub const RETRY_PUSHBACK_METADATA: &str = "grpc-retry-pushback-ms";
 
 /// Shorthand for results of the server's own operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -2,39 +2,61 @@
 //!
 //! Two lanes share the model thread:
 //! - **interactive**: calls of at most [`INTERACTIVE_MAX_INPUTS`] inputs (a query,
-//!   a few texts). They run first, and are refused with
-//!   RESOURCE_EXHAUSTED while the interactive work queued ahead would keep them
-//!   waiting longer than the bound, so under overload the calls accepted stay about
-//!   as fast as on an idle server.
+//!   a few texts). They run first, and are refused with RESOURCE_EXHAUSTED only
+//!   under real overload (below).
 //! - **bulk**: calls with more inputs (hundreds of texts) and background
 //!   ingestion. They are never refused for queue time (a bulk caller
 //!   wants throughput and would only retry the same work), run in full batches when
 //!   no interactive work waits, and get one batch in every few while it does, so
-//!   they are slowed by overload, never starved.
+//!   they are slowed by overload, never starved. `--max-in-flight-inputs` bounds
+//!   their memory.
 //!
-//! The bound is `--max-queue-ms` when set; by default it is derived from the model
-//! itself: a few times what one short text costs it, measured at start. A fixed
-//! default cannot fit both a fast model and a slow one: 500 ms let accepted calls'
-//! p99 reach 1.2 s at 3 x load on the default model, where ~10 ms kept it within
-//! 2 x the unloaded p99 (bench/results/overload).
+//! **The default bound counts calls, not time**: an interactive call is refused while
+//! [`AUTO_BATCHES_OF_CALLS`] x `--max-batch-size` interactive calls are already queued
+//! or running (128 with the default batch of 64). A closed-loop client, N callers each
+//! waiting for its answer, never has more than N calls in flight, so any such client
+//! of up to that many callers is queued and batched, never refused, whatever its calls
+//! cost; only offered work that keeps coming while answers slow down (an open loop
+//! beyond capacity) fills the bound. There, the queue holds about two full batches,
+//! so an accepted one-text call waits for about two batches and its own: measured at
+//! 3 x capacity on 2 cores, accepted p99 stays under 4 x one full batch's model time
+//! (`embedwire-bench overload`, README "Overload").
+//!
+//! The old default, a bound on expected queue time of 2 x one short text's model
+//! time (4-5 ms here), refused closed-loop clients of 16-32 callers on their first
+//! burst: a full batch of 64 short texts alone takes ~90 ms, and the time estimate
+//! is made at the batch sizes of the moment (a lone text costs 20 x more per token
+//! than a full batch), so it swings with load. `--max-queue-ms` keeps that
+//! time-based bound as an explicit choice.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::batcher::Priority;
 use crate::error::{Error, Result};
+use crate::stats::Stats;
 use crate::work_ahead::WorkAhead;
 
-/// The derived bound, in lone short texts' model time: about the batch that runs
-/// when a call arrives; an accepted call then waits for it and its own batch. Small
-/// enough that accepted calls stay within about 2 x the unloaded latency: measured
-/// at 3 x load on 2 cores (overload-bench), 3 x (a 16 ms bound) gave accepted p99 3.3
-/// x the unloaded p99, a 10 ms bound 1.2 x.
-pub const AUTO_BOUND_LONE_TEXTS: u32 = 2;
+/// The default bound, in full batches of calls: interactive calls queued or running
+/// at most this many times `--max-batch-size`. Two: the batch running and the next
+/// one full, so the model never waits for work while accepted calls wait about two
+/// batches; three let accepted p99 pass 4 x a full batch at 3 x load.
+pub const AUTO_BATCHES_OF_CALLS: usize = 2;
 
 /// The derived bound never goes below this: the model's time for one short text on
 /// a fast CPU is under a millisecond, less than a scheduler's time slice, and a
-/// bound that small would refuse calls an idle server answers at once.
+/// bound that small would refuse calls an idle server answers at once. (Used by the
+/// cross-encoder's derived bound, which is still time-based.)
 pub const AUTO_BOUND_FLOOR: Duration = Duration::from_millis(4);
+
+/// A refusal's retry hint stays within these: at least a scheduler's slice (a
+/// client coming back sooner finds the same queue), at most the time a full queue
+/// of the default bound takes to drain on a slow CPU.
+const MIN_RETRY_AFTER: Duration = Duration::from_millis(5);
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(2);
+/// The hint before any batch was measured.
+const UNMEASURED_RETRY_AFTER: Duration = Duration::from_millis(50);
 
 /// Calls with more inputs than this take the bulk lane. By count, not by estimated
 /// work: a count is what a caller can see and choose, and one long text stays
@@ -44,7 +66,7 @@ pub const INTERACTIVE_MAX_INPUTS: usize = 8;
 /// How the queue-time bound is set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueBound {
-    /// Derived from the model's measured time for one short text.
+    /// The default: a bound on interactive calls in flight (see the module doc).
     Auto,
     /// No bound: nothing is refused for queue time, and every call is interactive.
     Off,
@@ -62,25 +84,123 @@ impl QueueBound {
         }
     }
 
-    /// The bound in time, given the model's time for one short text; None when off.
-    pub fn resolve(self, lone_short_text: Duration) -> Option<Duration> {
+    /// The bound in force for the embedding model, whose batches hold at most
+    /// `max_batch_size` inputs.
+    pub fn resolve(self, max_batch_size: usize) -> Admission {
         match self {
-            QueueBound::Auto => Some((lone_short_text * AUTO_BOUND_LONE_TEXTS).max(AUTO_BOUND_FLOOR)),
-            QueueBound::Off => None,
-            QueueBound::Fixed(bound) => Some(bound),
+            QueueBound::Auto => Admission::Calls(AUTO_BATCHES_OF_CALLS * max_batch_size.max(1)),
+            QueueBound::Off => Admission::Off,
+            QueueBound::Fixed(bound) => Admission::QueueTime(bound),
         }
     }
 }
 
-/// Picks the lane of a call of `inputs` texts and admits it or refuses it. `bound`
-/// is the resolved queue-time bound (None: off, and every call is interactive).
-pub fn admit(work_ahead: &WorkAhead, bound: Option<Duration>, inputs: usize) -> Result<Priority> {
-    let Some(bound) = bound else { return Ok(Priority::Interactive) };
-    if inputs > INTERACTIVE_MAX_INPUTS {
-        return Ok(Priority::Bulk);
+/// The admission rule in force for interactive calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Nothing is refused for load, and every call is interactive (`--max-queue-ms 0`).
+    Off,
+    /// At most this many interactive calls queued or running (the default).
+    Calls(usize),
+    /// Refused while the expected wait for the model passes this (`--max-queue-ms`).
+    QueueTime(Duration),
+}
+
+impl Admission {
+    /// How the bound reads in logs, Info and refusals.
+    pub fn describe(self) -> String {
+        match self {
+            Admission::Off => "no load bound (--max-queue-ms 0)".into(),
+            Admission::Calls(calls) => format!(
+                "at most {calls} interactive calls queued or running ({AUTO_BATCHES_OF_CALLS} x --max-batch-size)"
+            ),
+            Admission::QueueTime(bound) => {
+                format!("at most {} ms of model work queued ahead (--max-queue-ms)", bound.as_millis())
+            }
+        }
     }
-    admit_within(work_ahead, bound, &format!("{AUTO_BOUND_LONE_TEXTS} x the model's time for one short text"))?;
-    Ok(Priority::Interactive)
+}
+
+/// Admits interactive calls under an [`Admission`] rule and counts those in flight
+/// (in [`Stats::interactive_calls`], which `/metrics` shows).
+#[derive(Debug, Clone)]
+pub struct InteractiveAdmission {
+    rule: Admission,
+    stats: Arc<Stats>,
+}
+
+/// An admitted interactive call; it leaves the count when dropped (answered, failed
+/// or abandoned by its caller).
+#[derive(Debug, Default)]
+pub struct InteractiveCall {
+    counted_in: Option<Arc<Stats>>,
+}
+
+impl Drop for InteractiveCall {
+    fn drop(&mut self) {
+        if let Some(stats) = &self.counted_in {
+            stats.interactive_calls.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl InteractiveAdmission {
+    /// Admission under `rule`; publishes the bound in `stats`.
+    pub fn new(rule: Admission, stats: Arc<Stats>) -> Self {
+        let (calls, queue_ms) = match rule {
+            Admission::Off => (0, 0),
+            Admission::Calls(calls) => (calls as u64, 0),
+            Admission::QueueTime(bound) => (0, bound.as_millis() as u64),
+        };
+        stats.admission_max_interactive_calls.store(calls, Ordering::Relaxed);
+        stats.admission_max_queue_ms.store(queue_ms, Ordering::Relaxed);
+        InteractiveAdmission { rule, stats }
+    }
+
+    /// The rule in force.
+    pub fn rule(&self) -> Admission {
+        self.rule
+    }
+
+    /// Interactive calls queued or running now (counted under the default rule only).
+    pub fn in_flight(&self) -> usize {
+        self.stats.interactive_calls.load(Ordering::Acquire) as usize
+    }
+
+    /// Picks the lane of a call of `inputs` texts and admits it or refuses it.
+    pub fn admit(&self, work_ahead: &WorkAhead, inputs: usize) -> Result<(Priority, InteractiveCall)> {
+        let untracked = InteractiveCall::default();
+        match self.rule {
+            Admission::Off => Ok((Priority::Interactive, untracked)),
+            _ if inputs > INTERACTIVE_MAX_INPUTS => Ok((Priority::Bulk, untracked)),
+            Admission::QueueTime(bound) => {
+                admit_within(work_ahead, bound, "none: the default bounds calls in flight")?;
+                Ok((Priority::Interactive, untracked))
+            }
+            Admission::Calls(limit) => {
+                let taken = self
+                    .stats
+                    .interactive_calls
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| (now < limit as u64).then_some(now + 1));
+                match taken {
+                    Ok(_) => Ok((Priority::Interactive, InteractiveCall { counted_in: Some(self.stats.clone()) })),
+                    Err(_) => Err(Error::Overloaded {
+                        reason: format!(
+                            "server overloaded: {limit} interactive calls are already queued or running ({}); \
+                             retry after the hinted delay",
+                            self.rule.describe()
+                        ),
+                        retry_after: retry_after(work_ahead.expected_wait()),
+                    }),
+                }
+            }
+        }
+    }
+}
+
+/// The hint for a refused call: about when the work queued now has run.
+fn retry_after(expected_wait: Option<Duration>) -> Duration {
+    expected_wait.map_or(UNMEASURED_RETRY_AFTER, |wait| wait.clamp(MIN_RETRY_AFTER, MAX_RETRY_AFTER))
 }
 
 /// Admits a call while the interactive work queued ahead fits in `bound`, whatever
@@ -92,12 +212,15 @@ pub fn admit_within(work_ahead: &WorkAhead, bound: Duration, default_bound: &str
     if wait <= bound {
         return Ok(());
     }
-    Err(Error::ResourceExhausted(format!(
-        "server overloaded: about {} ms of model work is queued ahead, more than the {} ms queue-time bound \
-         (--max-queue-ms; by default {default_bound}); retry later",
-        wait.as_millis(),
-        bound.as_millis()
-    )))
+    Err(Error::Overloaded {
+        reason: format!(
+            "server overloaded: about {} ms of model work is queued ahead, more than the {} ms queue-time bound \
+             (--max-queue-ms; by default {default_bound}); retry after the hinted delay",
+            wait.as_millis(),
+            bound.as_millis()
+        ),
+        retry_after: retry_after(Some(wait - bound)),
+    })
 }
 
 #[cfg(test)]
@@ -112,37 +235,53 @@ mod tests {
         ahead
     }
 
-    const BOUND: Option<Duration> = Some(Duration::from_millis(10));
+    fn lane(admission: &InteractiveAdmission, ahead: &WorkAhead, inputs: usize) -> Result<Priority> {
+        admission.admit(ahead, inputs).map(|(priority, _)| priority)
+    }
 
     #[test]
-    fn small_calls_are_admitted_while_the_wait_is_within_the_bound() {
-        assert_eq!(admit(&queued(900), BOUND, 1).unwrap(), Priority::Interactive); // 9 ms ahead
-        let refused = admit(&queued(1100), BOUND, INTERACTIVE_MAX_INPUTS).unwrap_err(); // 11 ms ahead
-        assert!(matches!(refused, Error::ResourceExhausted(_)));
-        assert!(refused.to_string().contains("--max-queue-ms"), "{refused}");
+    fn the_default_admits_calls_up_to_two_batches_whatever_the_work_ahead() {
+        let admission = InteractiveAdmission::new(QueueBound::from_flag(None).resolve(4), Arc::default());
+        // Far more work queued than any time bound would allow: calls still count.
+        let ahead = queued(1_000_000);
+        let held: Vec<_> = (0..8).map(|_| admission.admit(&ahead, INTERACTIVE_MAX_INPUTS).unwrap().1).collect();
+        assert_eq!(admission.in_flight(), 8);
+        let refused = admission.admit(&ahead, 1).unwrap_err();
+        let Error::Overloaded { retry_after, .. } = &refused else { panic!("{refused:?}") };
+        assert_eq!(*retry_after, MAX_RETRY_AFTER, "10 s of work ahead: the hint's cap");
+        assert!(refused.to_string().contains("8 interactive calls"), "{refused}");
+        drop(held);
+        assert_eq!(admission.in_flight(), 0, "answered calls leave the count");
+        assert_eq!(lane(&admission, &ahead, 1).unwrap(), Priority::Interactive);
     }
 
     #[test]
     fn calls_of_many_inputs_take_the_bulk_lane_and_are_never_refused() {
         let many = INTERACTIVE_MAX_INPUTS + 1;
-        assert_eq!(admit(&queued(0), BOUND, many).unwrap(), Priority::Bulk);
-        assert_eq!(admit(&queued(100_000), BOUND, many).unwrap(), Priority::Bulk);
+        for rule in [Admission::Calls(0), Admission::QueueTime(Duration::from_millis(10))] {
+            let admission = InteractiveAdmission::new(rule, Arc::default());
+            assert_eq!(lane(&admission, &queued(100_000), many).unwrap(), Priority::Bulk);
+            assert_eq!(admission.in_flight(), 0, "bulk calls are not counted");
+        }
     }
 
     #[test]
-    fn without_a_bound_or_a_measured_speed_everything_is_interactive() {
-        assert_eq!(admit(&queued(100_000), None, 1000).unwrap(), Priority::Interactive);
+    fn a_queue_time_bound_admits_while_the_wait_is_within_it() {
+        let admission = InteractiveAdmission::new(QueueBound::from_flag(Some(10)).resolve(64), Arc::default());
+        assert_eq!(lane(&admission, &queued(900), 1).unwrap(), Priority::Interactive); // 9 ms ahead
+        let refused = lane(&admission, &queued(1100), INTERACTIVE_MAX_INPUTS).unwrap_err(); // 11 ms ahead
+        let Error::Overloaded { retry_after, .. } = &refused else { panic!("{refused:?}") };
+        assert_eq!(*retry_after, MIN_RETRY_AFTER, "1 ms over the bound: the hint's floor");
+        assert!(refused.to_string().contains("--max-queue-ms"), "{refused}");
         let unmeasured = WorkAhead::default();
         unmeasured.add(100_000);
-        assert_eq!(admit(&unmeasured, BOUND, 1).unwrap(), Priority::Interactive);
+        assert_eq!(lane(&admission, &unmeasured, 1).unwrap(), Priority::Interactive, "no speed measured yet");
     }
 
     #[test]
-    fn the_auto_bound_is_a_few_short_texts_with_a_floor() {
-        let auto = QueueBound::from_flag(None);
-        assert_eq!(auto.resolve(Duration::from_millis(3)), Some(Duration::from_millis(6)));
-        assert_eq!(auto.resolve(Duration::from_micros(200)), Some(AUTO_BOUND_FLOOR));
-        assert_eq!(QueueBound::from_flag(Some(0)).resolve(Duration::from_millis(3)), None);
-        assert_eq!(QueueBound::from_flag(Some(25)).resolve(Duration::ZERO), Some(Duration::from_millis(25)));
+    fn without_a_bound_everything_is_interactive() {
+        let admission = InteractiveAdmission::new(QueueBound::from_flag(Some(0)).resolve(64), Arc::default());
+        assert_eq!(lane(&admission, &queued(100_000), 1000).unwrap(), Priority::Interactive);
+        assert_eq!(admission.rule(), Admission::Off);
     }
 }

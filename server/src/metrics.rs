@@ -57,7 +57,7 @@ impl Collector for ServerMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let stats = &self.stats;
         let counter = |value: &AtomicU64| ConstCounter::new(Stats::get(value));
-        let embedding: [Described; 13] = [
+        let embedding: [Described; 16] = [
             (
                 "embedwire_embed_requests",
                 "Embed calls and stream requests that reached the engine",
@@ -94,6 +94,21 @@ impl Collector for ServerMetrics {
                 "embedwire_queue_depth",
                 "Sequences waiting for the model when the last batch formed",
                 &ConstGauge::new(Stats::get(&stats.queue_depth)),
+            ),
+            (
+                "embedwire_interactive_calls",
+                "Interactive calls (queries, Embed calls of at most 8 inputs) queued or running",
+                &ConstGauge::new(Stats::get(&stats.interactive_calls)),
+            ),
+            (
+                "embedwire_admission_max_interactive_calls",
+                "The admission bound in force: interactive calls at once before RESOURCE_EXHAUSTED (0: another rule)",
+                &ConstGauge::new(Stats::get(&stats.admission_max_interactive_calls)),
+            ),
+            (
+                "embedwire_admission_max_queue_ms",
+                "The queue-time bound in force (--max-queue-ms), in ms (0: not in force)",
+                &ConstGauge::new(Stats::get(&stats.admission_max_queue_ms)),
             ),
             ("embedwire_batch_size", "Sequences per model batch", &stats.batch_size),
             ("embedwire_batch_tokens", "Tokens per model batch, padding included", &stats.batch_tokens),

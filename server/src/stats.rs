@@ -11,7 +11,7 @@ use prometheus_client::metrics::histogram::Histogram;
 pub struct Stats {
     /// Embed calls (and stream requests) that reached the engine.
     pub requests: AtomicU64,
-    /// Requests refused with RESOURCE_EXHAUSTED because too many inputs were in flight.
+    /// Requests refused with RESOURCE_EXHAUSTED for load (admission).
     pub rejected_overload: AtomicU64,
     /// Model batches run.
     pub batches: AtomicU64,
@@ -27,6 +27,13 @@ pub struct Stats {
     pub queue_depth: AtomicU64,
     /// Documents stored durably by ingest jobs.
     pub ingested_documents: AtomicU64,
+    /// Interactive calls queued or running, under the default admission rule.
+    pub interactive_calls: AtomicU64,
+    /// The admission bound in force, set once the model has loaded: interactive calls
+    /// at once (the default rule), 0 when another rule is in force.
+    pub admission_max_interactive_calls: AtomicU64,
+    /// The queue-time bound in force (`--max-queue-ms`), in ms; 0 when not in force.
+    pub admission_max_queue_ms: AtomicU64,
     /// Sequences per model batch.
     pub batch_size: Histogram,
     /// Tokens per model batch, padding included.
@@ -50,6 +57,9 @@ impl Default for Stats {
             dropped_sequences: AtomicU64::default(),
             queue_depth: AtomicU64::default(),
             ingested_documents: AtomicU64::default(),
+            interactive_calls: AtomicU64::default(),
+            admission_max_interactive_calls: AtomicU64::default(),
+            admission_max_queue_ms: AtomicU64::default(),
             batch_size: Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
             batch_tokens: Histogram::new([64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0]),
             inference_seconds: Histogram::new(seconds),

@@ -3,7 +3,8 @@
 
 mod common;
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{
@@ -127,6 +128,143 @@ async fn overload_is_refused_at_once_with_resource_exhausted() {
     server.stop().await.unwrap();
 }
 
+/// Ingests `count` short documents over HTTP and waits for the job, so searches cost a query embedding.
+async fn ingest_over_http(http: &reqwest::Client, base: &str, count: usize) {
+    let documents: Vec<_> =
+        common::sentences(count, 12).into_iter().map(|text| serde_json::json!({"text": text})).collect();
+    let job: serde_json::Value = http
+        .post(format!("{base}/v1/ingest"))
+        .json(&serde_json::json!({"documents": documents}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let url = format!("{base}/v1/jobs/{}", job["job_id"].as_str().expect("a job id"));
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let job: serde_json::Value = http.get(&url).send().await.unwrap().json().await.unwrap();
+        if job["status"] == "completed" {
+            return;
+        }
+        assert!(Instant::now() < deadline && job["status"] != "failed", "{job}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn closed_loop_clients_of_64_callers_are_never_refused_at_default_flags() {
+    // Default flags: what `make run` serves. 64 callers start at once (the first burst is
+    // what the old time-based default refused), each waiting for its answer before the
+    // next call: one text per gRPC call, 32 per gRPC call, and HTTP /v1/search, all at once.
+    let server = InProcessServer::start(ONNX).await;
+    let (base, http) = (format!("http://{}", server.address), reqwest::Client::new());
+    ingest_over_http(&http, &base, 50).await;
+    const CALLERS: usize = 64;
+    const CALLS_EACH: usize = 4;
+    let texts = common::sentences(CALLERS * CALLS_EACH * 32, 12);
+    let mut callers = Vec::new();
+    for caller in 0..CALLERS {
+        let (mut client, texts) = (server.client().await, texts.clone());
+        let (http, base) = (http.clone(), base.clone());
+        callers.push(tokio::spawn(async move {
+            let mut failures = Vec::new();
+            for call in 0..CALLS_EACH {
+                let first = (caller * CALLS_EACH + call) * 32;
+                let one = client.embed(EmbedRequest { inputs: vec![texts[first].clone()], ..Default::default() });
+                if let Err(status) = one.await {
+                    failures.push(format!("Embed x1: {status:?}"));
+                }
+                let many = texts[first..first + 32].to_vec();
+                if let Err(status) = client.embed(EmbedRequest { inputs: many, ..Default::default() }).await {
+                    failures.push(format!("Embed x32: {status:?}"));
+                }
+                let query = serde_json::json!({"query": texts[first + 1], "top_k": 5});
+                let answer = http.post(format!("{base}/v1/search")).json(&query).send().await.unwrap();
+                if !answer.status().is_success() {
+                    failures.push(format!("/v1/search: {} {}", answer.status(), answer.text().await.unwrap()));
+                }
+            }
+            failures
+        }));
+    }
+    let mut failures = Vec::new();
+    for caller in callers {
+        failures.extend(caller.await.unwrap());
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} calls failed, e.g. {:?}",
+        failures.len(),
+        CALLERS * CALLS_EACH * 3,
+        failures.first()
+    );
+    assert_eq!(server.engine.stats().rejected_overload.load(Ordering::SeqCst), 0);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_open_loop_burst_past_the_default_bound_is_refused_fast_with_a_retry_hint() {
+    // The default bound is 2 x --max-batch-size interactive calls: 16 here. 400 one-text
+    // calls sent at once, none waiting for another (an open loop), are real overload.
+    let server = InProcessServer::start(&[ONNX, &["--max-batch-size", "8"]].concat()).await;
+    let info = server.client().await.info(InfoRequest {}).await.unwrap().into_inner();
+    let limits = info.limits.expect("limits");
+    assert_eq!(limits.max_interactive_calls, 16, "Info shows the bound in force: {}", limits.admission);
+    assert_eq!(limits.max_queue_ms, 0);
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(server.client().await);
+    }
+    // Watches the calls in flight while the burst runs: the queue, and so an accepted
+    // call's wait, stays bounded by the bound, whatever was offered.
+    let stats = server.engine.stats().clone();
+    let most_in_flight = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (stats, most, done) = (stats.clone(), most_in_flight.clone(), done.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::SeqCst) {
+                most.fetch_max(stats.interactive_calls.load(Ordering::SeqCst), Ordering::SeqCst);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let texts = common::sentences(400, 12);
+    let calls = texts.into_iter().enumerate().map(|(i, text)| {
+        let mut client = clients[i % clients.len()].clone();
+        async move { client.embed(EmbedRequest { inputs: vec![text], ..Default::default() }).await }
+    });
+    let results = futures::future::join_all(calls).await;
+    done.store(true, Ordering::SeqCst);
+    watcher.await.unwrap();
+    let (mut answered, mut refused) = (0, 0);
+    for result in results {
+        match result {
+            Ok(answer) => {
+                assert_eq!(answer.into_inner().count, 1);
+                answered += 1;
+            }
+            Err(status) => {
+                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                assert!(status.message().contains("16 interactive calls"), "{}", status.message());
+                let hint = status.metadata().get("grpc-retry-pushback-ms").expect("a retry hint");
+                let millis: u64 = hint.to_str().unwrap().parse().unwrap();
+                assert!((5..=2000).contains(&millis), "hint {millis} ms");
+                refused += 1;
+            }
+        }
+    }
+    eprintln!("answered {answered}, refused {refused}, most in flight {}", most_in_flight.load(Ordering::SeqCst));
+    assert!(refused > 0 && answered >= 16, "answered {answered}, refused {refused}");
+    assert!(most_in_flight.load(Ordering::SeqCst) <= 16, "the bound held");
+    assert_eq!(stats.rejected_overload.load(Ordering::SeqCst), refused);
+    assert_eq!(stats.interactive_calls.load(Ordering::SeqCst), 0, "every answered call left the count");
+    server.client().await.embed(embed_request(&["room again"])).await.expect("the queue drained");
+    server.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn small_calls_past_the_queue_bound_are_refused_at_once_and_the_accepted_ones_answered() {
     // The in-flight bound is far away: only the expected wait can refuse. Each call
@@ -176,7 +314,7 @@ async fn small_calls_past_the_queue_bound_are_refused_at_once_and_the_accepted_o
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_small_call_behind_bulk_calls_is_admitted_and_answered_first_and_bulk_is_never_refused() {
-    // The default (derived) bound: a few times one short text's model time.
+    // The default bound (interactive calls in flight); bulk calls are never counted.
     let server = InProcessServer::start(&[ONNX, &["--max-batch-size", "8"]].concat()).await;
     server.client().await.embed(embed_request(&["the model's speed is measured on this one"])).await.unwrap();
 

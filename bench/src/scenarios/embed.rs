@@ -63,9 +63,6 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             ("--model-dir", paths.model_dir.clone().into()),
             ("--precision", paths.precision.into()),
             ("--ort-library", paths.ort_library.clone().into()),
-            // Capacity at 32 closed-loop callers: every call waits for a full batch,
-            // which the default latency bound refuses by design (overload measures it).
-            ("--max-queue-ms", "0".into()),
         ],
     );
     let server = tokio::runtime::Runtime::new()?.block_on(measure_server(common, &command, texts))?;

@@ -102,10 +102,8 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
 
 /// embedwire-server with the real model; its HTTP layer answers on the same port.
 fn embedwire_command(common: &Common, binary: PathBuf) -> HttpServerCommand {
-    // Capacity at 16 closed-loop callers, as the baseline (which queues without bound)
-    // serves them: the default latency bound refuses that load by design (overload
-    // measures it), and refused callers retrying at once took the cores from the model.
-    let server = common.server_command(binary, vec![("--backend", "onnx".into()), ("--max-queue-ms", "0".into())]);
+    // At the server's default admission: 16 closed-loop callers are load to batch, never refused.
+    let server = common.server_command(binary, vec![("--backend", "onnx".into())]);
     let dir = fresh_data_dir();
     let mut args: Vec<OsString> =
         vec!["--listen".into(), "127.0.0.1:0".into(), "--data-dir".into(), dir.clone().into()];

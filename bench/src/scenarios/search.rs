@@ -56,7 +56,7 @@ pub struct Args {
 
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     // Before measuring anything: a failed build should not come after minutes.
-    let command = common.server_command(common.server_binary()?, vec![("--max-queue-ms", "0".into())]);
+    let command = common.server_command(common.server_binary()?, vec![]);
     // The batching limits the server runs with, read as it reads them, for the padding estimate.
     let limits = ServerConfig::try_parse_from(["embedwire-server".to_string()].iter().chain(&common.server_args))?;
     // The second ingest runs while search latency is measured: texts not in the corpus, so that they cost embedding.

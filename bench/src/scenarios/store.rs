@@ -153,8 +153,8 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             let mut with_cluster = common.clone();
             with_cluster.server_args =
                 [cluster.map(|c| c.server_args()).unwrap_or_default(), common.server_args.clone()].concat();
-            // Capacity with closed-loop clients, whose calls wait for full batches: the queue-time bound off.
-            let command = with_cluster.server_command(binary.clone(), vec![("--max-queue-ms", "0".into())]);
+            // Capacity with closed-loop clients at the server's default admission, which queues them.
+            let command = with_cluster.server_command(binary.clone(), vec![]);
             let (process, took) = ServerProcess::start(&command).await?;
             let no_layout = || ["0".to_string(), String::new(), String::new(), String::new(), String::new()];
             // The shared stores are judged: PostgreSQL and the largest Weaviate cluster.

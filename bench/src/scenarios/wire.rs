@@ -320,9 +320,7 @@ pub async fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let binary = common.server_binary()?;
     let texts = args.corpus.select(0, 0, TEXTS)?.queries;
     println!("wire: {BACKEND} backend, {} texts per call, {concurrency} workers", texts.len());
-    // Admission raised to the offered load: the comparison measures encodings, not RESOURCE_EXHAUSTED.
-    let in_flight = (concurrency * TEXTS).max(4096).to_string();
-    let flags = vec![("--backend", BACKEND.into()), ("--max-in-flight-inputs", in_flight.into())];
+    let flags = vec![("--backend", BACKEND.into())];
     let (server, _) = ServerProcess::start(&common.server_command(binary, flags)).await?;
     let connect = |kind, bytes| VariantCaller::connect(kind, &texts, server.address, bytes);
     let workers = async |kind, bytes: &Arc<ByteCounters>| {

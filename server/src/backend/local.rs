@@ -2,12 +2,11 @@
 //! their sequences join the dynamic batcher that feeds the model thread.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::{RawEmbeddings, check_truncation, token_counts};
 use crate::batcher::{BatchLimits, BatchModel, Priority, TokenBudgetBatcher};
 use crate::error::{Error, Result};
-use crate::lanes::{self, QueueBound};
+use crate::lanes::{Admission, InteractiveAdmission, QueueBound};
 use crate::model::files::ModelFiles;
 use crate::model::onnx::{OnnxModel, OnnxSettings, init_runtime};
 use crate::model::precision::{self, CpuInt8, PrecisionChoice};
@@ -28,7 +27,7 @@ pub struct LocalModelConfig {
     pub onnx: OnnxSettings,
     /// Batch formation.
     pub batch: BatchLimits,
-    /// Longest expected wait for the model an interactive request is admitted to.
+    /// When an interactive request is refused for load (see `lanes`).
     pub queue_bound: QueueBound,
     /// fp32, int8 or auto.
     pub precision: PrecisionChoice,
@@ -39,8 +38,8 @@ pub struct LocalBackend {
     tokenizer: Arc<TextTokenizer>,
     batcher: TokenBudgetBatcher,
     info: ModelInfo,
-    /// The resolved queue-time bound; None: off.
-    queue_bound: Option<Duration>,
+    /// Refuses interactive calls under real overload.
+    admission: InteractiveAdmission,
 }
 
 impl BatchModel for OnnxModel {
@@ -79,12 +78,12 @@ impl LocalBackend {
         let chosen = precision::resolve(config.precision, &config.model_dir, &files.onnx_path, CpuInt8::detect())?;
         tracing::info!(precision = chosen.precision.name(), graph = %chosen.graph.display(), reason = %chosen.reason, "model graph");
         let mut model = OnnxModel::load(environment, &files, &chosen.graph, config.onnx)?;
-        let lone_short_text = warm_up(&mut model, &tokenizer)?;
-        let queue_bound = config.queue_bound.resolve(lone_short_text);
+        warm_up(&mut model, &tokenizer)?;
+        let admission =
+            InteractiveAdmission::new(config.queue_bound.resolve(config.batch.max_batch_size), stats.clone());
         tracing::info!(
-            lone_short_text_ms = lone_short_text.as_secs_f64() * 1e3,
-            queue_bound_ms = queue_bound.map(|b| b.as_secs_f64() * 1e3),
-            "admission: interactive calls wait at most the queue-time bound; bigger calls take the bulk lane"
+            bound = %admission.rule().describe(),
+            "admission: interactive calls are refused only past the bound; bigger calls take the bulk lane"
         );
         let info = ModelInfo {
             model_id: config.model_id.clone(),
@@ -100,12 +99,22 @@ impl LocalBackend {
             ..config.batch
         };
         let batcher = TokenBudgetBatcher::start(model, batch, stats)?;
-        Ok(LocalBackend { tokenizer: Arc::new(tokenizer), batcher, info, queue_bound })
+        Ok(LocalBackend { tokenizer: Arc::new(tokenizer), batcher, info, admission })
     }
 
     /// The served model.
     pub fn info(&self) -> &ModelInfo {
         &self.info
+    }
+
+    /// The admission rule in force for interactive calls.
+    pub fn admission(&self) -> Admission {
+        self.admission.rule()
+    }
+
+    /// Interactive calls queued or running (counted under the default rule).
+    pub fn interactive_calls(&self) -> usize {
+        self.admission.in_flight()
     }
 
     /// Sequences waiting for the model.
@@ -117,9 +126,10 @@ impl LocalBackend {
     pub async fn embed(&self, texts: Vec<String>, truncate: bool, priority: Priority) -> Result<RawEmbeddings> {
         // Before tokenizing: under overload most calls are refused, and each
         // refusal should cost as little CPU as possible, which the model needs.
-        let priority = match priority {
-            Priority::Interactive => lanes::admit(self.batcher.work_ahead(), self.queue_bound, texts.len())?,
-            Priority::Bulk => Priority::Bulk,
+        // The admitted call holds its place in the count until this function returns.
+        let (priority, _admitted) = match priority {
+            Priority::Interactive => self.admission.admit(self.batcher.work_ahead(), texts.len())?,
+            Priority::Bulk => (Priority::Bulk, Default::default()),
         };
         let tokenized = if texts.len() <= INLINE_TOKENIZE_LIMIT {
             self.tokenize(&texts)?
@@ -150,25 +160,20 @@ impl LocalBackend {
 
 /// Runs a few small batches before serving: ONNX Runtime's first run allocates and
 /// plans, and costs many times a normal batch. Better at start than in the first
-/// caller's latency, or in the speed estimate that admission goes by. Returns the
-/// model's time for one short text (the median of a few runs), which the derived
-/// queue-time bound is made of.
-fn warm_up(model: &mut OnnxModel, tokenizer: &TextTokenizer) -> Result<Duration> {
+/// caller's latency, or in the speed estimate of the queue-time bound and of the
+/// retry hints.
+fn warm_up(model: &mut OnnxModel, tokenizer: &TextTokenizer) -> Result<()> {
     let text = tokenizer.tokenize("a short sentence to warm the model up")?;
     model.embed_batch(&[text.ids.as_slice(), text.ids.as_slice()])?;
-    let mut lone_runs = Vec::with_capacity(LONE_TEXT_RUNS);
-    for _ in 0..LONE_TEXT_RUNS {
-        let started = std::time::Instant::now();
+    for _ in 0..WARM_UP_LONE_RUNS {
         model.embed_batch(&[text.ids.as_slice()])?;
-        lone_runs.push(started.elapsed());
     }
-    lone_runs.sort();
-    Ok(lone_runs[LONE_TEXT_RUNS / 2])
+    Ok(())
 }
 
-/// Timed runs of one short text at start: the median of five shrugs off a descheduled
-/// thread and costs a few milliseconds.
-const LONE_TEXT_RUNS: usize = 5;
+/// Runs of one short text at start, after the first batch: the shape a lone client
+/// sends, planned before it arrives.
+const WARM_UP_LONE_RUNS: usize = 2;
 
 fn tokenize_all(tokenizer: &TextTokenizer, texts: &[String]) -> Result<Vec<TokenizedText>> {
     texts.iter().map(|text| tokenizer.tokenize(text)).collect()

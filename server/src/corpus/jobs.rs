@@ -415,7 +415,12 @@ impl Corpus {
                         vectors.insert(*hash, row.to_vec());
                     }
                 }
-                Err(error @ (Error::ResourceExhausted(_) | Error::Unavailable(_) | Error::Storage(_))) => {
+                Err(
+                    error @ (Error::ResourceExhausted(_)
+                    | Error::Overloaded { .. }
+                    | Error::Unavailable(_)
+                    | Error::Storage(_)),
+                ) => {
                     return Err(error);
                 }
                 Err(error) => embed_failure = Some(error.to_string()),

@@ -54,7 +54,8 @@ impl CrossEncoderScorer {
         let typical_call = warm_up(&mut model, &tokenizer)?;
         let queue_bound = match queue_bound {
             QueueBound::Auto => Some((typical_call * AUTO_BOUND_CALLS).max(lanes::AUTO_BOUND_FLOOR)),
-            other => other.resolve(typical_call),
+            QueueBound::Off => None,
+            QueueBound::Fixed(bound) => Some(bound),
         };
         tracing::info!(
             model = %model_id,

@@ -185,7 +185,7 @@ impl RerankEngine {
             RerankStats::add(&self.stats.rejected_overload, 1);
         })?;
         let scores = self.scorer.score(query, texts, options).await.inspect_err(|error| {
-            if matches!(error, Error::ResourceExhausted(_)) {
+            if matches!(error, Error::Overloaded { .. }) {
                 RerankStats::add(&self.stats.rejected_overload, 1);
             }
         })?;

@@ -139,6 +139,9 @@ impl EmbedService for EmbedApi {
             self.settings.batch,
             self.settings.max_request_bytes,
         );
+        if let (Some(admission), Some(limits)) = (self.engine.admission(), response.limits.as_mut()) {
+            wire::set_admission(limits, admission);
+        }
         if let Some(corpus) = self.corpus.get() {
             response.store = Some(wire::store_info(corpus.store_description(), &corpus.store_health().await));
         }

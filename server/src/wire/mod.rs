@@ -15,6 +15,7 @@ use embedwire_proto::vectors;
 use crate::backend::RawEmbeddings;
 use crate::engine::{EmbedOptions, Embeddings, RequestLimits};
 use crate::error::{Error, Result};
+use crate::lanes::Admission;
 use crate::model::{ModelInfo, Pooling, Precision, TokenizedText};
 
 /// Every dtype Embed can return, for Info.
@@ -32,6 +33,7 @@ impl From<Error> for tonic::Status {
         match error {
             Error::InvalidArgument(_) => tonic::Status::invalid_argument(message),
             Error::ResourceExhausted(_) => tonic::Status::resource_exhausted(message),
+            Error::Overloaded { retry_after, .. } => overloaded_status(message, retry_after),
             Error::OutOfRange(_) => tonic::Status::out_of_range(message),
             Error::Unavailable(_) => tonic::Status::unavailable(message),
             Error::Cancelled => tonic::Status::cancelled(message),
@@ -49,12 +51,29 @@ pub fn error_from_upstream(status: tonic::Status) -> Error {
     let message = status.message().to_string();
     match status.code() {
         tonic::Code::InvalidArgument => Error::InvalidArgument(message),
-        tonic::Code::ResourceExhausted => Error::ResourceExhausted(message),
+        tonic::Code::ResourceExhausted => match retry_pushback(&status) {
+            Some(retry_after) => Error::Overloaded { reason: message, retry_after },
+            None => Error::ResourceExhausted(message),
+        },
         tonic::Code::OutOfRange => Error::OutOfRange(message),
         tonic::Code::Unavailable => Error::Unavailable(message),
         tonic::Code::Cancelled | tonic::Code::DeadlineExceeded => Error::Cancelled,
         _ => Error::Upstream(format!("{:?}: {message}", status.code())),
     }
+}
+
+/// RESOURCE_EXHAUSTED with the retry hint in whole milliseconds (at least 1).
+fn overloaded_status(message: String, retry_after: std::time::Duration) -> tonic::Status {
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    let millis = retry_after.as_millis().max(1);
+    metadata.insert(crate::error::RETRY_PUSHBACK_METADATA, millis.to_string().parse().expect("digits are ASCII"));
+    tonic::Status::with_metadata(tonic::Code::ResourceExhausted, message, metadata)
+}
+
+/// A status's retry hint (`grpc-retry-pushback-ms`), when it has a valid one.
+pub fn retry_pushback(status: &tonic::Status) -> Option<std::time::Duration> {
+    let millis = status.metadata().get(crate::error::RETRY_PUSHBACK_METADATA)?.to_str().ok()?.parse().ok()?;
+    Some(std::time::Duration::from_millis(millis))
 }
 
 /// tonic reports a request over the decoding limit as OUT_OF_RANGE; gRPC's own
@@ -161,12 +180,24 @@ pub fn info_response(
             max_input_chars: saturate(limits.max_input_chars),
             // Set with the rerank engine, once loaded.
             max_rerank_texts: 0,
+            // Set by `set_admission` where the server admits calls itself.
+            ..Default::default()
         }),
         version: env!("CARGO_PKG_VERSION").to_string(),
         store: None,
         precision: info.precision.name().to_string(),
         rerank_scorer: String::new(),
     }
+}
+
+/// The admission rule in Info's limits.
+pub fn set_admission(limits: &mut Limits, admission: Admission) {
+    match admission {
+        Admission::Off => {}
+        Admission::Calls(calls) => limits.max_interactive_calls = saturate(calls),
+        Admission::QueueTime(bound) => limits.max_queue_ms = u32::try_from(bound.as_millis()).unwrap_or(u32::MAX),
+    }
+    limits.admission = admission.describe();
 }
 
 /// The store part of Info.
