@@ -22,11 +22,34 @@
 //!   going down loses nothing. A store that every server reports unhealthy is
 //!   degraded.
 //!
+//! **Divergence after failback.** When the first upstream comes back, stateful calls
+//! return to its index, which lacks what was ingested into the other one meanwhile.
+//! Two kinds of evidence make `/healthz` say `degraded` then, with every upstream's
+//! document count:
+//! - the gateway's own record: the ids of documents it ingested into an index while
+//!   an upstream earlier in the order (whose index answers when it is up) had another
+//!   index. While that index answers, each probe asks it for those ids
+//!   (`GetDocuments`) and forgets the ones it holds, so re-ingesting them heals it.
+//!   The record is exact but lives in the gateway's memory (bounded by
+//!   [`MAX_TRACKED_MISSING`]) and sees only ingests made through this gateway;
+//! - the counts, which need no memory: another reachable index, not the answering
+//!   one, holding more documents than the answering index certainly holds some it
+//!   lacks. A smaller count proves nothing (200 documents may lack 3 of another
+//!   index's 50), which is why the record exists.
+//!
+//! Neither kind raises a false alarm while an ingest job runs: counts are compared
+//! only as of each index's last probe with no pending documents (a job that is still
+//! indexing changes nothing until it ends), and recorded ids are checked only against
+//! an index with nothing pending, so a document counts as present once searchable.
+//! Indexes that are empty, and upstreams sharing the answering index (one Weaviate
+//! collection, one PostgreSQL schema), are never compared.
+//!
 //! A job is looked up on every upstream when the first asked does not know it, since
 //! failover (or a store that keeps jobs per server) may have put it on any of them.
 //! An upstream that cannot be reached is skipped for a cool-down, and a call it failed
 //! is retried on the next one, unless the call may already have taken effect there.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -36,9 +59,9 @@ use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use embedwire_proto::v1::rerank_service_client::RerankServiceClient;
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
 use embedwire_proto::v1::{
-    EmbedRequest, EmbedResponse, GetIndexStatsRequest, GetIndexStatsResponse, GetJobRequest, GetJobResponse,
-    InfoRequest, InfoResponse, IngestRequest, IngestResponse, RerankRequest, RerankResponse, SearchRequest,
-    SearchResponse, StoreInfo,
+    EmbedRequest, EmbedResponse, GetDocumentsRequest, GetIndexStatsRequest, GetIndexStatsResponse, GetJobRequest,
+    GetJobResponse, InfoRequest, InfoResponse, IngestRequest, IngestResponse, RerankRequest, RerankResponse,
+    SearchRequest, SearchResponse, StoreInfo,
 };
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -52,6 +75,13 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::upstream::{HealthReport, Origin, Readiness, Served, StoreStatus, Upstream, UpstreamStatus};
+
+/// Most document ids the gateway remembers per upstream as ingested elsewhere while
+/// its index did not answer (about 100 bytes each). Past it, further ids are not
+/// recorded (a warning says so) and only the counts can tell.
+pub const MAX_TRACKED_MISSING: usize = 100_000;
+/// Ids per `GetDocuments` call when checking for them.
+const IDS_PER_CHECK: usize = 1_000;
 
 /// How the gateway talks to its upstreams.
 #[derive(Debug, Clone)]
@@ -95,9 +125,28 @@ struct Seen {
     serving: Option<bool>,
     /// Documents in its index at the last probe.
     document_count: Option<u64>,
+    /// Documents stored but not indexed yet at the last probe (a job is running).
+    pending_documents: Option<u64>,
+    /// Documents in its index at the last probe with nothing pending: what divergence
+    /// compares, so that a running job raises no alarm.
+    settled_documents: Option<u64>,
+    /// Ids ingested through the gateway into another index while this upstream's
+    /// (earlier in the order) did not answer, and not found in it since.
+    missing: BTreeSet<String>,
     /// Its index held documents at some point (seen in its statistics, or ingest and
     /// search answers with content): losing it loses data.
     held_data: bool,
+}
+
+impl Seen {
+    fn record_stats(&mut self, stats: &GetIndexStatsResponse) {
+        self.document_count = Some(stats.document_count);
+        self.pending_documents = Some(stats.pending_documents);
+        if stats.pending_documents == 0 {
+            self.settled_documents = Some(stats.document_count);
+        }
+        self.held_data |= stats.document_count > 0;
+    }
 }
 
 impl Member {
@@ -134,6 +183,8 @@ impl Member {
             shared: store.shared,
             store_healthy: store.healthy,
             held_data: seen.held_data,
+            documents: seen.settled_documents,
+            missing: seen.missing.len(),
         }
     }
 }
@@ -174,6 +225,10 @@ struct MemberView {
     store_healthy: bool,
     /// Its index held documents at some point.
     held_data: bool,
+    /// Documents in its index with nothing pending (see [`Seen::settled_documents`]).
+    documents: Option<u64>,
+    /// Documents ingested into other indexes that its index is known to lack.
+    missing: usize,
 }
 
 /// The index every healthy upstream shares, if they all report the same shared one.
@@ -216,6 +271,19 @@ fn degradation(views: &[MemberView], addresses: &[String], answering: Option<usi
         ids.dedup();
         problems.push(format!("store of index {} unhealthy on every upstream", ids.join(", ")));
     }
+    let diverged = divergence(views, addresses, answering);
+    if !diverged.is_empty() {
+        problems.extend(diverged);
+        let counts: Vec<String> = views
+            .iter()
+            .zip(addresses)
+            .map(|(view, address)| match view.documents {
+                Some(count) => format!("{address} {count}"),
+                None => format!("{address} unknown"),
+            })
+            .collect();
+        problems.push(format!("document counts: {}", counts.join(", ")));
+    }
     if problems.is_empty() {
         return None;
     }
@@ -224,6 +292,36 @@ fn degradation(views: &[MemberView], addresses: &[String], answering: Option<usi
         None => "no upstream answers".to_string(),
     };
     Some(format!("{}; {now}", problems.join("; ")))
+}
+
+/// Why the answering index lacks documents that another reachable index holds (see
+/// the module doc): ids recorded as ingested elsewhere and not found in it, or
+/// another index holding more documents. Empty when it lacks nothing known.
+fn divergence(views: &[MemberView], addresses: &[String], answering: Option<usize>) -> Vec<String> {
+    let Some((a, answer)) = answering.map(|i| (i, &views[i])).filter(|(_, v)| v.up) else {
+        return Vec::new();
+    };
+    let mut problems = Vec::new();
+    if answer.missing > 0 {
+        problems.push(format!(
+            "index {} at {} lacks {} documents ingested into another index while it did not answer",
+            answer.index_id, addresses[a], answer.missing
+        ));
+    }
+    for (other, address) in views.iter().zip(addresses) {
+        if !other.up || other.index_id == answer.index_id {
+            continue;
+        }
+        if let (Some(theirs), Some(ours)) = (other.documents, answer.documents)
+            && theirs > ours
+        {
+            problems.push(format!(
+                "index {} at {address} holds more documents ({theirs}) than index {} ({ours})",
+                other.index_id, answer.index_id
+            ));
+        }
+    }
+    problems
 }
 
 impl GrpcUpstream {
@@ -408,17 +506,67 @@ impl GrpcUpstream {
             tokio::time::timeout(limit, embed.info(self.request(InfoRequest {}))),
             tokio::time::timeout(limit, search.get_index_stats(self.request(GetIndexStatsRequest {}))),
         );
-        let mut seen = member.seen();
-        // A slow or failed answer keeps what was known: the server is serving.
-        if let Ok(Ok(info)) = info {
-            seen.store = info.into_inner().store;
-        }
-        if let Ok(Ok(stats)) = stats {
-            let count = stats.get_ref().document_count;
-            seen.document_count = Some(count);
-            seen.held_data |= count > 0;
+        let settled = {
+            let mut seen = member.seen();
+            // A slow or failed answer keeps what was known: the server is serving.
+            if let Ok(Ok(info)) = info {
+                seen.store = info.into_inner().store;
+            }
+            match stats {
+                Ok(Ok(stats)) => {
+                    seen.record_stats(stats.get_ref());
+                    stats.get_ref().pending_documents == 0
+                }
+                _ => false,
+            }
+        };
+        if settled {
+            self.check_missing(index).await;
         }
         Ok(())
+    }
+
+    /// Forgets the recorded missing ids that member `index` now holds. Called only
+    /// when it has nothing pending, so a found document is searchable. A failed call
+    /// keeps them all: the next probe asks again.
+    async fn check_missing(&self, index: usize) {
+        let member = &self.members[index];
+        let ids: Vec<String> = member.seen().missing.iter().cloned().collect();
+        let mut search = self.search_client(member.channel.clone());
+        for chunk in ids.chunks(IDS_PER_CHECK) {
+            let request = self.request(GetDocumentsRequest { ids: chunk.to_vec() });
+            let found = match tokio::time::timeout(self.settings.connect_timeout, search.get_documents(request)).await {
+                Ok(Ok(response)) => response.into_inner().documents,
+                _ => return,
+            };
+            let mut seen = member.seen();
+            for document in found {
+                seen.missing.remove(&document.id);
+            }
+        }
+    }
+
+    /// Records that documents `ids`, just ingested into member `writer`'s index, are
+    /// missing from the index of every upstream before it in the order that has
+    /// another index: those answer again when they come back, without them.
+    fn record_missing_elsewhere(&self, writer: usize, ids: &[String]) {
+        let written = self.members[writer].store().index_id;
+        for member in &self.members[..writer] {
+            if member.store().index_id == written {
+                continue;
+            }
+            let mut seen = member.seen();
+            let room = MAX_TRACKED_MISSING.saturating_sub(seen.missing.len());
+            if ids.len() > room {
+                tracing::warn!(
+                    upstream = %member.address,
+                    untracked = ids.len() - room,
+                    "too many documents ingested while this upstream's index did not answer to track by id; \
+                     only the document counts show the rest"
+                );
+            }
+            seen.missing.extend(ids.iter().take(room).cloned());
+        }
     }
 
     /// Probes every member at once; the reasons of those not serving.
@@ -440,6 +588,7 @@ impl GrpcUpstream {
             .enumerate()
             .map(|(i, (member, view))| {
                 let store = member.store();
+                let seen = member.seen();
                 UpstreamStatus {
                     address: member.address.clone(),
                     healthy: view.up,
@@ -447,7 +596,9 @@ impl GrpcUpstream {
                     index_id: store.index_id,
                     shared: store.shared,
                     store_healthy: store.healthy,
-                    document_count: member.seen().document_count,
+                    document_count: seen.document_count,
+                    pending_documents: seen.pending_documents,
+                    missing_documents: (!seen.missing.is_empty()).then_some(seen.missing.len() as u64),
                     answering: match &shared {
                         Some(id) => view.up && view.store_healthy && &view.index_id == id,
                         None => answering == Some(i),
@@ -529,6 +680,7 @@ impl Upstream for GrpcUpstream {
             .await?;
         if has_documents {
             self.saw_data(index);
+            self.record_missing_elsewhere(index, &response.get_ref().document_ids);
         }
         Ok(self.served(index, response))
     }
@@ -575,12 +727,7 @@ impl Upstream for GrpcUpstream {
                 async move { client.get_index_stats(request).await }
             })
             .await?;
-        let count = response.get_ref().document_count;
-        {
-            let mut seen = self.members[index].seen();
-            seen.document_count = Some(count);
-            seen.held_data |= count > 0;
-        }
+        self.members[index].seen().record_stats(response.get_ref());
         Ok(self.served(index, response))
     }
 
@@ -615,14 +762,42 @@ impl Upstream for GrpcUpstream {
         for member in &self.members {
             up.get_or_create(&UpstreamLabel { upstream: member.address.clone() }).set(i64::from(!member.is_down(now)));
         }
+        let documents = Family::<UpstreamLabel, Gauge>::default();
+        let missing = Family::<UpstreamLabel, Gauge>::default();
+        for member in &self.members {
+            let label = UpstreamLabel { upstream: member.address.clone() };
+            let seen = member.seen();
+            if let Some(count) = seen.document_count {
+                documents.get_or_create(&label).set(i64::try_from(count).unwrap_or(i64::MAX));
+            }
+            missing.get_or_create(&label).set(seen.missing.len() as i64);
+        }
+        let (_, answering, reason) = self.status();
         let degraded = Gauge::<i64>::default();
-        degraded.set(i64::from(self.status().2.is_some()));
+        degraded.set(i64::from(reason.is_some()));
+        let divergent = Gauge::<i64>::default();
+        divergent.set(i64::from(!divergence(&self.views(), &self.addresses(), answering).is_empty()));
         let mut registry = Registry::default();
         registry.register("embedwire_gateway_upstream_up", "Whether the gateway currently routes to this upstream", up);
         registry.register(
             "embedwire_gateway_index_degraded",
             "Whether an index that held documents is unreachable (see /healthz)",
             degraded,
+        );
+        registry.register(
+            "embedwire_gateway_upstream_documents",
+            "Documents in each upstream's index at the last probe",
+            documents,
+        );
+        registry.register(
+            "embedwire_gateway_upstream_missing_documents",
+            "Documents ingested into another index while this upstream's did not answer, not found in it since",
+            missing,
+        );
+        registry.register(
+            "embedwire_gateway_index_divergent",
+            "Whether the answering index lacks documents another upstream's index holds (see /healthz)",
+            divergent,
         );
         let mut text = String::new();
         prometheus_client::encoding::text::encode_registry(&mut text, &registry)
@@ -636,11 +811,42 @@ mod tests {
     use super::*;
 
     fn embedded(index_id: &str, up: bool, held_data: bool) -> MemberView {
-        MemberView { up, index_id: index_id.into(), shared: false, store_healthy: true, held_data }
+        let documents = Some(u64::from(held_data));
+        MemberView {
+            up,
+            index_id: index_id.into(),
+            shared: false,
+            store_healthy: true,
+            held_data,
+            documents,
+            missing: 0,
+        }
     }
 
     fn shared(index_id: &str, up: bool, store_healthy: bool) -> MemberView {
-        MemberView { up, index_id: index_id.into(), shared: true, store_healthy, held_data: true }
+        MemberView {
+            up,
+            index_id: index_id.into(),
+            shared: true,
+            store_healthy,
+            held_data: true,
+            documents: Some(1),
+            missing: 0,
+        }
+    }
+
+    /// An embedded index that is up, with `documents` settled and `missing` recorded.
+    fn counted(index_id: &str, documents: Option<u64>, missing: usize) -> MemberView {
+        let held_data = documents.unwrap_or(0) > 0;
+        MemberView {
+            up: true,
+            index_id: index_id.into(),
+            shared: false,
+            store_healthy: true,
+            held_data,
+            documents,
+            missing,
+        }
     }
 
     fn addresses(count: usize) -> Vec<String> {
@@ -725,5 +931,64 @@ mod tests {
         );
         let one_store_down = [shared("w", true, false), shared("w", true, true)];
         assert_eq!(degradation(&one_store_down, &addresses, Some(1)), None);
+    }
+
+    #[test]
+    fn after_failback_the_answering_index_lacking_recorded_documents_is_degraded() {
+        let addresses = addresses(2);
+        // 200 documents before the failover, 3 ingested into b meanwhile: the counts
+        // alone could not tell (200 > 3), the record does.
+        let failback = [counted("a", Some(200), 3), counted("b", Some(3), 0)];
+        assert_eq!(
+            degradation(&failback, &addresses, Some(0)).as_deref(),
+            Some(
+                "index a at http://s0 lacks 3 documents ingested into another index while it did not answer; \
+                 document counts: http://s0 200, http://s1 3; answering from index a"
+            )
+        );
+        // Re-ingested into a: the record is empty, a holds more; b's stale copy is no
+        // loss while a answers (losing a is reported as unreachable).
+        let healed = [counted("a", Some(203), 0), counted("b", Some(3), 0)];
+        assert_eq!(degradation(&healed, &addresses, Some(0)), None);
+        assert!(divergence(&healed, &addresses, Some(0)).is_empty());
+    }
+
+    #[test]
+    fn another_index_holding_more_documents_is_degraded_without_a_record() {
+        let addresses = addresses(2);
+        // E.g. a gateway restarted after the failback, or a server back with an empty disk.
+        let behind = [counted("a", Some(20), 0), counted("b", Some(25), 0)];
+        assert_eq!(
+            degradation(&behind, &addresses, Some(0)).as_deref(),
+            Some(
+                "index b at http://s1 holds more documents (25) than index a (20); \
+                 document counts: http://s0 20, http://s1 25; answering from index a"
+            )
+        );
+        let down = [counted("a", Some(20), 0), MemberView { up: false, ..counted("b", Some(25), 0) }];
+        assert!(divergence(&down, &addresses, Some(0)).is_empty(), "an unreachable index is not compared");
+        assert_eq!(
+            degradation(&down, &addresses, Some(0)).as_deref(),
+            Some("index b at http://s1 unreachable; answering from index a"),
+            "(it is lost instead)"
+        );
+        let unknown = [counted("a", None, 0), counted("b", Some(25), 0)];
+        assert_eq!(degradation(&unknown, &addresses, Some(0)), None, "no settled count yet: nothing to compare");
+    }
+
+    #[test]
+    fn empty_fresh_and_shared_indexes_are_never_divergent() {
+        let addresses = addresses(3);
+        let fresh = [counted("a", Some(0), 0), counted("b", Some(0), 0), counted("c", Some(0), 0)];
+        assert_eq!(degradation(&fresh, &addresses, Some(0)), None, "fresh, empty servers");
+        let standby_never_written = [counted("a", Some(50), 0), counted("b", Some(0), 0), counted("c", None, 0)];
+        assert_eq!(degradation(&standby_never_written, &addresses, Some(0)), None);
+        let one_store = [
+            MemberView { documents: Some(10), ..shared("w", true, true) },
+            MemberView { documents: Some(12), ..shared("w", true, true) },
+            MemberView { documents: Some(11), ..shared("w", true, true) },
+        ];
+        assert_eq!(degradation(&one_store, &addresses, Some(1)), None, "one shared index, read at different moments");
+        assert!(divergence(&one_store, &addresses, Some(0)).is_empty());
     }
 }

@@ -12,7 +12,8 @@
 //! ingest, job and search answer therefore names its index and upstream
 //! (`x-embedwire-index`, `x-embedwire-upstream`), and `/healthz` reports the store,
 //! each upstream's index, and `degraded` when the index that held the data is
-//! unreachable (`/readyz` then answers 503). Servers that share one index are
+//! unreachable, or (after a failback) the answering index lacks documents another
+//! upstream's index holds (`/readyz` then answers 503). Servers that share one index are
 //! balanced instead, and losing one of them loses nothing.
 //!
 //! # Layout

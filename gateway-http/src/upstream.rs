@@ -151,6 +151,13 @@ pub struct UpstreamStatus {
     /// Documents in its index, when known (last seen while it answered).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub document_count: Option<u64>,
+    /// Documents stored but not indexed yet at the last probe (a job is running).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_documents: Option<u64>,
+    /// Documents the gateway ingested into another index while this one did not
+    /// answer, and has not found in it since (absent when none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing_documents: Option<u64>,
     /// Whether ingest and search calls go to it now.
     pub answering: bool,
 }
@@ -166,8 +173,9 @@ pub struct HealthReport {
     pub store: StoreStatus,
     /// Every upstream (the standalone gateway only).
     pub upstreams: Option<Vec<UpstreamStatus>>,
-    /// Why answers may be missing data: the index that held it cannot be reached, or
-    /// the store is unhealthy everywhere. `None` when all is well.
+    /// Why answers may be missing data: the index that held it cannot be reached, the
+    /// store is unhealthy everywhere, or the answering index lacks documents another
+    /// upstream's index holds (after a failback). `None` when all is well.
     pub degraded: Option<String>,
 }
 

@@ -2,11 +2,14 @@
 //! processes. Embed traffic reaches both; when one is killed, requests keep
 //! succeeding on the other. Each server has its own (embedded) index, so every answer
 //! names the index it came from, and losing the index that held the documents shows
-//! in /healthz and /readyz.
+//! in /healthz and /readyz, and so does coming back to an index that missed the
+//! documents ingested during the failover (a failback), until they are re-ingested.
 
 mod common;
 
-use common::{Gateway, get, http, ingest_and_wait, post, post_with_headers, pseudo_server};
+use std::time::{Duration, Instant};
+
+use common::{Gateway, RestartableServer, get, http, ingest_and_wait, post, post_with_headers, pseudo_server};
 use serde_json::{Value, json};
 
 /// `embedwire_embed_requests_total` of a server.
@@ -197,4 +200,119 @@ async fn answers_name_their_index_and_losing_it_is_degraded() {
     assert_eq!(found, 0, "the second index holds none of the documents");
     let metrics = http().get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("embedwire_gateway_index_degraded 1"), "{metrics}");
+}
+
+/// Polls `/healthz` until `wanted` holds (each call probes every upstream); the last
+/// answer. Fails after 30 s, showing it.
+async fn health_when(base: &str, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, health) = get(&format!("{base}/healthz")).await;
+        assert_eq!(status, 200, "{health}");
+        if wanted(&health) {
+            return health;
+        }
+        assert!(Instant::now() < deadline, "/healthz: still not {what} after 30 s: {health}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The value of the metric line starting with `series ` (name and labels).
+async fn metric(base: &str, series: &str) -> Option<f64> {
+    let page = http().get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    let prefix = format!("{series} ");
+    page.lines().find_map(|line| line.strip_prefix(&prefix)).map(|value| value.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failback_to_an_index_that_missed_documents_is_degraded_until_they_are_reingested() {
+    let mut first = RestartableServer::start(&["--backend", "pseudo"]).await;
+    let second = pseudo_server().await;
+    let gateway = Gateway::start(&[&first.url, &second.url]).await;
+    let base = gateway.url.as_str();
+    let (first_url, second_url) = (first.url.clone(), second.url.clone());
+    let upstream_series = |name: &str, url: &str| format!("{name}{{upstream=\"{url}\"}}");
+
+    let job = ingest_and_wait(base, Value::Array((0..20).map(document).collect())).await;
+    assert_eq!((job["status"].as_str(), job["processed_documents"].as_u64()), (Some("completed"), Some(20)));
+    let health = health_when(base, "ok with 20 documents in the first index", |h| {
+        h["upstreams"][0]["document_count"] == 20 && h["upstreams"][0]["pending_documents"] == 0
+    })
+    .await;
+    assert_eq!(health["status"], "ok", "{health}");
+    let first_index = health["upstreams"][0]["index_id"].as_str().unwrap().to_string();
+    let second_index = health["upstreams"][1]["index_id"].as_str().unwrap().to_string();
+    assert_eq!(health["upstreams"][1]["document_count"], 0, "the second index was never written: {health}");
+    assert_eq!(metric(base, "embedwire_gateway_index_divergent").await, Some(0.0));
+
+    // Failover: the first server dies, and 5 more documents go to the second index.
+    first.kill().await;
+    health_when(base, "aware the first upstream is down", |h| h["upstreams"][0]["healthy"] == false).await;
+    let missed: Vec<Value> = (20..25).map(document).collect();
+    let job = ingest_and_wait(base, Value::Array(missed.clone())).await;
+    assert_eq!((job["status"].as_str(), job["processed_documents"].as_u64()), (Some("completed"), Some(5)));
+    let health =
+        health_when(base, "with the second index's 5 documents", |h| h["upstreams"][1]["document_count"] == 5).await;
+    assert_eq!(health["status"], "degraded", "the index holding 20 documents is unreachable: {health}");
+    assert_eq!(health["store"]["index_id"], second_index.as_str(), "answering from the second index: {health}");
+
+    // Failback: the first server is back with its own index, which lacks those 5.
+    first.restart().await;
+    let health =
+        health_when(base, "answering from the first upstream again", |h| h["upstreams"][0]["answering"] == true).await;
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert_eq!(
+        health["detail"].as_str().unwrap_or_default(),
+        format!(
+            "index {first_index} at {first_url} lacks 5 documents ingested into another index while it did not \
+             answer; document counts: {first_url} 20, {second_url} 5; answering from index {first_index}"
+        ),
+        "{health}"
+    );
+    let upstreams = health["upstreams"].as_array().unwrap();
+    assert_eq!(upstreams[0]["index_id"], first_index.as_str(), "the same index, from its data directory");
+    assert_eq!(
+        (&upstreams[0]["document_count"], &upstreams[1]["document_count"], &upstreams[0]["missing_documents"]),
+        (&json!(20), &json!(5), &json!(5)),
+        "{health}"
+    );
+    assert_eq!((&upstreams[1]["healthy"], &upstreams[1]["answering"]), (&json!(true), &json!(false)), "{health}");
+    assert_eq!(health["document_count"], 20, "{health}");
+    let (status, ready) = get(&format!("{base}/readyz")).await;
+    assert_eq!((status, &ready["degraded"]), (503, &json!(true)), "{ready}");
+    assert_eq!(metric(base, "embedwire_gateway_index_degraded").await, Some(1.0));
+    assert_eq!(metric(base, "embedwire_gateway_index_divergent").await, Some(1.0));
+    let documents = "embedwire_gateway_upstream_documents";
+    assert_eq!(metric(base, &upstream_series(documents, &first_url)).await, Some(20.0));
+    assert_eq!(metric(base, &upstream_series(documents, &second_url)).await, Some(5.0));
+    let missing = "embedwire_gateway_upstream_missing_documents";
+    assert_eq!(metric(base, &upstream_series(missing, &first_url)).await, Some(5.0));
+    assert_eq!(metric(base, &upstream_series(missing, &second_url)).await, Some(0.0));
+    // What degraded means: a document ingested during the failover is not found.
+    let text = document(22)["text"].as_str().unwrap().to_string();
+    let (top, index, upstream) = top_hit(base, &text).await;
+    assert_eq!((index.as_str(), upstream.as_str()), (first_index.as_str(), first_url.as_str()));
+    assert_ne!(top.as_deref(), Some("doc-22"), "the answering index lacks it");
+
+    // Healing: re-ingest the missed documents through the gateway, into the index
+    // answering now.
+    let job = ingest_and_wait(base, Value::Array(missed)).await;
+    assert_eq!((job["status"].as_str(), job["processed_documents"].as_u64()), (Some("completed"), Some(5)));
+    let health = health_when(base, "ok", |h| h["status"] == "ok").await;
+    assert_eq!(health.get("detail"), None, "{health}");
+    let upstreams = health["upstreams"].as_array().unwrap();
+    assert_eq!(
+        (&upstreams[0]["document_count"], &upstreams[1]["document_count"], upstreams[0].get("missing_documents")),
+        (&json!(25), &json!(5), None),
+        "the second index keeps its 5, which the answering one now holds too: {health}"
+    );
+    assert_eq!(upstreams[0]["answering"], true, "{health}");
+    let (status, ready) = get(&format!("{base}/readyz")).await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(metric(base, "embedwire_gateway_index_degraded").await, Some(0.0));
+    assert_eq!(metric(base, "embedwire_gateway_index_divergent").await, Some(0.0));
+    assert_eq!(metric(base, &upstream_series(missing, &first_url)).await, Some(0.0));
+    assert_eq!(metric(base, &upstream_series(documents, &first_url)).await, Some(25.0));
+    let (top, _, upstream) = top_hit(base, &text).await;
+    assert_eq!((top.as_deref(), upstream.as_str()), (Some("doc-22"), first_url.as_str()));
 }

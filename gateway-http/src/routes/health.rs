@@ -5,8 +5,10 @@
 //! Both also say which index answers: `/healthz` adds the `store` of the index that
 //! answers (and, in the standalone gateway, every upstream with its index), and turns
 //! `status` to `degraded` when the index that held the documents cannot be reached
-//! (a failover to another server's own index) or the store is unhealthy everywhere;
-//! `/readyz` then answers 503 with the reason.
+//! (a failover to another server's own index), when the index answering lacks
+//! documents another upstream's index holds (after a failback: the `detail` gives
+//! every upstream's document count), or the store is unhealthy everywhere; `/readyz`
+//! then answers 503 with the reason.
 
 use axum::Json;
 use axum::extract::State;

@@ -51,6 +51,95 @@ pub async fn pseudo_server() -> Server {
     start_server(&["--backend", "pseudo"]).await
 }
 
+/// A server that can be killed and started again on the same address and data
+/// directory, as an operator restarts one: the gateway knows its upstreams by
+/// address, and the embedded index is kept on disk. (`ServerProcess` starts each
+/// server on a new port with a new directory, so it cannot stand for a failback.)
+pub struct RestartableServer {
+    child: Option<Child>,
+    data_dir: PathBuf,
+    args: Vec<String>,
+    /// The address it listens on, fixed by the first start.
+    pub address: String,
+    pub url: String,
+}
+
+impl RestartableServer {
+    /// Starts it on a free port with a fresh data directory and `args`.
+    pub async fn start(args: &[&str]) -> RestartableServer {
+        let data_dir = embedwire_bench::server_process::fresh_data_dir();
+        let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        let (child, address) = Self::spawn(&data_dir, "127.0.0.1:0", &args).await;
+        let url = format!("http://{address}");
+        RestartableServer { child: Some(child), data_dir, args, address, url }
+    }
+
+    /// SIGKILL, and waits for it to exit.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.start_kill().expect("kill the server");
+            child.wait().await.expect("the server exits");
+        }
+    }
+
+    /// Starts it again on its address, with its data directory.
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        let (child, address) = Self::spawn(&self.data_dir, &self.address, &self.args).await;
+        assert_eq!(address, self.address, "restarted on its old address");
+        self.child = Some(child);
+    }
+
+    /// Spawns the server on `listen`; returns it and its address once `/readyz` is 200.
+    async fn spawn(data_dir: &std::path::Path, listen: &str, args: &[String]) -> (Child, String) {
+        let mut child = Command::new(server_binary())
+            .args(["--listen", listen])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(args)
+            .env("RUST_LOG", "info,ort=warn")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the server starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let address = tokio::time::timeout(Duration::from_secs(60), async {
+            let mut log = Vec::new();
+            while let Some(line) = lines.next_line().await.expect("server log") {
+                if let Some(address) = line.split("listening on ").nth(1) {
+                    return address.split_whitespace().next().unwrap_or_default().to_string();
+                }
+                log.push(line);
+            }
+            panic!("the server exited before listening:\n{}", log.join("\n"));
+        })
+        .await
+        .expect("the server listens within 60 s");
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ready = http().get(format!("http://{address}/readyz")).send().await;
+            if ready.is_ok_and(|response| response.status().is_success()) {
+                return (child, address);
+            }
+            assert!(Instant::now() < deadline, "the server at {address} was not ready within 60 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for RestartableServer {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
 /// The standalone gateway in front of `upstreams`.
 pub struct Gateway {
     child: Child,
