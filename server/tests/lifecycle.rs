@@ -159,10 +159,10 @@ async fn closed_loop_clients_of_64_callers_are_never_refused_at_default_flags() 
     // what the old time-based default refused), each waiting for its answer before the
     // next call: one text per gRPC call, 32 per gRPC call, and HTTP /v1/search, all at once.
     let server = InProcessServer::start(ONNX).await;
-    let (base, http) = (format!("http://{}", server.address), reqwest::Client::new());
+    let (base, http) = (server.address.clone(), reqwest::Client::new());
     ingest_over_http(&http, &base, 50).await;
     const CALLERS: usize = 64;
-    const CALLS_EACH: usize = 4;
+    const CALLS_EACH: usize = 2;
     let texts = common::sentences(CALLERS * CALLS_EACH * 32, 12);
     let mut callers = Vec::new();
     for caller in 0..CALLERS {
