@@ -173,7 +173,7 @@ class StoreNode(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., healthy: _Optional[bool] = ...) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("max_inputs_per_request", "max_request_bytes", "max_in_flight_inputs", "max_batch_size", "max_batch_tokens", "max_input_chars", "max_rerank_texts")
+    __slots__ = ("max_inputs_per_request", "max_request_bytes", "max_in_flight_inputs", "max_batch_size", "max_batch_tokens", "max_input_chars", "max_rerank_texts", "max_interactive_calls", "max_queue_ms", "admission")
     MAX_INPUTS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
     MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_IN_FLIGHT_INPUTS_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +181,9 @@ class Limits(_message.Message):
     MAX_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_INPUT_CHARS_FIELD_NUMBER: _ClassVar[int]
     MAX_RERANK_TEXTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_INTERACTIVE_CALLS_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUE_MS_FIELD_NUMBER: _ClassVar[int]
+    ADMISSION_FIELD_NUMBER: _ClassVar[int]
     max_inputs_per_request: int
     max_request_bytes: int
     max_in_flight_inputs: int
@@ -188,4 +191,7 @@ class Limits(_message.Message):
     max_batch_tokens: int
     max_input_chars: int
     max_rerank_texts: int
-    def __init__(self, max_inputs_per_request: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., max_in_flight_inputs: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., max_batch_tokens: _Optional[int] = ..., max_input_chars: _Optional[int] = ..., max_rerank_texts: _Optional[int] = ...) -> None: ...
+    max_interactive_calls: int
+    max_queue_ms: int
+    admission: str
+    def __init__(self, max_inputs_per_request: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., max_in_flight_inputs: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., max_batch_tokens: _Optional[int] = ..., max_input_chars: _Optional[int] = ..., max_rerank_texts: _Optional[int] = ..., max_interactive_calls: _Optional[int] = ..., max_queue_ms: _Optional[int] = ..., admission: _Optional[str] = ...) -> None: ...
