@@ -303,11 +303,12 @@ fn overload_accounts_for_every_call() {
     }
     let header = "max_per_s,unloaded_p50_ms,unloaded_p99_ms,offered_per_s,sent,accepted,rejected,errors,\
                   rejected_p50_ms,rejected_p99_ms,accepted_p50_ms,accepted_p99_ms,goodput_per_s,full_batch_ms,\
-                  mean_batch_size,recovery_s,lag_p99_ms,held_back,server_cores";
+                  full_batch_size,burst_batch_ms,burst_batch_size,recovery_s,lag_p99_ms,held_back,server_cores";
     let runs = run.csv("overload_bench_runs.csv", header);
     let number = |i: usize| runs[0][i].parse::<f64>().unwrap_or_else(|_| panic!("field {i} of {:?}", runs[0]));
     // Every call sent is accounted for: accepted, rejected or failed; offered at 3 x the maximum.
     assert_eq!(number(4), number(5) + number(6) + number(7), "{runs:?}");
     assert!(number(0) > 0.0 && (number(3) - 3.0 * number(0)).abs() <= 0.25, "{runs:?}");
     assert!(number(13) > 0.0 && number(14) >= 1.0, "the full batch was read from /metrics: {runs:?}");
+    assert!(number(15) > 0.0 && number(16) >= 1.0, "the burst's batches were read from /metrics: {runs:?}");
 }

@@ -67,10 +67,12 @@ pub struct BatchLimits {
 }
 
 /// Which lane a request takes (see `lanes`): interactive (a person waits: a search,
-/// a small Embed) or bulk (background ingestion, Embed calls bigger than the
-/// queue-time bound). Bulk work runs one batch at a time, when no interactive work
-/// waits or once every [`INTERACTIVE_BATCHES_PER_BULK`] interactive batches, so a
-/// large ingest delays a search by at most one batch and is never starved.
+/// a small Embed) or bulk (background ingestion, Embed calls of many texts). Bulk
+/// work runs when no interactive work waits, in windows sorted by length like
+/// interactive ones, but stops after any batch once interactive work waits; and it
+/// gets one batch in every [`INTERACTIVE_BATCHES_PER_BULK`] while interactive work
+/// keeps coming. So a large ingest delays a search by at most one batch, is never
+/// starved, and runs as padding-free as interactive work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Priority {
     #[default]
@@ -295,8 +297,8 @@ impl<I: BatchInput> SequenceQueue<I> {
         self.changed.notify_all();
     }
 
-    /// Blocks until sequences are waiting, then takes up to `max_sequences`
-    /// interactive ones, oldest first, or one batch of bulk ones when none wait or
+    /// Blocks until sequences are waiting, then takes up to `max_sequences` of one
+    /// lane, oldest first: interactive ones, or bulk ones when none wait or
     /// `bulk_due`. Waits up to `max_wait` more while fewer than `fill_target` wait.
     /// None when the queue is closed and empty.
     fn take_window(
@@ -321,15 +323,27 @@ impl<I: BatchInput> SequenceQueue<I> {
             }
             state = self.changed.wait_timeout(state, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }
-        if !state.interactive.is_empty() && !(bulk_due && !state.bulk.is_empty()) {
-            let take = state.interactive.len().min(max_sequences);
-            return Some(Window {
-                sequences: state.interactive.drain(..take).collect(),
-                priority: Priority::Interactive,
-            });
+        let (lane, priority) = if !state.interactive.is_empty() && !(bulk_due && !state.bulk.is_empty()) {
+            (&mut state.interactive, Priority::Interactive)
+        } else {
+            (&mut state.bulk, Priority::Bulk)
+        };
+        let take = lane.len().min(max_sequences);
+        Some(Window { sequences: lane.drain(..take).collect(), priority })
+    }
+
+    /// True when interactive work waits: a bulk window stops between its batches
+    /// then, so interactive calls wait for at most one bulk batch.
+    fn interactive_waiting(&self) -> bool {
+        !self.lock().interactive.is_empty()
+    }
+
+    /// Puts bulk sequences a window did not run back at the front of their lane.
+    fn return_bulk(&self, sequences: Vec<QueuedSequence<I>>) {
+        let mut state = self.lock();
+        for sequence in sequences.into_iter().rev() {
+            state.bulk.push_front(sequence);
         }
-        let take = one_batch_of(&state.bulk, limits);
-        Some(Window { sequences: state.bulk.drain(..take).collect(), priority: Priority::Bulk })
     }
 }
 
@@ -344,20 +358,6 @@ struct Window<I> {
 /// bulk caller keeps a fifth of the model; large enough that interactive calls wait
 /// for a bulk batch rarely.
 pub const INTERACTIVE_BATCHES_PER_BULK: usize = 4;
-
-/// How many sequences from the front of `queue` make one batch under the limits.
-fn one_batch_of<I: BatchInput>(queue: &VecDeque<QueuedSequence<I>>, limits: BatchLimits) -> usize {
-    let mut longest = 0;
-    let mut count = 0;
-    for sequence in queue.iter().take(limits.max_batch_size) {
-        longest = longest.max(sequence.input.token_count());
-        if count > 0 && (count + 1) * longest > limits.max_bulk_batch_tokens {
-            break;
-        }
-        count += 1;
-    }
-    count
-}
 
 /// Windows hold a few batches' worth of sequences, enough to group by length without
 /// keeping new arrivals waiting behind a long backlog.
@@ -379,7 +379,14 @@ fn run_model_thread<M: BatchModel>(
         stats.queue_depth.store(queue.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let mut live = drop_abandoned(window.sequences, stats, work_ahead);
         live.sort_by_key(|s| s.input.token_count());
-        for batch in split_under_budget(live, limits) {
+        // Bulk batches have their own, smaller, token budget: interactive work that
+        // arrives meanwhile waits for the batch running.
+        let budget = match window.priority {
+            Priority::Interactive => limits,
+            Priority::Bulk => BatchLimits { max_batch_tokens: limits.max_bulk_batch_tokens, ..limits },
+        };
+        let mut batches = split_under_budget(live, budget).into_iter();
+        while let Some(batch) = batches.next() {
             // Callers may have left while earlier batches of this window ran.
             let batch = drop_abandoned(batch, stats, work_ahead);
             if batch.is_empty() {
@@ -389,7 +396,14 @@ fn run_model_thread<M: BatchModel>(
             previous_batch_size = batch.len();
             match window.priority {
                 Priority::Interactive => interactive_batches_since_bulk += 1,
-                Priority::Bulk => interactive_batches_since_bulk = 0,
+                Priority::Bulk => {
+                    interactive_batches_since_bulk = 0;
+                    // A bulk window is sorted as a whole (little padding), but
+                    // yields to interactive work after each batch.
+                    if queue.interactive_waiting() {
+                        queue.return_bulk(batches.by_ref().flatten().collect());
+                    }
+                }
             }
         }
     }
