@@ -17,6 +17,7 @@ use std::time::Duration;
 use axum::response::IntoResponse;
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use governor::clock::Clock;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use http::{HeaderValue, Request, Response, header};
 use tonic::Code;
@@ -206,7 +207,8 @@ pub struct Access<S> {
 enum Refusal {
     Unauthenticated(&'static str),
     PermissionDenied,
-    RateLimited,
+    /// Over the key's rate; the bucket has room again after this long.
+    RateLimited(Duration),
 }
 
 impl AccessLayer {
@@ -231,9 +233,9 @@ impl AccessLayer {
             return Err(Refusal::PermissionDenied);
         }
         if let Some(limiter) = &self.limiter
-            && limiter.check_key(&index).is_err()
+            && let Err(not_until) = limiter.check_key(&index)
         {
-            return Err(Refusal::RateLimited);
+            return Err(Refusal::RateLimited(not_until.wait_time_from(limiter.clock().now())));
         }
         Ok(())
     }
@@ -242,12 +244,14 @@ impl AccessLayer {
 /// The refusal in the caller's protocol: a gRPC status for gRPC and gRPC-web, JSON
 /// (OpenAI's shape on its route) for the rest.
 fn refusal_response<B>(request: &Request<B>, refusal: Refusal) -> Response<axum::body::Body> {
-    let (code, message) = match refusal {
-        Refusal::Unauthenticated(message) => (Code::Unauthenticated, message.to_string()),
+    let (code, message, retry_after) = match refusal {
+        Refusal::Unauthenticated(message) => (Code::Unauthenticated, message.to_string(), None),
         Refusal::PermissionDenied => {
-            (Code::PermissionDenied, "this API key is read-only: it cannot ingest or delete".into())
+            (Code::PermissionDenied, "this API key is read-only: it cannot ingest or delete".into(), None)
         }
-        Refusal::RateLimited => (Code::ResourceExhausted, "rate limit of this API key exceeded; retry later".into()),
+        Refusal::RateLimited(wait) => {
+            (Code::ResourceExhausted, "rate limit of this API key exceeded; retry later".into(), Some(wait))
+        }
     };
     let is_grpc = request
         .headers()
@@ -255,9 +259,13 @@ fn refusal_response<B>(request: &Request<B>, refusal: Refusal) -> Response<axum:
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/grpc"));
     let mut response = if is_grpc {
-        tonic::Status::new(code, message).into_http::<axum::body::Body>()
+        let mut status = tonic::Status::new(code, message);
+        if let Some(wait) = retry_after {
+            embedwire_proto::transport::set_retry_pushback(&mut status, wait);
+        }
+        status.into_http::<axum::body::Body>()
     } else {
-        let error = ApiError { code, message, field: None, http_status: None };
+        let error = ApiError { code, message, field: None, http_status: None, retry_after };
         if request.uri().path() == "/v1/embeddings" { error.into_openai_response() } else { error.into_response() }
     };
     if code == Code::Unauthenticated {

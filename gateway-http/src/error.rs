@@ -1,10 +1,14 @@
 //! One mapping from gRPC status codes to HTTP statuses, and the two JSON error shapes:
 //! embedwire's own `{"error": {"code", "message", "field"}}` for every route but the
 //! OpenAI-compatible one, which answers in OpenAI's format so that its SDKs raise
-//! their usual exceptions.
+//! their usual exceptions. A refusal with a retry hint (the gRPC status's
+//! `grpc-retry-pushback-ms`) answers with `Retry-After` and `retry-after-ms` headers
+//! in both shapes.
+
+use std::time::Duration;
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tonic::Code;
@@ -22,7 +26,14 @@ pub struct ApiError {
     /// Overrides the status derived from `code` (413 for bodies over the limit,
     /// 415 for a wrong content type), which gRPC has no codes for.
     pub http_status: Option<StatusCode>,
+    /// When the same request should work again (an overload refusal's hint), sent
+    /// as `Retry-After` and `retry-after-ms`.
+    pub retry_after: Option<Duration>,
 }
+
+/// The precise retry hint in milliseconds, beside `Retry-After`'s whole seconds,
+/// which round a 50 ms hint up to a full second.
+pub const RETRY_AFTER_MS: HeaderName = HeaderName::from_static("retry-after-ms");
 
 impl ApiError {
     /// A 400 naming `field`.
@@ -33,17 +44,29 @@ impl ApiError {
             message: format!("{field}: {problem}"),
             field: Some(field),
             http_status: None,
+            retry_after: None,
         }
     }
 
     /// An error with an explicit HTTP status.
     pub fn with_status(status: StatusCode, code: Code, message: impl Into<String>) -> Self {
-        ApiError { code, message: message.into(), field: None, http_status: Some(status) }
+        ApiError { code, message: message.into(), field: None, http_status: Some(status), retry_after: None }
     }
 
     /// A 404 for a route or resource that does not exist.
     pub fn not_found(message: impl Into<String>) -> Self {
-        ApiError { code: Code::NotFound, message: message.into(), field: None, http_status: None }
+        ApiError { code: Code::NotFound, message: message.into(), field: None, http_status: None, retry_after: None }
+    }
+
+    /// A refusal with a retry hint (RESOURCE_EXHAUSTED, HTTP 429 + `Retry-After`).
+    pub fn refused(message: impl Into<String>, retry_after: Duration) -> Self {
+        ApiError {
+            code: Code::ResourceExhausted,
+            message: message.into(),
+            field: None,
+            http_status: None,
+            retry_after: Some(retry_after),
+        }
     }
 
     /// The error with the server's name for a field (`inputs[2]`) replaced by the
@@ -75,7 +98,7 @@ impl ApiError {
         let body = OpenAiErrorBody {
             error: OpenAiError { message: self.message, kind, param: self.field, code: openai_code(self.code) },
         };
-        (status, Json(body)).into_response()
+        with_retry_headers((status, Json(body)).into_response(), self.retry_after)
     }
 }
 
@@ -85,7 +108,8 @@ impl From<tonic::Status> for ApiError {
     fn from(status: tonic::Status) -> Self {
         let message = status.message().to_string();
         let field = (status.code() == Code::InvalidArgument).then(|| field_of(&message)).flatten();
-        ApiError { code: status.code(), message, field, http_status: None }
+        let retry_after = embedwire_proto::transport::retry_pushback(&status);
+        ApiError { code: status.code(), message, field, http_status: None, retry_after }
     }
 }
 
@@ -158,8 +182,23 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let body =
             ErrorBody { error: ErrorDetail { code: code_name(self.code), message: self.message, field: self.field } };
-        (status, Json(body)).into_response()
+        with_retry_headers((status, Json(body)).into_response(), self.retry_after)
     }
+}
+
+/// `Retry-After` in whole seconds (RFC 9110 has no finer unit), rounded up so a
+/// client that honors it never comes back early, and at least 1 (0 would invite an
+/// immediate retry); `retry-after-ms` keeps the precise hint for clients that
+/// read it.
+fn with_retry_headers(mut response: Response, retry_after: Option<Duration>) -> Response {
+    if let Some(retry_after) = retry_after {
+        let millis = retry_after.as_nanos().div_ceil(1_000_000).max(1);
+        let seconds = millis.div_ceil(1000);
+        let headers = response.headers_mut();
+        headers.insert(axum::http::header::RETRY_AFTER, HeaderValue::from(seconds as u64));
+        headers.insert(RETRY_AFTER_MS, HeaderValue::from(millis as u64));
+    }
+    response
 }
 
 /// `INVALID_ARGUMENT` for `Code::InvalidArgument`: the names gRPC documents.
@@ -195,6 +234,23 @@ mod tests {
         assert_eq!(http_status_of(Code::ResourceExhausted), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(http_status_of(Code::Unavailable), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(http_status_of(Code::DeadlineExceeded), StatusCode::GATEWAY_TIMEOUT);
+    }
+
+    #[test]
+    fn a_refusals_hint_becomes_retry_after_headers() {
+        let mut status = tonic::Status::resource_exhausted("busy");
+        embedwire_proto::transport::set_retry_pushback(&mut status, Duration::from_millis(1_250));
+        let response = ApiError::from(status).into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[axum::http::header::RETRY_AFTER], "2", "whole seconds, rounded up");
+        assert_eq!(response.headers()[RETRY_AFTER_MS], "1250");
+
+        let response = ApiError::refused("busy", Duration::from_millis(5)).into_openai_response();
+        assert_eq!(response.headers()[axum::http::header::RETRY_AFTER], "1", "never 0");
+        assert_eq!(response.headers()[RETRY_AFTER_MS], "5");
+
+        let response = ApiError::from(tonic::Status::resource_exhausted("too big")).into_response();
+        assert!(response.headers().get(axum::http::header::RETRY_AFTER).is_none(), "no hint, no header");
     }
 
     #[test]

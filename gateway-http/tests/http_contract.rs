@@ -396,3 +396,42 @@ async fn in_process_answers_name_the_servers_index() {
     let (status, ready) = get(&format!("{base}/readyz")).await;
     assert_eq!((status, ready), (200, json!({"ready": true})));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overload_refusal_is_a_429_that_says_when_to_retry() {
+    // Room for two 32-text calls at a time and the real model (a call takes 100+
+    // ms): a burst of 16 at once, on the embedwire and the OpenAI route, is refused
+    // in part.
+    let server =
+        start_server(&["--backend", "onnx", "--max-in-flight-inputs", "64", "--max-inputs-per-request", "64"]).await;
+    let texts: Vec<String> = (0..32).map(|i| format!("burst text number {i}")).collect();
+    let client = http();
+    let requests = (0..16).map(|i| {
+        let (route, body) = if i % 2 == 0 {
+            ("embed", json!({ "texts": texts }))
+        } else {
+            ("v1/embeddings", json!({ "input": texts, "model": "all-MiniLM-L6-v2" }))
+        };
+        client.post(format!("{}/{route}", server.url)).json(&body).send()
+    });
+    let answers = futures::future::join_all(requests).await;
+    let mut refused = 0;
+    for answer in answers {
+        let answer = answer.expect("request sent");
+        let status = answer.status().as_u16();
+        if status == 200 {
+            continue;
+        }
+        assert_eq!(status, 429, "only overload refusals in a burst of valid calls");
+        refused += 1;
+        let header = |name: &str| -> u64 {
+            let value = answer.headers().get(name).unwrap_or_else(|| panic!("a 429 carries {name}"));
+            value.to_str().unwrap().parse().unwrap_or_else(|_| panic!("{name}: {value:?} is whole units"))
+        };
+        let (seconds, millis) = (header("retry-after"), header("retry-after-ms"));
+        assert!(millis >= 1 && millis <= 10_000, "a hint of {millis} ms");
+        assert_eq!(seconds, millis.div_ceil(1000).max(1), "Retry-After is the hint in whole seconds, rounded up");
+    }
+    assert!(refused > 0, "16 x 32 texts at once over a bound of 64 inputs are refused in part");
+    server.process.stop().await.unwrap();
+}

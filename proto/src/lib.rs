@@ -9,7 +9,8 @@
 //!   from the protos vendored under `proto/weaviate/` at the pinned version.
 //! - [`vectors`]: the byte encodings of embedding rows (f32, f16, int8, packed bits)
 //!   and their decoding, one implementation for every peer.
-//! - [`transport`]: HTTP/2 settings every peer uses (the DATA frame size).
+//! - [`transport`]: HTTP/2 settings every peer uses (the DATA frame size), and the
+//!   retry hint of a refusal (`grpc-retry-pushback-ms`) with its encode/decode helpers.
 
 pub mod transport;
 pub mod vectors;

@@ -13,7 +13,8 @@ pub enum Error {
     ResourceExhausted(String),
     /// The server is overloaded now and did no work for the call; the same call
     /// should work after about `retry_after` (a hint, sent to the client as
-    /// `grpc-retry-pushback-ms` / HTTP `Retry-After`).
+    /// `grpc-retry-pushback-ms` / HTTP `Retry-After`, see
+    /// `embedwire_proto::transport::RETRY_PUSHBACK_METADATA`).
     #[error("{reason}")]
     Overloaded { reason: String, retry_after: std::time::Duration },
     /// A count over a limit the server will never raise for this call (more texts
@@ -53,11 +54,6 @@ impl Error {
         Error::InvalidArgument(format!("{}: {}", field.into(), message.into()))
     }
 }
-
-/// The gRPC metadata key of a refusal's retry hint, in milliseconds: the key gRPC's
-/// own retry design (A6) uses for server pushback, so gRPC clients that implement
-/// retry policies honor it as well as ours.
-pub const RETRY_PUSHBACK_METADATA: &str = "grpc-retry-pushback-ms";
 
 /// Shorthand for results of the server's own operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import numpy as np
@@ -17,6 +20,7 @@ from embedwire import (
     EmbedwireError,
     InvalidArgumentError,
     NotFoundError,
+    ResourceExhaustedError,
     RetryPolicy,
     UnavailableError,
 )
@@ -102,6 +106,65 @@ def test_resource_exhausted_is_retried_until_it_passes(
     retries = [r for r in caplog.records if "RESOURCE_EXHAUSTED" in r.getMessage()]
     assert retries, "the admission limit should have turned some batches away"
     np.testing.assert_allclose(got[-64:], expected, atol=1e-6)
+
+
+def _refused_so_far(server: ServerProcess) -> int:
+    """The server's count of calls refused for overload, from its /metrics."""
+    with urllib.request.urlopen(f"http://{server.address}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    match = re.search(r"^embedwire_rejected_overload_total (\d+)", text, re.MULTILINE)
+    assert match, text[:2000]
+    return int(match.group(1))
+
+
+def test_an_overload_refusal_says_when_to_retry_and_is_ridden_out_by_default(
+    start_server, caplog: pytest.LogCaptureFixture  # type: ignore[no-untyped-def]
+) -> None:
+    # Room for two 32-text calls at a time, the real model (100+ ms a call), and
+    # bursts of 8 calls at once, four times what fits: some are refused for
+    # overload, each with a hint.
+    server = start_server("--backend", "onnx", "--max-in-flight-inputs", "64", "--max-inputs-per-request", "64")
+    texts = [f"burst text number {i}" for i in range(32)]
+
+    def threaded_burst(client: Client) -> list[object]:
+        def one(_: int) -> object:
+            try:
+                return client.embed(texts)
+            except EmbedwireError as error:
+                return error
+
+        with ThreadPoolExecutor(8) as pool:
+            return list(pool.map(one, range(8)))
+
+    # Without retries the refusal surfaces with its hint, in the exception and its text.
+    with Client(server.address, retry=NO_RETRY) as client:
+        refused = [r for r in threaded_burst(client) if isinstance(r, EmbedwireError)]
+    assert refused, "8 x 32 texts at once over a bound of 64 inputs: some are refused"
+    assert all(isinstance(e, ResourceExhaustedError) for e in refused), refused
+    assert all(e.retry_after is not None and 0 < e.retry_after <= 10 for e in refused), refused
+    assert f"(retry after {refused[0].retry_after * 1000:.0f} ms)" in str(refused[0]), str(refused[0])
+
+    # With the default policy (no retry argument) no refusal reaches the caller, in
+    # the sync client nor in the asyncio one, though the server refused calls again.
+    caplog.set_level(logging.INFO, logger="embedwire")
+    before = _refused_so_far(server)
+    with Client(server.address) as client:
+        results = threaded_burst(client)
+    assert all(isinstance(r, np.ndarray) and r.shape == (32, 384) for r in results), results
+
+    async def async_burst() -> list[np.ndarray]:
+        async with AsyncClient(server.address) as client:
+            return list(await asyncio.gather(*(client.embed(texts) for _ in range(8))))
+
+    assert all(r.shape == (32, 384) for r in asyncio.run(async_burst()))
+    assert _refused_so_far(server) > before, "the bursts were refused in part, and retried"
+    hinted = [r.getMessage() for r in caplog.records if re.search(r"retry after \d+ ms", r.getMessage())]
+    assert hinted, "the retries followed refusals that carried a hint"
+    for message in hinted:
+        # "... (retry after 100 ms) (attempt 1, pause 0.123s)": never earlier than asked.
+        hint_ms = float(re.search(r"retry after (\d+) ms", message).group(1))
+        pause_s = float(re.search(r"pause (\d+\.\d+)s", message).group(1))
+        assert pause_s >= hint_ms / 1000 - 0.0005, message
 
 
 def test_tls_to_a_plaintext_server_fails_clearly(pseudo_server: ServerProcess) -> None:

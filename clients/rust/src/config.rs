@@ -43,7 +43,8 @@ pub struct ClientConfig {
     pub max_message_bytes: usize,
 }
 
-/// Exponential backoff with jitter for retried calls.
+/// Exponential backoff with jitter for retried calls, stretched to the server's
+/// retry hint when a refusal carries one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
     /// Retries after the first attempt; 0 disables retrying.
@@ -52,11 +53,22 @@ pub struct RetryPolicy {
     pub initial_backoff: Duration,
     /// Cap of the backoff.
     pub max_backoff: Duration,
+    /// Cap of a wait taken from the server's retry hint (`grpc-retry-pushback-ms`),
+    /// so a wrong hint cannot stall a call for long.
+    pub max_pushback: Duration,
 }
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy { max_retries: 5, initial_backoff: Duration::from_millis(50), max_backoff: Duration::from_secs(2) }
+        RetryPolicy {
+            // Eight: the waits (at least 50 ms doubling to 2 s, or the server's hint)
+            // add up to 4-7 s, enough to ride out a burst of several times what the
+            // server admits on a loaded 2-core machine; five (0.8-1.6 s) was not.
+            max_retries: 8,
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+            max_pushback: Duration::from_secs(10),
+        }
     }
 }
 
@@ -70,10 +82,24 @@ impl RetryPolicy {
         let half = capped / 2;
         half + half.mul_f64(fastrand::f64())
     }
+
+    /// The wait before retry number `retry` after a refusal whose retry hint was
+    /// `hint`: the hint stretched by a random factor in `[1, 1.5]` (never earlier
+    /// than the server asked, and the clients it refused together come back
+    /// spread out), capped at `max_pushback`, and never shorter than
+    /// [`RetryPolicy::backoff`], so repeated refusals still back off
+    /// exponentially. Without a hint, the backoff alone.
+    pub fn wait(&self, retry: u32, hint: Option<Duration>) -> Duration {
+        let backoff = self.backoff(retry);
+        match hint {
+            Some(hint) => hint.mul_f64(1.0 + 0.5 * fastrand::f64()).min(self.max_pushback).max(backoff),
+            None => backoff,
+        }
+    }
 }
 
 impl ClientConfig {
-    /// Defaults for `addresses`: 30 s deadline, 5 retries, no hedging, 5 s cool-down.
+    /// Defaults for `addresses`: 30 s deadline, 8 retries, no hedging, 5 s cool-down.
     pub fn new<I, S>(addresses: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -164,6 +190,7 @@ mod tests {
             max_retries: 10,
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
+            ..RetryPolicy::default()
         };
         for _ in 0..100 {
             let first = policy.backoff(0);
@@ -175,6 +202,30 @@ mod tests {
         }
         let distinct: std::collections::HashSet<_> = (0..20).map(|_| policy.backoff(3)).collect();
         assert!(distinct.len() > 1, "jitter varies the delay");
+    }
+
+    #[test]
+    fn a_retry_hint_is_honored_jittered_and_capped() {
+        let policy = RetryPolicy {
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(40),
+            max_pushback: Duration::from_secs(1),
+            ..RetryPolicy::default()
+        };
+        let hint = Some(Duration::from_millis(200));
+        let waits: Vec<_> = (0..100).map(|_| policy.wait(0, hint)).collect();
+        assert!(
+            waits.iter().all(|w| *w >= Duration::from_millis(200) && *w <= Duration::from_millis(300)),
+            "{waits:?}"
+        );
+        assert!(waits.iter().collect::<std::collections::HashSet<_>>().len() > 1, "jittered");
+        // A hint shorter than the backoff does not cut the backoff short.
+        let short = policy.wait(5, Some(Duration::from_millis(1)));
+        assert!(short >= Duration::from_millis(20), "{short:?}");
+        // A huge hint is capped.
+        assert_eq!(policy.wait(0, Some(Duration::from_secs(3600))), Duration::from_secs(1));
+        let plain = policy.wait(0, None);
+        assert!(plain >= Duration::from_millis(5) && plain <= Duration::from_millis(10), "{plain:?}");
     }
 
     #[test]

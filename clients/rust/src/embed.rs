@@ -194,12 +194,12 @@ impl Assembly {
 /// in a batch of `embed_many` that index is shifted by the batch's start, so it is
 /// renumbered to name the caller's input. Other messages are left as they are.
 fn renumber_inputs(error: Error, start: usize) -> Error {
-    let Error::Status { code, message, address } = error else { return error };
+    let Error::Status { code, message, address, retry_after } = error else { return error };
     let renumbered = message
         .strip_prefix("inputs[")
         .and_then(|rest| rest.split_once(']'))
         .and_then(|(index, rest)| Some(format!("inputs[{}]{rest}", index.parse::<usize>().ok()? + start)));
-    Error::Status { code, message: renumbered.unwrap_or(message), address }
+    Error::Status { code, message: renumbered.unwrap_or(message), address, retry_after }
 }
 
 #[cfg(test)]
@@ -212,10 +212,15 @@ mod tests {
             code: tonic::Code::InvalidArgument,
             message: "inputs[3]: is empty".to_string(),
             address: "h".to_string(),
+            retry_after: None,
         };
         assert_eq!(renumber_inputs(error, 64).to_string(), "INVALID_ARGUMENT: inputs[67]: is empty");
-        let other =
-            Error::Status { code: tonic::Code::Internal, message: "boom".to_string(), address: "h".to_string() };
+        let other = Error::Status {
+            code: tonic::Code::Internal,
+            message: "boom".to_string(),
+            address: "h".to_string(),
+            retry_after: None,
+        };
         assert_eq!(renumber_inputs(other, 64).to_string(), "INTERNAL: boom");
     }
 }

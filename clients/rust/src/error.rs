@@ -38,9 +38,11 @@ pub enum Error {
     /// The call took longer than its deadline.
     #[error("DEADLINE_EXCEEDED: no answer from {address} within {deadline:?}")]
     DeadlineExceeded { address: String, deadline: Duration },
-    /// The server answered with an error status.
-    #[error("{}: {message}", code_name(*code))]
-    Status { code: Code, message: String, address: String },
+    /// The server answered with an error status. `retry_after` is the server's
+    /// hint of when the same call should work (`grpc-retry-pushback-ms` on an
+    /// overload refusal).
+    #[error("{}: {message}{}", code_name(*code), retry_hint(*retry_after))]
+    Status { code: Code, message: String, address: String, retry_after: Option<Duration> },
     /// The server's answer does not have the promised shape.
     #[error("malformed answer from {address}: {reason}")]
     Protocol { address: String, reason: String },
@@ -67,6 +69,17 @@ impl Error {
         }
     }
 
+    /// The server's hint of how long to wait before sending the same call again,
+    /// when it refused the call for overload (RESOURCE_EXHAUSTED with
+    /// `grpc-retry-pushback-ms`). The client already waited and retried on it as
+    /// long as its [`RetryPolicy`](crate::RetryPolicy) allowed.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
     /// True when the server could not be reached or took too long: the request was
     /// not judged by the server, so it may succeed elsewhere or later.
     pub fn is_unavailable(&self) -> bool {
@@ -87,8 +100,15 @@ impl Error {
         if let Some(reason) = transport_failure(&status) {
             return Error::Unreachable { address, reason };
         }
-        Error::Status { code: status.code(), message: status.message().to_string(), address }
+        let retry_after = embedwire_proto::transport::retry_pushback(&status);
+        Error::Status { code: status.code(), message: status.message().to_string(), address, retry_after }
     }
+}
+
+/// ` (retry after 120ms)` for a refusal with a hint, so the hint reaches a user
+/// who only sees the message.
+fn retry_hint(retry_after: Option<Duration>) -> String {
+    retry_after.map(|wait| format!(" (retry after {wait:?})")).unwrap_or_default()
 }
 
 /// The address without its `http://` scheme, as users type it.
@@ -194,6 +214,18 @@ mod tests {
         let error = Error::from_status(status, "http://127.0.0.1:5", None);
         assert_eq!(error.to_string(), "INVALID_ARGUMENT: inputs[0]: empty text");
         assert_eq!(error.code(), Code::InvalidArgument);
+    }
+
+    #[test]
+    fn a_refusal_keeps_its_retry_hint() {
+        let mut status = tonic::Status::resource_exhausted("queue full");
+        embedwire_proto::transport::set_retry_pushback(&mut status, Duration::from_millis(120));
+        let error = Error::from_status(status, "http://h:1", None);
+        assert_eq!(error.retry_after(), Some(Duration::from_millis(120)));
+        assert_eq!(error.to_string(), "RESOURCE_EXHAUSTED: queue full (retry after 120ms)");
+        let plain = Error::from_status(tonic::Status::resource_exhausted("too big"), "http://h:1", None);
+        assert_eq!(plain.retry_after(), None);
+        assert_eq!(plain.to_string(), "RESOURCE_EXHAUSTED: too big");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! What happens around one unary call: the server is chosen by the [`Pool`], the
 //! deadline goes on the request, a transport failure takes the server out of the
 //! rotation, UNAVAILABLE and RESOURCE_EXHAUSTED are retried (at once on another
-//! server when one is up, otherwise after a jittered exponential backoff), and a
+//! server when one is up, otherwise after a jittered exponential backoff, or after
+//! the server's retry hint when its refusal carries one), and a
 //! read-only call may be hedged: a second copy goes to the next server if the
 //! first has not answered in time, and the first answer wins.
 
@@ -32,6 +33,8 @@ pub struct CallStats {
     pub attempts: u64,
     /// Attempts repeated after UNAVAILABLE or RESOURCE_EXHAUSTED.
     pub retries: u64,
+    /// Of those, retries after a refusal that carried a retry hint (overload).
+    pub pushbacks: u64,
     /// Of those, retries sent at once to another server after a transport failure.
     pub failovers: u64,
     /// Second copies sent because the first was slow.
@@ -42,6 +45,7 @@ pub struct CallStats {
 struct Counters {
     attempts: AtomicU64,
     retries: AtomicU64,
+    pushbacks: AtomicU64,
     failovers: AtomicU64,
     hedges: AtomicU64,
 }
@@ -69,6 +73,7 @@ impl Caller {
         CallStats {
             attempts: self.counters.attempts.load(Ordering::Relaxed),
             retries: self.counters.retries.load(Ordering::Relaxed),
+            pushbacks: self.counters.pushbacks.load(Ordering::Relaxed),
             failovers: self.counters.failovers.load(Ordering::Relaxed),
             hedges: self.counters.hedges.load(Ordering::Relaxed),
         }
@@ -109,10 +114,14 @@ impl Caller {
                 return Err(error);
             }
             self.counters.retries.fetch_add(1, Ordering::Relaxed);
+            if error.retry_after().is_some() {
+                self.counters.pushbacks.fetch_add(1, Ordering::Relaxed);
+            }
             if matches!(error, Error::Unreachable { .. }) && self.pool.has_alternative(&backend) {
                 self.counters.failovers.fetch_add(1, Ordering::Relaxed);
             } else {
-                tokio::time::sleep(self.retry.backoff(retry)).await;
+                // A refusal for overload says when to come back; the wait honors it.
+                tokio::time::sleep(self.retry.wait(retry, error.retry_after())).await;
             }
             retry += 1;
         }

@@ -11,7 +11,12 @@ use embedwire_client::{BulkOptions, ClientConfig, Code, EmbedOptions, Error, Hea
 
 /// Many fast retries, so a test never runs out of them by bad luck.
 fn patient() -> RetryPolicy {
-    RetryPolicy { max_retries: 200, initial_backoff: Duration::from_millis(2), max_backoff: Duration::from_millis(50) }
+    RetryPolicy {
+        max_retries: 200,
+        initial_backoff: Duration::from_millis(2),
+        max_backoff: Duration::from_millis(50),
+        ..RetryPolicy::default()
+    }
 }
 
 #[tokio::test]
@@ -44,6 +49,51 @@ async fn resource_exhausted_is_retried_until_every_batch_is_admitted() {
 }
 
 #[tokio::test]
+async fn overload_refusals_carry_a_hint_and_the_default_policy_rides_them_out() {
+    // Room for two 32-text calls at a time, the real model (a call takes 100+ ms,
+    // so a burst collides for sure), and a burst of 8 calls at once: four times
+    // what fits, refused in part for about three calls' time.
+    let server = start(&["--backend", "onnx", "--max-in-flight-inputs", "64", "--max-inputs-per-request", "64"]).await;
+    let texts = texts(32);
+    let burst = |client: embedwire_client::Client| {
+        let texts = texts.clone();
+        async move {
+            let calls = (0..8).map(|_| client.embed(texts.iter().map(String::as_str)));
+            let results = futures::future::join_all(calls).await;
+            (client, results)
+        }
+    };
+
+    // Without retries the refusal surfaces, saying when to come back.
+    let impatient = ClientConfig::new([address(&server)])
+        .with_retry(RetryPolicy { max_retries: 0, ..RetryPolicy::default() })
+        .connect()
+        .await
+        .unwrap();
+    let (_, results) = burst(impatient).await;
+    let refused: Vec<Error> = results.into_iter().filter_map(Result::err).collect();
+    let error = refused.first().expect("a burst of 8 x 32 texts over a bound of 64 is refused in part");
+    assert_eq!(error.code(), Code::ResourceExhausted, "{error:?}");
+    let hint = error.retry_after().expect("an overload refusal carries its retry hint");
+    assert!(hint > Duration::ZERO && hint <= Duration::from_secs(10), "{hint:?}");
+    assert!(error.to_string().ends_with(&format!(" (retry after {hint:?})")), "the message says when: {error}");
+    assert!(refused.iter().all(|e| e.retry_after().is_some()), "{refused:?}");
+
+    // With the default policy the same burst succeeds whole: every refusal was
+    // waited out on its hint, none reached the caller.
+    let client = ClientConfig::new([address(&server)]).connect().await.unwrap();
+    let (client, results) = burst(client).await;
+    for result in &results {
+        let embeddings = result.as_ref().expect("no refusal surfaces with the default retry policy");
+        assert_eq!(embeddings.len(), 32);
+    }
+    let stats = client.stats();
+    assert!(stats.pushbacks > 0, "refusals with a hint happened and were retried: {stats:?}");
+    assert!(stats.retries >= stats.pushbacks, "{stats:?}");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn calls_fail_over_when_a_server_is_killed() {
     let (first, second) = (start(PSEUDO).await, start(PSEUDO).await);
     // A few quick retries: enough to go around the dead server, and few enough that
@@ -52,6 +102,7 @@ async fn calls_fail_over_when_a_server_is_killed() {
         max_retries: 5,
         initial_backoff: Duration::from_millis(2),
         max_backoff: Duration::from_millis(20),
+        ..RetryPolicy::default()
     };
     let client = ClientConfig::new([address(&first), address(&second)]).with_retry(retry).connect().await.unwrap();
     let texts = texts(2000);

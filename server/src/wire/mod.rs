@@ -10,7 +10,7 @@ use embedwire_proto::v1::{
 };
 
 use crate::store::{StoreDescription, StoreHealth};
-use embedwire_proto::vectors;
+use embedwire_proto::{transport, vectors};
 
 use crate::backend::RawEmbeddings;
 use crate::engine::{EmbedOptions, Embeddings, RequestLimits};
@@ -51,7 +51,7 @@ pub fn error_from_upstream(status: tonic::Status) -> Error {
     let message = status.message().to_string();
     match status.code() {
         tonic::Code::InvalidArgument => Error::InvalidArgument(message),
-        tonic::Code::ResourceExhausted => match retry_pushback(&status) {
+        tonic::Code::ResourceExhausted => match transport::retry_pushback(&status) {
             Some(retry_after) => Error::Overloaded { reason: message, retry_after },
             None => Error::ResourceExhausted(message),
         },
@@ -62,18 +62,11 @@ pub fn error_from_upstream(status: tonic::Status) -> Error {
     }
 }
 
-/// RESOURCE_EXHAUSTED with the retry hint in whole milliseconds (at least 1).
+/// RESOURCE_EXHAUSTED with the retry hint (`grpc-retry-pushback-ms`).
 fn overloaded_status(message: String, retry_after: std::time::Duration) -> tonic::Status {
-    let mut metadata = tonic::metadata::MetadataMap::new();
-    let millis = retry_after.as_millis().max(1);
-    metadata.insert(crate::error::RETRY_PUSHBACK_METADATA, millis.to_string().parse().expect("digits are ASCII"));
-    tonic::Status::with_metadata(tonic::Code::ResourceExhausted, message, metadata)
-}
-
-/// A status's retry hint (`grpc-retry-pushback-ms`), when it has a valid one.
-pub fn retry_pushback(status: &tonic::Status) -> Option<std::time::Duration> {
-    let millis = status.metadata().get(crate::error::RETRY_PUSHBACK_METADATA)?.to_str().ok()?.parse().ok()?;
-    Some(std::time::Duration::from_millis(millis))
+    let mut status = tonic::Status::resource_exhausted(message);
+    transport::set_retry_pushback(&mut status, retry_after);
+    status
 }
 
 /// tonic reports a request over the decoding limit as OUT_OF_RANGE; gRPC's own

@@ -155,7 +155,7 @@ class Client:
                 if attempt >= policy.max_attempts or not is_retryable(code, idempotent=idempotent):
                     raise error from err
                 failover = code == grpc.StatusCode.UNAVAILABLE and attempt < n
-                pause = 0.0 if failover else policy.pause(attempt)
+                pause = 0.0 if failover else policy.pause(attempt, error.retry_after)
                 if deadline is not None and time.monotonic() + pause >= deadline:
                     raise error from err
                 log.info("retrying %s after %s (attempt %d, pause %.3fs)", method, error, attempt, pause)

@@ -21,6 +21,9 @@ class EmbedwireError(Exception):
         details: the server's (or gRPC's) message, without the prefix this class adds.
         method: the RPC that failed, e.g. ``"Embed"``, when known.
         address: the server address the failing attempt went to, when known.
+        retry_after: the server's hint, in seconds, of when the same call should work
+            (an overload refusal's ``grpc-retry-pushback-ms``), or None. The client
+            already waited and retried on it as far as its retry policy allowed.
     """
 
     def __init__(
@@ -30,14 +33,17 @@ class EmbedwireError(Exception):
         code: grpc.StatusCode | None = None,
         method: str | None = None,
         address: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         self.code = code
         self.details = details
         self.method = method
         self.address = address
+        self.retry_after = retry_after
         status = code.name if code is not None else "error"
         where = " on ".join(part for part in (method, address) if part)
-        super().__init__(f"{status} ({where}): {details}" if where else f"{status}: {details}")
+        hint = f" (retry after {retry_after * 1000:.0f} ms)" if retry_after is not None else ""
+        super().__init__(f"{status} ({where}): {details}{hint}" if where else f"{status}: {details}{hint}")
 
 
 class InvalidArgumentError(EmbedwireError):
@@ -50,7 +56,8 @@ class NotFoundError(EmbedwireError):
 
 class ResourceExhaustedError(EmbedwireError):
     """The server is at its admission limit or the message is too large
-    (RESOURCE_EXHAUSTED). Retried with backoff before it reaches the caller."""
+    (RESOURCE_EXHAUSTED). Retried with backoff before it reaches the caller, waiting
+    at least the server's hint (``retry_after``) when the refusal carries one."""
 
 
 class UnavailableError(EmbedwireError):
@@ -98,10 +105,26 @@ def status_of(error: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
     return code, details or ""
 
 
+#: The trailing metadata key of a refusal's retry hint, in milliseconds (gRPC's key
+#: for server pushback; the server and the HTTP gateway use the same one).
+RETRY_PUSHBACK_METADATA = "grpc-retry-pushback-ms"
+
+
+def retry_after_of(error: grpc.RpcError) -> float | None:
+    """The retry hint of a refusal, in seconds, or None when it carries no valid
+    one (a missing, negative or malformed value: gRPC's design says not to honor it)."""
+    trailing = error.trailing_metadata() if callable(getattr(error, "trailing_metadata", None)) else None
+    for key, value in trailing or ():
+        if key == RETRY_PUSHBACK_METADATA:
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            return int(text) / 1000.0 if text.strip().isdigit() else None
+    return None
+
+
 def from_rpc_error(error: grpc.RpcError, *, method: str, address: str) -> EmbedwireError:
     """Wraps a gRPC failure in the matching :class:`EmbedwireError` subclass."""
     code, details = status_of(error)
     cls = _BY_CODE.get(code, EmbedwireError)
-    wrapped = cls(details, code=code, method=method, address=address)
+    wrapped = cls(details, code=code, method=method, address=address, retry_after=retry_after_of(error))
     wrapped.__cause__ = error
     return wrapped

@@ -42,8 +42,9 @@ pub struct Global {
     /// Deadline of each call, in seconds (0: none)
     #[arg(long, env = "EMBEDWIRE_TIMEOUT", default_value_t = 30.0, global = true)]
     pub timeout: f64,
-    /// Retries of a call after UNAVAILABLE or RESOURCE_EXHAUSTED
-    #[arg(long, env = "EMBEDWIRE_RETRIES", default_value_t = 2, global = true)]
+    /// Retries of a call after UNAVAILABLE or RESOURCE_EXHAUSTED (an overload
+    /// refusal is retried after the wait the server hints, jittered)
+    #[arg(long, env = "EMBEDWIRE_RETRIES", default_value_t = RetryPolicy::default().max_retries, global = true)]
     pub retries: u32,
 }
 
