@@ -9,7 +9,12 @@
 //!   replica down, then up again once it is back;
 //! - the whole store stopped: search answers UNAVAILABLE (gRPC) and 503 (HTTP) naming
 //!   the store, health turns NOT_SERVING; once it is back the same server serves again
-//!   without a restart.
+//!   without a restart;
+//! - a job whose pending document cannot be read (damaged in the store): the runner
+//!   puts it aside and completes newer jobs, instead of retrying it forever;
+//! - a job taken over while the replica has stopped replaying: every read that decides
+//!   the job (list, claim, pending, settle) goes to the primary, so it completes with
+//!   every document and a server that never wrote sees it completed.
 //!
 //! Every test counts the documents it had acknowledged before and after the fault:
 //! each is stored exactly once. The tests share the cluster and fault it, so they run
@@ -27,7 +32,7 @@ use common::store_faults::{
     self, assert_exactly_once, assert_finds, blocking, documents, ingest, ingest_completed, search_client,
     search_until, start_server, wait_completed, wait_indexing,
 };
-use embedwire_proto::v1::InfoRequest;
+use embedwire_proto::v1::{GetDocumentsRequest, GetJobRequest, InfoRequest, JobStatus};
 use tokio::sync::{Mutex, MutexGuard};
 
 /// One test at a time: they share the cluster and stop its servers.
@@ -41,6 +46,8 @@ async fn exclusive_cluster(db: &'static str) -> (MutexGuard<'static, ()>, &'stat
         let cluster = PostgresCluster::shared();
         cluster.start_server(Role::Primary);
         cluster.start_server(Role::Replica);
+        // A failed test may have left replay paused; the database would never reach it.
+        let _ = cluster.try_replica_sql("postgres", "SELECT pg_wal_replay_resume()");
         cluster.create_database(db);
         cluster
     })
@@ -197,4 +204,98 @@ async fn lagging_replica_is_skipped() {
     })
     .await;
     assert_finds(&mut via_reader, &second[0]).await;
+}
+
+/// Issue 26's question for PostgreSQL: can a read from a lagging replica decide a job's
+/// state? The replica stops replaying before the ingest, but answers and counts as
+/// fresh enough (a lag bound of an hour), so a server that has not written yet would
+/// read from it. Server A ingests and dies at once (SIGKILL); B, which has written
+/// nothing, finds the job in the store's list, takes it over when A's lease ends and
+/// completes it with every document; C, started afterwards and writing nothing, reads
+/// it completed. Had any of those reads gone to the replica, B would not find the job
+/// (the replica has neither it nor its documents) and C would answer NOT_FOUND.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn job_taken_over_with_the_replica_paused_is_decided_on_the_primary() {
+    const DOCUMENTS: usize = 300;
+    let (_serial, cluster, flags) = exclusive_cluster("replica_paused_job").await;
+    let started = Instant::now();
+    let extra = ["--job-lease-secs", "3", "--postgres-max-replica-lag-secs", "3600"];
+    let mut a = start_server(&flags, &extra).await;
+    let b = start_server(&flags, &extra).await;
+    let mut via_a = search_client(&a.address).await;
+    let mut via_b = search_client(&b.address).await;
+    blocking(move || cluster.wait_replica_caught_up()).await;
+    blocking(move || cluster.replica_sql("replica_paused_job", "SELECT pg_wal_replay_pause()")).await;
+
+    let documents = documents("paused", DOCUMENTS);
+    let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
+    let acknowledged = ingest(&mut via_a, documents.clone()).await;
+    a.child.start_kill().unwrap();
+    a.child.wait().await.unwrap();
+    let killed = Instant::now();
+    let on_replica =
+        blocking(move || cluster.replica_sql("replica_paused_job", "SELECT count(*) FROM faults.jobs")).await;
+    assert_eq!(on_replica, "0", "the paused replica does not have the job");
+
+    // B learns of the job from the store's list (it has no other way: nobody asks B).
+    let done = wait_completed(&mut via_b, &acknowledged.job_id).await;
+    eprintln!("B completed the job {:.1?} after A was killed", killed.elapsed());
+    assert_eq!((done.processed_documents as usize, done.failed_documents), (DOCUMENTS, 0));
+    assert_exactly_once(&mut via_b, &ids, "with the replica paused, via B").await;
+
+    let c = start_server(&flags, &extra).await;
+    let mut via_c = search_client(&c.address).await;
+    let seen_by_c = store_faults::job(&mut via_c, &acknowledged.job_id).await;
+    assert_eq!(seen_by_c.status, JobStatus::Completed as i32, "C: {seen_by_c:?}");
+    assert_eq!((seen_by_c.processed_documents as usize, seen_by_c.failed_documents), (DOCUMENTS, 0));
+
+    blocking(move || {
+        cluster.replica_sql("replica_paused_job", "SELECT pg_wal_replay_resume()");
+        cluster.wait_replica_caught_up();
+    })
+    .await;
+    assert_exactly_once(&mut via_c, &ids, "replica resumed, via C").await;
+    assert_finds(&mut via_c, &documents[DOCUMENTS - 1]).await;
+    eprintln!("job_taken_over_with_the_replica_paused_is_decided_on_the_primary took {:.1?}", started.elapsed());
+}
+
+/// One job that fails every time the runner works on it must not stall the newer ones.
+/// A chaos run of the Weaviate store found a job record a SIGKILLed node had left
+/// unreadable: the runner retried that oldest job every 200 ms and 297 newer jobs
+/// never ran. Here the broken job is the oldest, with a pending document that does not
+/// parse (written by SQL); a newer job must still complete, and the broken one must
+/// not be reported done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_that_keeps_failing_does_not_block_newer_jobs() {
+    const DOCUMENTS: usize = 50;
+    let (_serial, cluster, flags) = exclusive_cluster("broken_job").await;
+    let server = start_server(&flags, &[]).await;
+    let mut client = search_client(&server.address).await;
+    blocking(move || {
+        cluster.sql(
+            "broken_job",
+            "INSERT INTO faults.jobs (job_id, state, total, processed, failed, started_at, next_sequence, receiving, revision)
+                 VALUES ('broken', 'pending', 1, 0, 0, 0, 1, false, 1);
+             INSERT INTO faults.pending (job_id, sequence, document) VALUES ('broken', 0, '{\"no\": \"document\"}')",
+        )
+    })
+    .await;
+    // The server follows the store's jobs every second: wait until it knows this one.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client.get_job(GetJobRequest { job_id: "broken".into() }).await.is_err() {
+        assert!(Instant::now() < deadline, "the server does not see the broken job");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let (documents, ids) = ingest_completed(&mut client, "after-broken", DOCUMENTS).await;
+    // (Not `assert_exactly_once`: the broken job's document stays pending.)
+    let got = client.get_documents(GetDocumentsRequest { ids: ids.clone() }).await.unwrap().into_inner();
+    assert!(got.missing_ids.is_empty(), "documents of the newer job missing: {:?}", got.missing_ids);
+    assert_finds(&mut client, &documents[DOCUMENTS - 1]).await;
+    let broken = store_faults::job(&mut client, "broken").await;
+    assert!(
+        broken.status != JobStatus::Completed as i32 && broken.processed_documents == 0,
+        "the broken job reported done: {broken:?}"
+    );
 }

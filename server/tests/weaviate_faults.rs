@@ -9,7 +9,10 @@
 //!   what it missed (async replication, within about 40 s);
 //! - the whole cluster stopped: search answers UNAVAILABLE (gRPC) and 503 (HTTP) naming
 //!   the store, health turns NOT_SERVING; once the cluster is back the same server
-//!   serves again without a restart.
+//!   serves again without a restart;
+//! - a job settled through a node restarted after its documents were written (so its
+//!   own replicas miss them): the job waits for them instead of completing without
+//!   them, and every acknowledged document becomes searchable.
 //!
 //! Every test counts the documents it had acknowledged before and after the fault:
 //! each is stored exactly once (GetDocuments over every id, one chunk each, and the
@@ -31,7 +34,7 @@ use common::store_faults::{
     search_until, text_query, wait_completed, wait_indexing,
 };
 use common::weaviate::WeaviateCluster;
-use embedwire_proto::v1::InfoRequest;
+use embedwire_proto::v1::{GetJobRequest, InfoRequest};
 use tokio::sync::{Mutex, MutexGuard};
 
 /// One test at a time: they share the cluster and kill its nodes.
@@ -222,4 +225,90 @@ async fn whole_cluster_down_then_back_without_a_server_restart() {
         move || cluster.start_all(),
     )
     .await;
+}
+
+/// The race of issue 26: a job settled by counting its pending documents with a search,
+/// which Weaviate answers from one replica per shard. Here that replica is a node that
+/// was down while the documents were written (acknowledged by the QUORUM of the two
+/// others) and came back before async replication (30 s propagation delay) copied
+/// them: server B, which reaches the cluster through that node only, takes the job
+/// over from a SIGKILLed server A. Counting by search, B saw no pending document and
+/// marked the job completed with nothing indexed; the documents stayed pending, never
+/// searchable. Settling by id at QUORUM finds them, and the job ends only once every
+/// acknowledged document is indexed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn job_waits_for_documents_a_restarted_node_does_not_hold() {
+    const DOCUMENTS: usize = 300;
+    const RESTARTED: usize = 2;
+    const COLLECTION: &str = "FaultSettle";
+    let (_serial, cluster) = exclusive_cluster().await;
+    let started = Instant::now();
+    let lease = ["--job-lease-secs", "3"];
+    let mut a = start_server(cluster, COLLECTION, &lease).await;
+    // B talks to the cluster through the restarted node only, so that every search it
+    // makes (pending documents, settlement) is answered from that node's replicas.
+    let only_restarted = [
+        "--store",
+        "weaviate",
+        "--weaviate-http",
+        &cluster.http_urls()[RESTARTED],
+        "--weaviate-grpc",
+        &cluster.grpc_addrs()[RESTARTED],
+        "--collection",
+        COLLECTION,
+    ]
+    .map(String::from);
+    let b = store_faults::start_server(&only_restarted, &lease).await;
+    let mut via_a = search_client(&a.address).await;
+    let mut via_b = search_client(&b.address).await;
+
+    blocking(move || cluster.kill_node(RESTARTED)).await;
+    let documents = documents("settle", DOCUMENTS);
+    let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
+    let acknowledged = ingest(&mut via_a, documents.clone()).await;
+    // A dies at once, holding the job's lease, before it indexes much (if anything).
+    a.child.start_kill().unwrap();
+    a.child.wait().await.unwrap();
+    let written = Instant::now();
+    blocking(move || cluster.restart_node(RESTARTED)).await;
+    eprintln!("weaviate-{RESTARTED} back {:.1?} after the documents were written without it", written.elapsed());
+
+    // B's job list comes from a search of the restarted node, which misses the job:
+    // asking for it by id shows it to B, whose runner takes it over once A's lease ends.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while via_b.get_job(GetJobRequest { job_id: acknowledged.job_id.clone() }).await.is_err() {
+        assert!(Instant::now() < deadline, "B cannot read the job");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let done = wait_completed(&mut via_b, &acknowledged.job_id).await;
+    eprintln!("B completed the job {:.1?} after the documents were written", written.elapsed());
+    assert_eq!((done.processed_documents as usize, done.failed_documents), (DOCUMENTS, 0));
+
+    // Completed means indexed: no node still holds a pending document of the job (a
+    // job completed over pending documents leaves them there for good).
+    // (A QUORUM delete reaches the third replica a moment later: a few seconds' grace.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut pending_left = Vec::new();
+        for via in 0..NODES {
+            pending_left.push(replica_counts(cluster, via, COLLECTION).await.map(|(_, _, pending)| pending));
+        }
+        if pending_left.iter().all(|p| *p == Some(0)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job completed with documents still pending; pending per node: {pending_left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Every acknowledged document searchable, through every node once they agree.
+    wait_replicas_agree(cluster, COLLECTION, DOCUMENTS as u64).await;
+    for round in 0..NODES {
+        assert_exactly_once(&mut via_b, &ids, &format!("after the settlement, round {round}")).await;
+    }
+    for probe in [0, DOCUMENTS / 2, DOCUMENTS - 1] {
+        assert_finds(&mut via_b, &documents[probe]).await;
+    }
+    eprintln!("job_waits_for_documents_a_restarted_node_does_not_hold took {:.1?}", started.elapsed());
 }

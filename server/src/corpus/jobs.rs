@@ -12,10 +12,17 @@
 //! job (a lease in the store), so one server works on a job at a time and another
 //! takes it over when that server dies. A refresher follows the store's jobs, so any
 //! server answers for any job and finds work orphaned by a dead server.
+//!
+//! A job ends only on the count its store's `settle_job` makes (in a shared store the
+//! counts kept along the way are estimates). A job whose store calls fail (a record a
+//! crashed node left unreadable, say) is retried on its own backoff while the runner
+//! goes on with the other jobs: one broken job must not stall every newer one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -92,7 +99,9 @@ impl JobBoard {
         match jobs.get(&job.id) {
             Some(sender) => {
                 sender.send_if_modified(|current| {
-                    let newer = job.revision > current.revision;
+                    // A finished state is final, whatever its revision: a record rebuilt
+                    // from a damaged one counts its revisions again from lower.
+                    let newer = job.revision > current.revision || (job.is_finished() && !current.is_finished());
                     if newer {
                         *current = job;
                     }
@@ -132,6 +141,10 @@ impl JobBoard {
 /// Pause before retrying work the engine refused for overload or the store failed.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
+/// Longest pause before a job whose store calls keep failing is tried again; the
+/// pause doubles from [`RETRY_PAUSE`] with each failure in a row.
+const JOB_RETRY_MAX: Duration = Duration::from_secs(5);
+
 /// How often a server with a shared store reads the store's unfinished jobs: to find
 /// work whose server died, and to show other servers' progress to its watchers.
 const SHARED_JOBS_REFRESH: Duration = Duration::from_secs(1);
@@ -139,6 +152,46 @@ const SHARED_JOBS_REFRESH: Duration = Duration::from_secs(1);
 /// Batches being chunked and embedded at once: one committing while the next embeds,
 /// plus one more so the model has queued work the moment a batch finishes.
 const PIPELINE_DEPTH: usize = 3;
+
+/// Jobs whose last store call failed, each with when it may be tried again and its
+/// current pause. Owned by the runner task.
+#[derive(Debug, Default)]
+struct JobBackoff {
+    jobs: HashMap<String, (Instant, Duration)>,
+}
+
+impl JobBackoff {
+    /// Puts a job aside for twice its last pause (at least [`RETRY_PAUSE`], at most
+    /// [`JOB_RETRY_MAX`]).
+    fn failed(&mut self, job_id: &str, error: &Error) {
+        let pause = self.jobs.get(job_id).map_or(RETRY_PAUSE, |(_, last)| (*last * 2).min(JOB_RETRY_MAX));
+        tracing::warn!(job = job_id, %error, retry_in = ?pause, "job failed; going on with the other jobs");
+        self.jobs.insert(job_id.to_string(), (Instant::now() + pause, pause));
+    }
+
+    fn succeeded(&mut self, job_id: &str) {
+        self.jobs.remove(job_id);
+    }
+
+    fn ready(&self, job_id: &str) -> bool {
+        self.jobs.get(job_id).is_none_or(|(until, _)| *until <= Instant::now())
+    }
+
+    /// When the next job put aside may be tried again.
+    fn next_ready(&self) -> Option<Instant> {
+        self.jobs.values().map(|(until, _)| *until).filter(|until| *until > Instant::now()).min()
+    }
+}
+
+/// What one job gave the pipeline.
+enum Fed {
+    /// A batch of its pending documents.
+    Batch,
+    /// Nothing: it was done and is now finished.
+    Finished,
+    /// Nothing now: its documents are in flight, still arriving, or not found yet.
+    Idle,
+}
 
 /// A batch ready to commit.
 struct EmbeddedBatch {
@@ -159,6 +212,7 @@ impl Corpus {
         let mut pipeline: FuturesOrdered<BoxFuture<'static, Result<EmbeddedBatch>>> = FuturesOrdered::new();
         // The next pending sequence to read, per job being fed into the pipeline.
         let mut cursor: Option<(String, u64)> = None;
+        let mut backoff = JobBackoff::default();
         if self.store.description().shared {
             tokio::spawn(self.clone().follow_shared_jobs(shutdown.clone()));
         }
@@ -167,20 +221,35 @@ impl Corpus {
                 return;
             }
             let wake = self.jobs.work.notified();
-            if let Err(error) = self.fill_pipeline(&mut pipeline, &mut cursor).await {
+            if let Err(error) = self.fill_pipeline(&mut pipeline, &mut cursor, &mut backoff).await {
                 self.recover_from(&error, &mut pipeline, &mut cursor).await;
                 continue;
             }
             let Some(embedded) = pipeline.next().await else {
+                let retry = backoff.next_ready();
                 tokio::select! {
                     () = wake => {}
                     _ = shutdown.changed() => {}
                     // Jobs held by other servers are tried again when their lease may have run out.
                     () = tokio::time::sleep(SHARED_JOBS_REFRESH), if self.store.description().shared => {}
+                    () = tokio::time::sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => {}
                 }
                 continue;
             };
-            if let Err(error) = async { self.commit_batch(embedded?).await }.await {
+            let committed = match embedded {
+                Ok(batch) => {
+                    let job_id = batch.job_id.clone();
+                    let committed = self.commit_batch(batch).await;
+                    match &committed {
+                        Ok(()) => backoff.succeeded(&job_id),
+                        Err(error) => backoff.failed(&job_id, error),
+                    }
+                    committed
+                }
+                // Embedding failures (overload) are no job's fault.
+                Err(error) => Err(error),
+            };
+            if let Err(error) = committed {
                 self.recover_from(&error, &mut pipeline, &mut cursor).await;
             }
         }
@@ -200,85 +269,126 @@ impl Corpus {
     }
 
     /// Starts batches of the oldest unfinished job until the pipeline is full; finishes
-    /// jobs with nothing left.
+    /// jobs with nothing left. A job that fails while nothing is in flight is put aside
+    /// (see [`JobBackoff`]) and the next one is tried; a failure with batches in flight
+    /// is returned, to drop the pipeline.
     async fn fill_pipeline(
         self: &Arc<Self>,
         pipeline: &mut FuturesOrdered<BoxFuture<'static, Result<EmbeddedBatch>>>,
         cursor: &mut Option<(String, u64)>,
+        backoff: &mut JobBackoff,
     ) -> Result<()> {
         while pipeline.len() < PIPELINE_DEPTH {
-            let Some(mut job) = self.claimed_job_with_work(pipeline.is_empty()).await? else { return Ok(()) };
-            let from = match cursor {
-                Some((id, next)) if *id == job.id => *next,
-                _ => 0,
-            };
-            let limit = self.settings.ingest_batch_documents;
-            let pending = self.store.pending_documents(&job.id, from, limit).await?;
-            let Some((last_sequence, _)) = pending.last() else {
-                if pipeline.is_empty() && !job.receiving {
-                    // Counts may be off where two servers counted one batch.
-                    job = self.store.settle_job(&job.id).await?;
-                    self.jobs.publish(job.clone());
-                }
-                if pipeline.is_empty() && !job.receiving && self.finish(job).await?.is_finished() {
-                    continue;
-                }
-                // Nothing after the cursor, yet the job is not done: a read of a shared
-                // store can miss documents acknowledged a moment before (Weaviate answers
-                // from one replica per shard, which may not have applied the write yet),
-                // and the cursor has passed them. Without this the job never ends
-                // (tests/weaviate_faults.rs saw 20 of 200 left pending for good). Read
-                // from the start next time: indexed documents are no longer pending.
-                if pipeline.is_empty() {
+            let fresh = pipeline.is_empty();
+            let Some(job) = self.claimed_job_with_work(fresh, backoff).await else { return Ok(()) };
+            let job_id = job.id.clone();
+            match self.feed_job(job, pipeline, cursor).await {
+                Ok(Fed::Batch | Fed::Finished) => {}
+                Ok(Fed::Idle) => return Ok(()),
+                Err(error) if fresh => {
+                    backoff.failed(&job_id, &error);
                     *cursor = None;
                 }
-                return Ok(());
-            };
-            *cursor = Some((job.id.clone(), last_sequence + 1));
-            if job.state == JobState::Pending {
-                self.update_job(&job.id, |job| {
-                    if job.state == JobState::Pending {
-                        job.state = JobState::Running;
-                    }
-                })
-                .await?;
+                Err(error) => {
+                    backoff.failed(&job_id, &error);
+                    return Err(error);
+                }
             }
-            let corpus = self.clone();
-            let job_id = job.id.clone();
-            pipeline.push_back(Box::pin(async move {
-                let (indexed, failed) = corpus.embed_documents(pending).await?;
-                Ok(EmbeddedBatch { job_id, indexed, failed })
-            }));
         }
         Ok(())
     }
 
+    /// Starts one batch of `job`'s pending documents, or settles and finishes the job
+    /// when none is left.
+    async fn feed_job(
+        self: &Arc<Self>,
+        job: JobRecord,
+        pipeline: &mut FuturesOrdered<BoxFuture<'static, Result<EmbeddedBatch>>>,
+        cursor: &mut Option<(String, u64)>,
+    ) -> Result<Fed> {
+        let from = match cursor {
+            Some((id, next)) if *id == job.id => *next,
+            _ => 0,
+        };
+        let limit = self.settings.ingest_batch_documents;
+        let pending = self.store.pending_documents(&job.id, from, limit).await?;
+        let Some((last_sequence, _)) = pending.last() else {
+            if pipeline.is_empty() && !job.receiving {
+                // The counts along the way may be off (two servers counted one batch,
+                // a search missed documents); only the settled count may end the job.
+                let settled = self.store.settle_job(&job.id).await?;
+                self.jobs.publish(settled.clone());
+                if !settled.receiving && self.finish(settled).await?.is_finished() {
+                    return Ok(Fed::Finished);
+                }
+            }
+            // Nothing after the cursor, yet the job is not done: a read of a shared
+            // store can miss documents acknowledged a moment before (Weaviate answers
+            // from one replica per shard, which may not have applied the write yet),
+            // and the cursor has passed them. Without this the job never ends
+            // (tests/weaviate_faults.rs saw 20 of 200 left pending for good). Read
+            // from the start next time: indexed documents are no longer pending.
+            if pipeline.is_empty() {
+                *cursor = None;
+            }
+            return Ok(Fed::Idle);
+        };
+        *cursor = Some((job.id.clone(), last_sequence + 1));
+        if job.state == JobState::Pending {
+            self.update_job(&job.id, |job| {
+                if job.state == JobState::Pending {
+                    job.state = JobState::Running;
+                }
+            })
+            .await?;
+        }
+        let corpus = self.clone();
+        let job_id = job.id.clone();
+        pipeline.push_back(Box::pin(async move {
+            let (indexed, failed) = corpus.embed_documents(pending).await?;
+            Ok(EmbeddedBatch { job_id, indexed, failed })
+        }));
+        Ok(Fed::Batch)
+    }
+
     /// The oldest job that has documents to index or can be finished and that this
-    /// server may work on (with a shared store: holds the lease of). While batches
-    /// are in flight (`fresh` false) it stays with the job it is on.
-    async fn claimed_job_with_work(self: &Arc<Self>, fresh: bool) -> Result<Option<JobRecord>> {
+    /// server may work on (with a shared store: holds the lease of), leaving out jobs
+    /// put aside after failures. While batches are in flight (`fresh` false) it stays
+    /// with the job it is on. A job whose claim fails is put aside, not the runner.
+    async fn claimed_job_with_work(self: &Arc<Self>, fresh: bool, backoff: &mut JobBackoff) -> Option<JobRecord> {
         let candidates: Vec<JobRecord> = self
             .jobs
             .unfinished()
             .into_iter()
             .filter(|job| job.processed + job.failed < job.total || !job.receiving)
+            .filter(|job| backoff.ready(&job.id))
             .collect();
         for job in candidates {
-            match self.store.claim_job(&job.id).await? {
-                Claim::Granted => return Ok(Some(job)),
+            let claim = match self.store.claim_job(&job.id).await {
+                Ok(claim) => claim,
+                Err(error) => {
+                    backoff.failed(&job.id, &error);
+                    continue;
+                }
+            };
+            match claim {
+                Claim::Granted => return Some(job),
                 Claim::TakenOver => {
                     tracing::info!(job = %job.id, "took over a job whose server stopped renewing its lease");
-                    if job.receiving {
-                        // Its IngestStream died with that server: nothing more will come.
-                        return Ok(Some(self.update_job(&job.id, |job| job.receiving = false).await?));
+                    if !job.receiving {
+                        return Some(job);
                     }
-                    return Ok(Some(job));
+                    // Its IngestStream died with that server: nothing more will come.
+                    match self.update_job(&job.id, |job| job.receiving = false).await {
+                        Ok(job) => return Some(job),
+                        Err(error) => backoff.failed(&job.id, &error),
+                    }
                 }
                 Claim::HeldElsewhere if fresh => continue,
-                Claim::HeldElsewhere => return Ok(None),
+                Claim::HeldElsewhere => return None,
             }
         }
-        Ok(None)
+        None
     }
 
     /// Follows a shared store's jobs until `shutdown`: new unfinished jobs (from any
@@ -342,12 +452,21 @@ impl Corpus {
         Ok(())
     }
 
-    /// Ends a job whose documents are all done, unless more arrived meanwhile.
-    async fn finish(self: &Arc<Self>, job: JobRecord) -> Result<JobRecord> {
+    /// Ends a job whose settled count (from [`CorpusStore::settle_job`]) has every
+    /// document done, unless more arrived meanwhile. The job is ended with that count,
+    /// not with the one it holds when this runs: a concurrent estimate could be off.
+    async fn finish(self: &Arc<Self>, settled: JobRecord) -> Result<JobRecord> {
+        if settled.processed + settled.failed < settled.total {
+            tracing::warn!(job = %settled.id, "job has uncounted documents but none pending");
+            return Ok(settled);
+        }
+        let (total, processed, failed) = (settled.total, settled.processed, settled.failed);
         let job = self
-            .update_job(&job.id, |job| {
-                if !job.receiving && job.processed + job.failed >= job.total {
-                    job.state = if job.failed > 0 { JobState::Failed } else { JobState::Completed };
+            .update_job(&settled.id, move |job| {
+                if !job.receiving && !job.is_finished() && job.total == total {
+                    job.processed = processed;
+                    job.failed = failed;
+                    job.state = if failed > 0 { JobState::Failed } else { JobState::Completed };
                     job.finished_at = Some(unix_now());
                 }
             })

@@ -6,11 +6,21 @@
 //!   holds the job's lease.
 //!
 //! A document counts as processed when the server that indexed it deletes its
-//! pending object (the delete says whether it still existed, so a batch indexed
-//! twice is counted once), and `settle` recounts from the pending objects before a
-//! job ends. Leases are best effort: two servers may briefly work on one job, which
-//! only repeats idempotent writes.
+//! pending object. That running count is an estimate (two servers deleting the same
+//! objects at once both count them), kept within the total; before a job ends,
+//! `settle` recounts it by object id at a read level that overlaps every
+//! acknowledged write, and only that recount may end the job. Leases are best
+//! effort: two servers may briefly work on one job, which only repeats idempotent
+//! writes.
+//!
+//! Job records are read leniently: a part whose `record_json` is missing or broken
+//! (a chaos run found a progress object holding only `job_id` after its node was
+//! SIGKILLed) is read again at ALL, and a progress part still unreadable counts as
+//! fresh, since settlement recounts it anyway. Only a job without a readable header
+//! is an error, and it is that job's error alone.
 
+use futures::{StreamExt, TryStreamExt};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use embedwire_proto::weaviate::v1 as pb;
@@ -26,8 +36,12 @@ use crate::store::{Claim, JobChange, JobRecord, JobState, NewDocument};
 const HEADER: &str = "header";
 const PROGRESS: &str = "progress";
 
+/// By-id reads of pending objects in flight at once while a job settles.
+const SETTLE_READS_IN_FLIGHT: usize = 16;
+
 /// The part of a job its ingesting server writes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 struct Header {
     total: u64,
     next_sequence: u64,
@@ -38,6 +52,7 @@ struct Header {
 
 /// The part of a job its running server writes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 struct Progress {
     state: JobState,
     processed: u64,
@@ -65,12 +80,14 @@ pub struct JobParts {
 impl JobParts {
     /// The job record the corpus sees.
     pub fn record(&self, id: &str) -> JobRecord {
+        // Records written before the counts were kept within the total may exceed it.
+        let failed = self.progress.failed.min(self.header.total);
         JobRecord {
             id: id.to_string(),
             state: self.progress.state,
             total: self.header.total,
-            processed: self.progress.processed,
-            failed: self.progress.failed,
+            processed: self.progress.processed.min(self.header.total - failed),
+            failed,
             error: self.progress.error.clone(),
             started_at: self.header.started_at,
             finished_at: self.progress.finished_at,
@@ -100,9 +117,24 @@ impl JobParts {
     }
 }
 
-/// Job and pending reads see every acknowledged write: they use the write level.
+/// The level of reads that decide a job (its record, its pending documents): R with
+/// R + W > RF, so that the replicas read overlap those of every acknowledged write.
+/// This holds for any replication factor: ONE writes are read at ALL, QUORUM at
+/// QUORUM, ALL at ONE.
 fn job_consistency(store: &WeaviateStore) -> Consistency {
-    store.settings.write_consistency
+    match store.settings.write_consistency {
+        Consistency::One => Consistency::All,
+        Consistency::Quorum => Consistency::Quorum,
+        Consistency::All => Consistency::One,
+    }
+}
+
+fn level_name(consistency: Consistency) -> &'static str {
+    match consistency {
+        Consistency::One => "ONE",
+        Consistency::Quorum => "QUORUM",
+        Consistency::All => "ALL",
+    }
 }
 
 fn header_object(store: &WeaviateStore, id: &str, header: &Header) -> pb::BatchObject {
@@ -162,68 +194,130 @@ fn lease_end(store: &WeaviateStore) -> f64 {
     unix_now() + store.settings.job_lease.as_secs_f64()
 }
 
-/// Parses job objects (any mix of parts and jobs) into (id, parts).
-fn parse_jobs(results: &[pb::SearchResult]) -> Result<Vec<(String, JobParts)>> {
+/// The stored fields of one job part, from a search result or a REST object.
+#[derive(Debug, Clone, Default)]
+struct PartFields {
+    json: String,
+    lease_owner: String,
+    lease_until: f64,
+}
+
+impl PartFields {
+    fn of_result(result: &pb::SearchResult) -> Self {
+        let properties = PropertiesReader::of(result);
+        PartFields {
+            json: properties.text("record_json"),
+            lease_owner: properties.text("lease_owner"),
+            lease_until: properties.number("lease_until"),
+        }
+    }
+
+    fn of_object(properties: &serde_json::Value) -> Self {
+        PartFields {
+            json: text(properties, "record_json"),
+            lease_owner: text(properties, "lease_owner"),
+            lease_until: properties.get("lease_until").and_then(serde_json::Value::as_f64).unwrap_or(0.0),
+        }
+    }
+
+    fn parse<T: DeserializeOwned>(&self) -> Option<T> {
+        serde_json::from_str(&self.json).ok()
+    }
+}
+
+/// Whether a job's parts can be read as they are (a missing progress is fine: it is
+/// written after the header).
+fn readable(header: &PartFields, progress: Option<&PartFields>) -> bool {
+    header.parse::<Header>().is_some() && progress.is_none_or(|p| p.parse::<Progress>().is_some())
+}
+
+/// A job from its parts. A progress part that is missing (written after the header)
+/// or unreadable counts as fresh, with a free lease: its counts are recounted by
+/// [`settle`] before the job ends. A header that cannot be read is this job's error.
+fn assemble(id: &str, header: &PartFields, progress: Option<&PartFields>) -> Result<JobParts> {
+    let header: Header = header.parse().ok_or_else(|| {
+        Error::Storage(format!("weaviate store: job {id}: its header is unreadable: {:?}", header.json))
+    })?;
+    let (progress, lease_owner, lease_until) = match progress {
+        Some(part) => match part.parse::<Progress>() {
+            Some(progress) => (progress, part.lease_owner.clone(), part.lease_until),
+            None => {
+                tracing::warn!(job = id, json = %part.json, "unreadable job progress; counting it again from the start");
+                Default::default()
+            }
+        },
+        None => Default::default(),
+    };
+    Ok(JobParts { header, progress, lease_owner, lease_until })
+}
+
+/// Parses job objects (any mix of parts and jobs) into (id, parts). A job whose
+/// header cannot be read is left out (logged): one broken record must not hide the
+/// others.
+fn parse_jobs(results: &[pb::SearchResult]) -> Vec<(String, JobParts)> {
     let mut headers = std::collections::HashMap::new();
     let mut progress = std::collections::HashMap::new();
     for result in results {
         let properties = PropertiesReader::of(result);
         let id = properties.text("job_id");
-        let json = properties.text("record_json");
-        let corrupt = |e: serde_json::Error| Error::Storage(format!("weaviate store: job {id}: {e}"));
         match properties.text("part").as_str() {
             HEADER => {
-                headers.insert(id.clone(), serde_json::from_str::<Header>(&json).map_err(corrupt)?);
+                headers.insert(id, PartFields::of_result(result));
             }
             PROGRESS => {
-                let parsed: Progress = serde_json::from_str(&json).map_err(corrupt)?;
-                progress.insert(id.clone(), (parsed, properties.text("lease_owner"), properties.number("lease_until")));
+                progress.insert(id, PartFields::of_result(result));
             }
             _ => {}
         }
     }
-    // A job exists once its header does (it is written first); progress may lag.
-    Ok(headers
+    headers
         .into_iter()
-        .map(|(id, header)| {
-            let (progress, lease_owner, lease_until) = progress.remove(&id).unwrap_or_default();
-            (id, JobParts { header, progress, lease_owner, lease_until })
+        .filter_map(|(id, header)| match assemble(&id, &header, progress.get(&id)) {
+            Ok(parts) => Some((id, parts)),
+            Err(error) => {
+                tracing::warn!(%error, "job left out of the list");
+                None
+            }
         })
-        .collect())
+        .collect()
 }
 
 /// A job's parts, or None. Read by object id, not by a filtered search: Weaviate
 /// answers a search from one replica per shard and only checks the objects that
 /// replica found, so a job written a moment before by another server (acknowledged
 /// by a quorum the searched replica was not in) could be missing. A read by id asks
-/// as many replicas as the write level, which overlaps every acknowledged write.
+/// as many replicas as [`job_consistency`], which overlap every acknowledged write.
+/// A part that comes back unreadable is read once more at ALL (the newest intact copy
+/// wins there), then [`assemble`] decides.
 pub async fn read(store: &WeaviateStore, id: &str) -> Result<Option<JobParts>> {
-    let (header, progress) = tokio::try_join!(read_part(store, id, HEADER), read_part(store, id, PROGRESS))?;
+    let level = job_consistency(store);
+    let (mut header, mut progress) =
+        tokio::try_join!(read_part(store, id, HEADER, level), read_part(store, id, PROGRESS, level))?;
     // A job exists once its header does (it is written first); progress may lag.
+    if header.as_ref().is_some_and(|h| !readable(h, progress.as_ref())) && level != Consistency::All {
+        match tokio::try_join!(
+            read_part(store, id, HEADER, Consistency::All),
+            read_part(store, id, PROGRESS, Consistency::All)
+        ) {
+            Ok((Some(h), p)) => (header, progress) = (Some(h), p),
+            Ok((None, _)) => {}
+            Err(error) => tracing::warn!(job = id, %error, "cannot read a damaged job record again at ALL"),
+        }
+    }
     let Some(header) = header else { return Ok(None) };
-    let corrupt = |e: serde_json::Error| Error::Storage(format!("weaviate store: job {id}: {e}"));
-    let header: Header = serde_json::from_str(&text(&header, "record_json")).map_err(corrupt)?;
-    let (progress, lease_owner, lease_until) = match progress {
-        Some(part) => (
-            serde_json::from_str(&text(&part, "record_json")).map_err(corrupt)?,
-            text(&part, "lease_owner"),
-            part.get("lease_until").and_then(serde_json::Value::as_f64).unwrap_or(0.0),
-        ),
-        None => Default::default(),
-    };
-    Ok(Some(JobParts { header, progress, lease_owner, lease_until }))
+    assemble(id, &header, progress.as_ref()).map(Some)
 }
 
-/// One part's properties through the REST object API, or None where it does not exist.
-async fn read_part(store: &WeaviateStore, id: &str, part: &str) -> Result<Option<serde_json::Value>> {
-    let level = match job_consistency(store) {
-        Consistency::One => "ONE",
-        Consistency::Quorum => "QUORUM",
-        Consistency::All => "ALL",
-    };
-    let path = format!("/v1/objects/{}/{}?consistency_level={level}", store.names.jobs, convert::job_uuid(id, part));
+/// One part's fields through the REST object API, or None where it does not exist.
+async fn read_part(store: &WeaviateStore, id: &str, part: &str, level: Consistency) -> Result<Option<PartFields>> {
+    let path = format!(
+        "/v1/objects/{}/{}?consistency_level={}",
+        store.names.jobs,
+        convert::job_uuid(id, part),
+        level_name(level)
+    );
     let object = store.connection.get_json(&path).await?;
-    Ok(object.and_then(|mut object| object.get_mut("properties").map(serde_json::Value::take)))
+    Ok(object.and_then(|object| object.get("properties").map(PartFields::of_object)))
 }
 
 fn text(properties: &serde_json::Value, name: &str) -> String {
@@ -320,7 +414,7 @@ pub async fn list(store: &WeaviateStore, unfinished_only: bool) -> Result<Vec<Jo
             job_consistency(store),
         );
         let results = store.query("read_jobs", request).await?;
-        jobs.extend(parse_jobs(&results)?.into_iter().map(|(id, parts)| parts.record(&id)));
+        jobs.extend(parse_jobs(&results).into_iter().map(|(id, parts)| parts.record(&id)));
     }
     Ok(jobs)
 }
@@ -418,8 +512,11 @@ pub async fn finish_documents(
         removed += store.delete_where("delete_pending", &store.names.pending, selection).await?;
     }
     let mut parts = read(store, id).await?.ok_or_else(|| Error::NotFound(format!("job {id} does not exist")))?;
-    parts.progress.processed += removed;
-    parts.progress.failed += failed.len() as u64;
+    // Two servers deleting the same objects at once (after a lease takeover) both
+    // count them: keep the estimate within the total; `settle` counts by id.
+    let total = parts.header.total;
+    parts.progress.failed = (parts.progress.failed + failed.len() as u64).min(total);
+    parts.progress.processed = (parts.progress.processed + removed).min(total - parts.progress.failed);
     if parts.progress.error.is_none() {
         parts.progress.error = failed.first().map(|(_, reason)| reason.clone());
     }
@@ -433,20 +530,60 @@ pub async fn finish_documents(
 }
 
 /// Recounts a job's progress from its pending objects: what is gone was indexed,
-/// what is marked failed failed.
+/// what is marked failed failed, what is left waits.
+///
+/// The count that can end a job is made by object id. A filtered search is answered
+/// from one replica per shard, which can miss pending objects it did not receive (a
+/// node restarted while they were written): counting what it returns marked jobs
+/// completed with documents still pending, never indexed. So the search only serves
+/// to see cheaply that documents still wait; when it finds none, every sequence of
+/// the job not seen failed is read by id at [`job_consistency`] (R + W > RF: some
+/// replica read took part in each acknowledged write and delete; a replica that
+/// missed the object is repaired by the read). Processed + failed reach the total
+/// only when that recount found nothing waiting.
 pub async fn settle(store: &WeaviateStore, id: &str) -> Result<JobRecord> {
+    let mut parts = read(store, id).await?.ok_or_else(|| Error::NotFound(format!("job {id} does not exist")))?;
     let request = store.lookup(
         &store.names.pending,
         Some(convert::text_equals("job_id", id)),
-        &["failed"],
+        &["sequence", "failed"],
         MAX_RESULTS,
         job_consistency(store),
     );
     let results = store.query("settle_job", request).await?;
-    let failed = results.iter().filter(|r| PropertiesReader::of(r).boolean("failed")).count() as u64;
-    let waiting = results.len() as u64 - failed;
-    let mut parts = read(store, id).await?.ok_or_else(|| Error::NotFound(format!("job {id} does not exist")))?;
-    let processed = parts.header.total.saturating_sub(waiting + failed);
+    let mut seen_failed = std::collections::HashSet::new();
+    let mut seen_waiting = 0u64;
+    for result in &results {
+        let properties = PropertiesReader::of(result);
+        if properties.boolean("failed") {
+            seen_failed.insert(properties.number("sequence") as u64);
+        } else {
+            seen_waiting += 1;
+        }
+    }
+    let total = parts.header.total;
+    let (processed, failed) = if seen_waiting > 0 {
+        // Not done: no need to read every object to say so.
+        let failed = seen_failed.len() as u64;
+        (total.saturating_sub(seen_waiting + failed).min(parts.progress.processed), failed)
+    } else {
+        let unseen: Vec<u64> = (0..parts.header.next_sequence).filter(|s| !seen_failed.contains(s)).collect();
+        let states: Vec<PendingState> = futures::stream::iter(unseen)
+            .map(|sequence| pending_state(store, id, sequence))
+            .buffer_unordered(SETTLE_READS_IN_FLIGHT)
+            .try_collect()
+            .await?;
+        let count = |state: PendingState| states.iter().filter(|s| **s == state).count() as u64;
+        let (processed, failed, waiting) = (
+            count(PendingState::Gone),
+            seen_failed.len() as u64 + count(PendingState::Failed),
+            count(PendingState::Waiting),
+        );
+        if waiting > 0 {
+            tracing::warn!(job = id, waiting, "documents pending that a search did not find; the job goes on");
+        }
+        (processed, failed)
+    };
     if (processed, failed) != (parts.progress.processed, parts.progress.failed) {
         parts.progress.processed = processed;
         parts.progress.failed = failed;
@@ -456,4 +593,112 @@ pub async fn settle(store: &WeaviateStore, id: &str) -> Result<JobRecord> {
             .await?;
     }
     Ok(parts.record(id))
+}
+
+/// What became of one pending document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PendingState {
+    /// Still to index.
+    Waiting,
+    /// Marked failed.
+    Failed,
+    /// Indexed: its pending object was deleted.
+    Gone,
+}
+
+/// One pending object read by id at [`job_consistency`].
+async fn pending_state(store: &WeaviateStore, id: &str, sequence: u64) -> Result<PendingState> {
+    let path = format!(
+        "/v1/objects/{}/{}?consistency_level={}",
+        store.names.pending,
+        convert::pending_uuid(id, sequence),
+        level_name(job_consistency(store))
+    );
+    Ok(match store.connection.get_json(&path).await? {
+        None => PendingState::Gone,
+        Some(object) if object["properties"]["failed"].as_bool() == Some(true) => PendingState::Failed,
+        Some(_) => PendingState::Waiting,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A search result of one job part with these text properties.
+    fn result(fields: &[(&str, &str)]) -> pb::SearchResult {
+        let fields = fields
+            .iter()
+            .map(|(name, value)| {
+                (name.to_string(), pb::Value { kind: Some(pb::value::Kind::TextValue(value.to_string())) })
+            })
+            .collect();
+        pb::SearchResult {
+            properties: Some(pb::PropertiesResult {
+                non_ref_props: Some(pb::Properties { fields }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn header_json(total: u64) -> String {
+        serde_json::to_string(&Header { total, next_sequence: total, receiving: false, started_at: 1.0, revision: 3 })
+            .unwrap()
+    }
+
+    #[test]
+    fn a_progress_part_holding_only_its_job_id_reads_as_fresh_progress() {
+        // What a chaos run found after SIGKILLing a node: the progress object of a
+        // job with only `job_id` left. Reading the job failed, which stalled every
+        // newer job behind it.
+        let header = header_json(8);
+        let results = vec![
+            result(&[("job_id", "j1"), ("part", HEADER), ("record_json", &header)]),
+            result(&[("job_id", "j1"), ("part", PROGRESS)]),
+        ];
+        let jobs = parse_jobs(&results);
+        assert_eq!(jobs.len(), 1, "the job is listed");
+        let record = jobs[0].1.record("j1");
+        assert_eq!((record.state, record.total, record.processed, record.failed), (JobState::Pending, 8, 0, 0));
+        assert!(jobs[0].1.lease_owner.is_empty(), "a damaged progress holds no lease");
+    }
+
+    #[test]
+    fn a_progress_part_with_missing_fields_keeps_those_it_has() {
+        let header = PartFields { json: header_json(8), ..Default::default() };
+        let progress = PartFields {
+            json: r#"{"state":"Running","processed":5}"#.into(),
+            lease_owner: "server-a".into(),
+            lease_until: 9.0,
+        };
+        let parts = assemble("j1", &header, Some(&progress)).unwrap();
+        let record = parts.record("j1");
+        assert_eq!((record.state, record.processed, record.failed), (JobState::Running, 5, 0));
+        assert_eq!((parts.lease_owner.as_str(), parts.lease_until), ("server-a", 9.0));
+    }
+
+    #[test]
+    fn a_job_without_a_readable_header_is_left_out_not_the_list() {
+        let header = header_json(2);
+        let results = vec![
+            result(&[("job_id", "broken"), ("part", HEADER)]),
+            result(&[("job_id", "broken"), ("part", PROGRESS)]),
+            result(&[("job_id", "fine"), ("part", HEADER), ("record_json", &header)]),
+        ];
+        let ids: Vec<String> = parse_jobs(&results).into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, vec!["fine".to_string()]);
+        let error = assemble("broken", &PartFields::default(), None).unwrap_err();
+        assert!(error.to_string().contains("job broken"), "{error}");
+    }
+
+    #[test]
+    fn counts_never_exceed_the_total() {
+        // One job reported 14 of 8 documents processed after a lease takeover.
+        let header = PartFields { json: header_json(8), ..Default::default() };
+        let progress =
+            PartFields { json: r#"{"state":"Running","processed":14,"failed":1}"#.into(), ..Default::default() };
+        let record = assemble("j1", &header, Some(&progress)).unwrap().record("j1");
+        assert_eq!((record.total, record.processed, record.failed), (8, 7, 1));
+    }
 }

@@ -12,7 +12,10 @@
 //! Writes go out at `--write-consistency` (QUORUM by default) with object ids
 //! derived from (document id, chunk index), so a batch written twice (a retry, or
 //! two servers after a lease ran out) is stored once. Searches read at
-//! `--read-consistency`.
+//! `--read-consistency`. Reads that decide a job (its record, whether its documents
+//! are done) go by object id at a level R with R + W > RF, so they overlap every
+//! acknowledged write: a search is answered from one replica per shard and can miss
+//! objects that replica did not receive (see [`jobs`]).
 
 pub mod client;
 pub mod convert;
