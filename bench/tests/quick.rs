@@ -322,7 +322,7 @@ fn chaos_loses_nothing(store: &str) {
         assert_eq!([row[1].as_str(), &row[5]], ["0.000", "PASS"], "{row:?} in:\n{}", run.stdout);
     }
     let header = "cycle,start_s,kill_after_ms,server,server_pid,store_process,store_pid,server_restart_ms,\
-                  store_restart_ms,acked_calls,acked_documents,failed_calls,failed_documents";
+                  store_restart_ms,acked_calls,acked_documents,failed_calls,failed_documents,restart_failures";
     let cycles = run.csv(&format!("chaos_{store}_cycles.csv"), header);
     assert_eq!(cycles.len(), 3, "{cycles:?}");
     let second = match store {

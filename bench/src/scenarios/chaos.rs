@@ -54,10 +54,13 @@ const IDS_PER_CALL: usize = 100;
 const QUERIES_PER_CALL: usize = 16;
 /// Hits asked per own-text query: the document's own chunk scores ~1.0, so it is among them unless lost.
 const PROBE_TOP_K: u32 = 10;
+/// Tries of `cluster.sh restart` per victim and cycle: a process that does not come back is retried (and counted)
+/// before the run gives up.
+const RESTART_TRIES: usize = 3;
 /// Error lines of each server log printed after the run.
 const LOG_ERRORS_SHOWN: usize = 5;
 const CYCLE_COLUMNS: &str = "cycle,start_s,kill_after_ms,server,server_pid,store_process,store_pid,\
-    server_restart_ms,store_restart_ms,acked_calls,acked_documents,failed_calls,failed_documents";
+    server_restart_ms,store_restart_ms,acked_calls,acked_documents,failed_calls,failed_documents,restart_failures";
 
 /// The servers' store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -166,6 +169,8 @@ struct Cycle {
     /// Spawn to ready of each, by `cluster.sh restart`.
     server_restart: Duration,
     store_restart: Option<Duration>,
+    /// Restarts that failed before one succeeded: (process, why).
+    restart_failures: Vec<(String, String)>,
 }
 
 /// How the acknowledged jobs ended.
@@ -308,11 +313,12 @@ async fn chaos(
             None => None,
         };
         // The store first: a server's readiness waits for its store.
+        let mut restart_failures = Vec::new();
         let store_restart = match &store {
-            Some((name, _)) => Some(tokio::task::block_in_place(|| cluster.restart(name))?),
+            Some((name, _)) => Some(restart(cluster, name, &mut restart_failures)?),
             None => None,
         };
-        let server_restart = tokio::task::block_in_place(|| cluster.restart(&server))?;
+        let server_restart = restart(cluster, &server, &mut restart_failures)?;
         let killed = store.as_ref().map_or(String::new(), |(name, _)| format!(" and {name}"));
         println!(
             "cycle {}/{}: killed {server}{killed} after {} ms; back after {:.1} s; {} documents acknowledged",
@@ -322,7 +328,8 @@ async fn chaos(
             (server_restart + store_restart.unwrap_or_default()).as_secs_f64(),
             ingest.acked.lock().expect("lock poisoned").iter().map(|a| a.count).sum::<usize>(),
         );
-        cycles.push(Cycle { start, kill_after, server: (server, server_pid), store, server_restart, store_restart });
+        let server = (server, server_pid);
+        cycles.push(Cycle { start, kill_after, server, store, server_restart, store_restart, restart_failures });
     }
     ingest.stop.store(true, Ordering::Relaxed);
     for ingest_loop in loops {
@@ -340,6 +347,25 @@ async fn chaos(
     );
     let probes = probe(&ingest).await?;
     Ok((cycles, jobs, probes))
+}
+
+/// `cluster.sh restart name` until it comes back (at most [`RESTART_TRIES`] times); the failed tries are recorded
+/// with the last lines of their error (the process's own last log lines), and the time counts them all.
+fn restart(cluster: &StoreCluster, name: &str, failures: &mut Vec<(String, String)>) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    for attempt in 1..=RESTART_TRIES {
+        match tokio::task::block_in_place(|| cluster.restart(name)) {
+            Ok(_) => return Ok(started.elapsed()),
+            Err(error) if attempt < RESTART_TRIES => {
+                let text = format!("{error:#}");
+                let why = text.lines().rev().find(|line| line.starts_with("Error: ")).unwrap_or("did not come back");
+                println!("  {name} did not come back (try {attempt}): {why}");
+                failures.push((name.to_string(), why.to_string()));
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    unreachable!("the last try returns")
 }
 
 /// Sends batches of new documents to the gateway until told to stop; records each call acknowledged or failed.
@@ -556,6 +582,17 @@ fn figures(
         let (p50, max) = (ms(times[times.len() / 2]) / 1e3, ms(times[times.len() - 1]) / 1e3);
         rows.push(Row::info(format!("{what} restart to ready p50 / max"), p50, "s", format!("{p50:.1} / {max:.1} s")));
     }
+    let failures: Vec<&(String, String)> = cycles.iter().flat_map(|c| &c.restart_failures).collect();
+    let measured = format!("{} (each retried until it came back)", failures.len());
+    rows.push(Row::info("restarts that failed", failures.len() as f64, "restarts", measured));
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    for (name, why) in failures {
+        let why: String = why.chars().map(|c| if c.is_ascii_digit() { '#' } else { c }).take(160).collect();
+        *reasons.entry(format!("{}: {why}", name.trim_end_matches(|c: char| c.is_ascii_digit()))).or_default() += 1;
+    }
+    for (reason, count) in reasons {
+        rows.push(Row::info(format!("restart failed: {reason}"), count as f64, "restarts", count.to_string()));
+    }
     let took = jobs.took.as_secs_f64();
     rows.push(Row::info("jobs ended after the last cycle", took, "s", format!("{} in {took:.1} s", jobs.completed)));
     for (index, count, pending, acknowledged) in &probes.indexes {
@@ -605,6 +642,7 @@ fn cycles_table(cycles: &[Cycle], acked: &[Acked], failed: &[Failed]) -> Table {
             acked.iter().map(|a| a.count).sum::<usize>().to_string(),
             failed.len().to_string(),
             failed.iter().map(|f| f.documents).sum::<usize>().to_string(),
+            cycle.restart_failures.len().to_string(),
         ]);
     }
     table
