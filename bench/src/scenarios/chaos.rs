@@ -358,9 +358,15 @@ fn restart(cluster: &StoreCluster, name: &str, failures: &mut Vec<(String, Strin
             Ok(_) => return Ok(started.elapsed()),
             Err(error) if attempt < RESTART_TRIES => {
                 let text = format!("{error:#}");
-                let why = text.lines().rev().find(|line| line.starts_with("Error: ")).unwrap_or("did not come back");
+                // The process's own error when it logged one; else it ended without a word (its log's last line).
+                let lines: Vec<&str> = text.lines().collect();
+                let last_log_line = lines.iter().rev().find(|line| !line.starts_with("cluster: ") && !line.is_empty());
+                let why = match lines.iter().rev().find(|line| line.starts_with("Error: ")) {
+                    Some(error) => error.to_string(),
+                    None => format!("exited without an error; its last log line: {}", last_log_line.unwrap_or(&"")),
+                };
                 println!("  {name} did not come back (try {attempt}): {why}");
-                failures.push((name.to_string(), why.to_string()));
+                failures.push((name.to_string(), why));
             }
             Err(error) => return Err(error),
         }
