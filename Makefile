@@ -48,9 +48,13 @@ bench: setup
 ## bench-long: the benchmarks kept out of `make bench` for time: embedwire-bench search (~6 min),
 ## embedwire-bench overload, embedwire-bench soak (10 min), embedwire-bench index at 1M vectors (~20 min) and
 ## embedwire-bench store (~20 min: embedded store vs Weaviate 1 and 3 nodes and PostgreSQL, 10k documents)
+## and embedwire-bench chaos, 100 SIGKILL-and-restart cycles under ingest per store (bench/results/chaos/)
 bench-long: setup
 	./target/release/embedwire-bench search
 	./target/release/embedwire-bench overload
 	./target/release/embedwire-bench soak
 	./target/release/embedwire-bench index --sizes 1000000
 	./target/release/embedwire-bench store
+	./target/release/embedwire-bench chaos --store embedded --cycles 100
+	./target/release/embedwire-bench chaos --store postgres --cycles 100
+	./target/release/embedwire-bench chaos --store weaviate --cycles 100

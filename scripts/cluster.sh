@@ -7,9 +7,15 @@
 #   cluster.sh up [--store S] [--nodes N] [--store-only]   start everything (or only the store), wait until ready
 #   cluster.sh status                                         what runs, and whether each part is healthy
 #   cluster.sh down                                           stop everything by pid (TERM, INT to PostgreSQL, then KILL after a grace period)
+#   cluster.sh restart NAME [--kill]                          stop one process (SIGKILL with --kill: a crash), start it
+#                                                             again on its ports and data, wait until it is ready
 #
-# --store weaviate|postgres: the servers' store (default: as saved, else weaviate). A
-# different store than the saved cluster's starts on new ports with empty data.
+# --store weaviate|postgres|embedded: the servers' store (default: as saved, else weaviate).
+# A different store than the saved cluster's starts on new ports with empty data. With
+# embedded, each server has its own index in its data dir and no store runs.
+#
+# restart NAME: NAME as in `status` (weaviate-1, postgres-replica, server-0, gateway).
+# embedwire-bench chaos kills processes with SIGKILL and brings them back this way.
 #
 # --nodes N: Weaviate nodes (default: as saved, else 3); the servers' collection gets N shards and
 # min(2, N) replicas.
@@ -40,8 +46,9 @@ WEAVIATE_BIN="$CACHE/bin/weaviate-server"
 PG_LINK="$CACHE/bin/pg"
 PG_USER=embedwire-pg
 PG_DB=embedwire
-SERVER_BIN="$PWD/target/release/embedwire-server"
-GATEWAY_BIN="$PWD/target/release/embedwire-gateway"
+# The binaries to run (embedwire-bench passes the ones it measures).
+SERVER_BIN="${EMBEDWIRE_CLUSTER_SERVER_BIN:-$PWD/target/release/embedwire-server}"
+GATEWAY_BIN="${EMBEDWIRE_CLUSTER_GATEWAY_BIN:-$PWD/target/release/embedwire-gateway}"
 # The nodes of the cluster in the state dir (`up --nodes` may change it).
 WEAVIATE_NODES=3
 [[ -f "$STATE/nodes" ]] && WEAVIATE_NODES="$(cat "$STATE/nodes")"
@@ -67,7 +74,7 @@ process_names() {
     echo postgres-primary
     echo postgres-replica
     [[ -f "$STATE/store-only" ]] && return
-  else
+  elif [[ "$STORE" == weaviate ]]; then
     for ((i = 0; i < WEAVIATE_NODES; i++)); do echo "weaviate-$i"; done
     [[ -f "$STATE/store-only" ]] && return
   fi
@@ -103,8 +110,9 @@ def pair(udp):
             return first
         except OSError:
             continue
-if store == "postgres":
+if store != "weaviate":
     nodes = 0
+if store == "postgres":
     print(f"POSTGRES_PRIMARY_PORT={bind(0)}")
     print(f"POSTGRES_REPLICA_PORT={bind(0)}")
 for i in range(nodes):
@@ -168,40 +176,45 @@ launch() {
 # A joining node exits at once if none of its CLUSTER_JOIN addresses answers, so node 0
 # starts alone and the others join the nodes started before them once node 0 gossips.
 start_weaviate() {
-  local i raft_join=() join=()
-  for ((i = 0; i < WEAVIATE_NODES; i++)); do raft_join+=("weaviate-$i:$(port "WEAVIATE_RAFT_$i")"); done
+  local i join=()
   for ((i = 0; i < WEAVIATE_NODES; i++)); do
-    local gossip raft
-    gossip="$(port "WEAVIATE_GOSSIP_$i")"
-    raft="$(port "WEAVIATE_RAFT_$i")"
-    mkdir -p "$STATE/data/weaviate-$i"
-    # CLUSTER_ADVERTISE_ADDR: otherwise a node may advertise an IPv6 address and die on
-    # "too many colons". GO_PROFILING_PORT: every node would take 6060.
-    launch "weaviate-$i" env -i PATH="$PATH" HOME="$HOME" \
-      AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED=true \
-      DEFAULT_VECTORIZER_MODULE=none \
-      DISABLE_TELEMETRY=true \
-      LOG_LEVEL=info \
-      LOG_FORMAT=text \
-      PERSISTENCE_DATA_PATH="$STATE/data/weaviate-$i" \
-      CLUSTER_HOSTNAME="weaviate-$i" \
-      CLUSTER_IN_LOCALHOST=true \
-      CLUSTER_ADVERTISE_ADDR=127.0.0.1 \
-      CLUSTER_GOSSIP_BIND_PORT="$gossip" \
-      CLUSTER_DATA_BIND_PORT="$((gossip + 1))" \
-      RAFT_PORT="$raft" \
-      RAFT_INTERNAL_RPC_PORT="$((raft + 1))" \
-      RAFT_JOIN="$(IFS=,; echo "${raft_join[*]}")" \
-      RAFT_BOOTSTRAP_EXPECT="$WEAVIATE_NODES" \
-      GRPC_PORT="$(port "WEAVIATE_GRPC_$i")" \
-      GO_PROFILING_PORT="$(port "WEAVIATE_PROFILING_$i")" \
-      ${join[0]:+CLUSTER_JOIN="$(IFS=,; echo "${join[*]}")"} \
-      "$WEAVIATE_BIN" --scheme http --host 127.0.0.1 --port "$(port "WEAVIATE_HTTP_$i")"
+    launch_weaviate_node "$i" "${join[@]}"
     if ((i == 0)); then
-      wait_listening weaviate-0 "$gossip" || return 1
+      wait_listening weaviate-0 "$(port WEAVIATE_GOSSIP_0)" || return 1
     fi
-    join+=("127.0.0.1:$gossip")
+    join+=("127.0.0.1:$(port "WEAVIATE_GOSSIP_$i")")
   done
+}
+
+# Node I, joining the gossip addresses given (none: it starts alone).
+launch_weaviate_node() {
+  local i="$1" raft_join=() join=("${@:2}") k gossip raft
+  for ((k = 0; k < WEAVIATE_NODES; k++)); do raft_join+=("weaviate-$k:$(port "WEAVIATE_RAFT_$k")"); done
+  gossip="$(port "WEAVIATE_GOSSIP_$i")"
+  raft="$(port "WEAVIATE_RAFT_$i")"
+  mkdir -p "$STATE/data/weaviate-$i"
+  # CLUSTER_ADVERTISE_ADDR: otherwise a node may advertise an IPv6 address and die on
+  # "too many colons". GO_PROFILING_PORT: every node would take 6060.
+  launch "weaviate-$i" env -i PATH="$PATH" HOME="$HOME" \
+    AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED=true \
+    DEFAULT_VECTORIZER_MODULE=none \
+    DISABLE_TELEMETRY=true \
+    LOG_LEVEL=info \
+    LOG_FORMAT=text \
+    PERSISTENCE_DATA_PATH="$STATE/data/weaviate-$i" \
+    CLUSTER_HOSTNAME="weaviate-$i" \
+    CLUSTER_IN_LOCALHOST=true \
+    CLUSTER_ADVERTISE_ADDR=127.0.0.1 \
+    CLUSTER_GOSSIP_BIND_PORT="$gossip" \
+    CLUSTER_DATA_BIND_PORT="$((gossip + 1))" \
+    RAFT_PORT="$raft" \
+    RAFT_INTERNAL_RPC_PORT="$((raft + 1))" \
+    RAFT_JOIN="$(IFS=,; echo "${raft_join[*]}")" \
+    RAFT_BOOTSTRAP_EXPECT="$WEAVIATE_NODES" \
+    GRPC_PORT="$(port "WEAVIATE_GRPC_$i")" \
+    GO_PROFILING_PORT="$(port "WEAVIATE_PROFILING_$i")" \
+    ${join[0]:+CLUSTER_JOIN="$(IFS=,; echo "${join[*]}")"} \
+    "$WEAVIATE_BIN" --scheme http --host 127.0.0.1 --port "$(port "WEAVIATE_HTTP_$i")"
 }
 
 # Polls until NAME accepts TCP connections on PORT; fails if it exits or times out.
@@ -310,25 +323,29 @@ start_postgres() {
 postgres_url() { echo "postgres://postgres@127.0.0.1:$1/$PG_DB"; }
 
 start_servers() {
-  local i store_args
+  local i
+  for ((i = 0; i < SERVERS; i++)); do launch_server "$i"; done
+}
+
+# Server I on its port and data dir (with the embedded store, its index lives there).
+launch_server() {
+  local i="$1" store_args=(--store embedded)
   if [[ "$STORE" == postgres ]]; then
     store_args=(--store postgres
       --postgres-url "$(postgres_url "$POSTGRES_PRIMARY_PORT")"
       --postgres-read-url "$(postgres_url "$POSTGRES_REPLICA_PORT")")
-  else
+  elif [[ "$STORE" == weaviate ]]; then
     store_args=(--store weaviate
       --weaviate-http "$(weaviate_http_urls)"
       --weaviate-grpc "$(weaviate_grpc_addrs)"
       --replication-factor "$((WEAVIATE_NODES < 2 ? WEAVIATE_NODES : 2))"
       --shards "$WEAVIATE_NODES")
   fi
-  for ((i = 0; i < SERVERS; i++)); do
-    mkdir -p "$STATE/data/server-$i"
-    launch "server-$i" "$SERVER_BIN" \
-      "${store_args[@]}" \
-      --listen "127.0.0.1:$(port "SERVER_PORT_$i")" \
-      --data-dir "$STATE/data/server-$i"
-  done
+  mkdir -p "$STATE/data/server-$i"
+  launch "server-$i" "$SERVER_BIN" \
+    "${store_args[@]}" \
+    --listen "127.0.0.1:$(port "SERVER_PORT_$i")" \
+    --data-dir "$STATE/data/server-$i"
 }
 
 start_gateway() {
@@ -405,7 +422,7 @@ print_addresses() {
     echo "postgres-primary  $(postgres_url "$POSTGRES_PRIMARY_PORT")  (data in $(pg_dir)/primary)"
     echo "postgres-replica  $(postgres_url "$POSTGRES_REPLICA_PORT")  (hot standby, streaming)"
     [[ -f "$STATE/store-only" ]] && return
-  else
+  elif [[ "$STORE" == weaviate ]]; then
     for ((i = 0; i < WEAVIATE_NODES; i++)); do
       echo "weaviate-$i  http://127.0.0.1:$(port "WEAVIATE_HTTP_$i")  grpc 127.0.0.1:$(port "WEAVIATE_GRPC_$i")"
     done
@@ -452,17 +469,20 @@ cmd_up() {
         shift
         ;;
       --store)
-        [[ "${2:-}" == weaviate || "${2:-}" == postgres ]] || die "--store needs weaviate or postgres"
+        [[ "${2:-}" =~ ^(weaviate|postgres|embedded)$ ]] || die "--store needs weaviate, postgres or embedded"
         store="$2"
         shift
         ;;
-      *) die "unknown option $1 (usage: $0 up [--store weaviate|postgres] [--nodes N] [--store-only])" ;;
+      *) die "unknown option $1 (usage: $0 up [--store weaviate|postgres|embedded] [--nodes N] [--store-only])" ;;
     esac
     shift
   done
   if [[ "$store" == postgres ]]; then
     $nodes_given && die "--nodes is the size of a Weaviate cluster; --store postgres runs a primary and one replica"
     [[ -x "$PG_LINK/bin/postgres" ]] || die "$PG_LINK/bin/postgres not found: run \`make setup\`"
+  elif [[ "$store" == embedded ]]; then
+    $nodes_given && die "--nodes is the size of a Weaviate cluster; --store embedded runs no store"
+    $store_only && die "--store embedded has no store to run alone"
   else
     [[ -x "$WEAVIATE_BIN" ]] || die "$WEAVIATE_BIN not found: run \`make setup\`"
   fi
@@ -497,7 +517,7 @@ cmd_up() {
   WEAVIATE_NODES="$nodes"
   STORE="$store"
   if [[ -f "$STATE/ports.env" && "$saved_store" == "$store" ]] &&
-    { [[ "$store" == postgres ]] || ((saved_nodes == nodes)); } && saved_ports_free; then
+    { [[ "$store" != weaviate ]] || ((saved_nodes == nodes)); } && saved_ports_free; then
     log "starting on the saved ports and data in $STATE"
   else
     if [[ -d "$STATE/data" ]]; then
@@ -524,7 +544,7 @@ cmd_up() {
   if [[ "$STORE" == postgres ]]; then
     start_postgres || { cmd_down; die "PostgreSQL did not come up"; }
     log "PostgreSQL primary and streaming replica ready after $((SECONDS - started)) s"
-  else
+  elif [[ "$STORE" == weaviate ]]; then
     mapfile -t weaviate < <(process_names | grep '^weaviate-')
     start_weaviate || { cmd_down; die "the Weaviate cluster did not come up"; }
     wait_ready "${weaviate[@]}" || { cmd_down; die "the Weaviate cluster did not come up"; }
@@ -569,9 +589,46 @@ cmd_down() {
   log "down (data and logs kept in $STATE)"
 }
 
+# Stops NAME (SIGKILL with --kill, else as `down` does), starts it again on its ports and
+# data, and waits until it is ready (a Weaviate node: until the cluster has settled).
+cmd_restart() {
+  local name="${1:-}" kill=false pid deadline i join=()
+  [[ "${2:-}" == --kill ]] && kill=true
+  [[ -f "$STATE/ports.env" && -d "$STATE/pids" ]] || die "no cluster is up in $STATE"
+  process_names | grep -qx -- "$name" || die "no process $name (one of: $(process_names | tr '\n' ' '))"
+  source "$STATE/ports.env"
+  if alive "$name"; then
+    pid="$(pid_of "$name")"
+    if $kill; then kill -KILL "$pid"; else kill "-$(stop_signal "$name")" "$pid"; fi
+    deadline=$((SECONDS + STOP_GRACE_SECS))
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && { log "$name (pid $pid) still runs after ${STOP_GRACE_SECS}s; KILL"; kill -KILL "$pid"; }
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  fi
+  case "$name" in
+    weaviate-*)
+      for ((i = 0; i < WEAVIATE_NODES; i++)); do
+        [[ "weaviate-$i" != "$name" ]] && join+=("127.0.0.1:$(port "WEAVIATE_GOSSIP_$i")")
+      done
+      launch_weaviate_node "${name#weaviate-}" "${join[@]}"
+      ;;
+    postgres-primary) launch_postgres primary "$POSTGRES_PRIMARY_PORT" ;;
+    postgres-replica) launch_postgres replica "$POSTGRES_REPLICA_PORT" ;;
+    server-*) launch_server "${name#server-}" ;;
+    gateway) start_gateway ;;
+  esac
+  wait_ready "$name" || die "$name did not come back (logs in $STATE/logs)"
+  log "$name restarted (pid $(pid_of "$name"))"
+}
+
 case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up [--store weaviate|postgres] [--nodes N] [--store-only] | down | status" >&2; exit 2 ;;
+  restart) shift; cmd_restart "$@" ;;
+  *)
+    echo "usage: $0 up [--store weaviate|postgres|embedded] [--nodes N] [--store-only] | down | status" \
+      "| restart NAME [--kill]" >&2
+    exit 2
+    ;;
 esac

@@ -52,4 +52,5 @@ scenarios! {
     overload => Overload,
     soak => Soak,
     clients => Clients,
+    chaos => Chaos,
 }

@@ -3,8 +3,14 @@
 //! environment are the script's alone; addresses and pids are read back from that directory. `cluster.sh down` stops
 //! it, also when it is dropped on an error. The processes run detached (`setsid`), so after a SIGKILL of the bench
 //! `EMBEDWIRE_CLUSTER_DIR=<the printed dir> scripts/cluster.sh down` stops them.
+//!
+//! [`StoreCluster::start_split`] starts the whole split deployment instead (the store, two servers on it and
+//! embedwire-gateway in front; with [`StoreKind::Embedded`] no store, each server its own index), whose processes
+//! [`StoreCluster::kill`] and [`StoreCluster::restart`] crash and bring back by name, on their ports and data.
 
 use std::{
+    ffi::OsString,
+    net::SocketAddr,
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -22,6 +28,17 @@ pub enum StoreKind {
     Weaviate(usize),
     /// A PostgreSQL primary with one streaming replica (pgvector).
     Postgres,
+    /// No store process: each server keeps its own index in its data dir (split deployments only).
+    Embedded,
+}
+
+/// The binaries and environment of the servers and gateway of a split deployment.
+#[derive(Debug, Clone)]
+pub struct SplitBinaries {
+    pub server: PathBuf,
+    pub gateway: PathBuf,
+    /// Environment of the servers (their flags' env twins: model files, threads).
+    pub server_env: Vec<(String, OsString)>,
 }
 
 /// A running store cluster.
@@ -34,26 +51,54 @@ pub struct StoreCluster {
     pub pids: Vec<u32>,
     /// Set once `cluster.sh down` has run, so that drop does not run it again.
     stopped: bool,
+    /// The script's ports.env.
+    ports: String,
+    /// A split deployment's binaries (the script needs them again to restart a server).
+    split: Option<SplitBinaries>,
 }
 
 impl StoreCluster {
     /// Starts the store (free loopback ports, empty data) and waits until it is healthy; also returns how long it took.
     pub fn start(kind: StoreKind) -> anyhow::Result<(Self, Duration)> {
+        Self::up(kind, None)
+    }
+
+    /// Starts the split deployment of `cluster.sh up`: the store, two servers on it and the gateway in front, each
+    /// ready; also returns how long it took.
+    pub fn start_split(kind: StoreKind, binaries: SplitBinaries) -> anyhow::Result<(Self, Duration)> {
+        Self::up(kind, Some(binaries))
+    }
+
+    fn up(kind: StoreKind, split: Option<SplitBinaries>) -> anyhow::Result<(Self, Duration)> {
         let (state_dir, started) = (fresh_dir("store-cluster"), Instant::now());
-        let mut cluster = StoreCluster { kind, state_dir, server_args: Vec::new(), pids: Vec::new(), stopped: false };
+        let mut cluster = StoreCluster {
+            kind,
+            state_dir,
+            server_args: Vec::new(),
+            pids: Vec::new(),
+            stopped: false,
+            ports: String::new(),
+            split,
+        };
         // From here on, drop runs `down` whatever happens.
         let store = match kind {
             StoreKind::Weaviate(nodes) => {
                 anyhow::ensure!(nodes >= 1, "a Weaviate cluster needs at least one node");
-                ["--nodes".to_string(), nodes.to_string()]
+                vec!["--nodes".to_string(), nodes.to_string()]
             }
-            StoreKind::Postgres => ["--store".into(), "postgres".into()],
+            StoreKind::Postgres => vec!["--store".into(), "postgres".into()],
+            StoreKind::Embedded => {
+                anyhow::ensure!(cluster.split.is_some(), "the embedded store runs inside the servers: no cluster");
+                vec!["--store".into(), "embedded".into()]
+            }
         };
         let logs = format!("scripts/cluster.sh up (logs in {}/logs)", cluster.state_dir.display());
-        program_output(cluster.script().args(["up", "--store-only"]).args(store), &logs)?;
-        let ports = std::fs::read_to_string(cluster.state_dir.join("ports.env")).context("reading ports.env")?;
+        let only = cluster.split.is_none().then_some("--store-only");
+        program_output(cluster.script().arg("up").args(only).args(store), &logs)?;
+        cluster.ports = std::fs::read_to_string(cluster.state_dir.join("ports.env")).context("reading ports.env")?;
+        let ports = cluster.ports.clone();
         let port = |name: &str| port(&ports, name);
-        let (args, names): ([String; 6], Vec<String>) = match kind {
+        let (args, names): (Vec<String>, Vec<String>) = match kind {
             StoreKind::Weaviate(nodes) => {
                 let (mut http, mut grpc) = (Vec::new(), Vec::new());
                 for i in 0..nodes {
@@ -63,22 +108,69 @@ impl StoreCluster {
                 let (http, grpc) = (http.join(","), grpc.join(","));
                 let args =
                     ["--store", "weaviate", "--weaviate-http", &http, "--weaviate-grpc", &grpc].map(String::from);
-                (args, (0..nodes).map(|i| format!("weaviate-{i}")).collect())
+                (args.to_vec(), (0..nodes).map(|i| format!("weaviate-{i}")).collect())
             }
             StoreKind::Postgres => {
                 let url = |name| anyhow::Ok(format!("postgres://postgres@127.0.0.1:{}/embedwire", port(name)?));
                 let (primary, replica) = (url("POSTGRES_PRIMARY_PORT")?, url("POSTGRES_REPLICA_PORT")?);
                 let args = ["--store", "postgres", "--postgres-url", &primary, "--postgres-read-url", &replica];
-                (args.map(String::from), vec!["postgres-primary".into(), "postgres-replica".into()])
+                (args.map(String::from).to_vec(), vec!["postgres-primary".into(), "postgres-replica".into()])
             }
+            StoreKind::Embedded => (vec!["--store".into(), "embedded".into()], Vec::new()),
         };
-        cluster.server_args = args.to_vec();
+        cluster.server_args = args;
         for name in names {
-            let pid_file = cluster.state_dir.join(format!("pids/{name}.pid"));
-            let pid = std::fs::read_to_string(&pid_file).with_context(|| format!("reading {}", pid_file.display()))?;
-            cluster.pids.push(pid.trim().parse().with_context(|| format!("{} holds no pid", pid_file.display()))?);
+            let pid = cluster.pid_of(&name)?;
+            cluster.pids.push(pid);
         }
         Ok((cluster, started.elapsed()))
+    }
+
+    /// The store's processes by name, as the script calls them (`weaviate-0`, `postgres-replica`; none embedded).
+    pub fn store_processes(&self) -> Vec<String> {
+        match self.kind {
+            StoreKind::Weaviate(nodes) => (0..nodes).map(|i| format!("weaviate-{i}")).collect(),
+            StoreKind::Postgres => vec!["postgres-primary".into(), "postgres-replica".into()],
+            StoreKind::Embedded => Vec::new(),
+        }
+    }
+
+    /// A split deployment's servers: their names (`server-0`, ...) and gRPC addresses.
+    pub fn servers(&self) -> anyhow::Result<Vec<(String, SocketAddr)>> {
+        let count = self.ports.lines().filter(|line| line.starts_with("SERVER_PORT_")).count();
+        anyhow::ensure!(self.split.is_some() && count > 0, "no servers: the cluster runs its store only");
+        (0..count)
+            .map(|i| Ok((format!("server-{i}"), loopback(port(&self.ports, &format!("SERVER_PORT_{i}"))?))))
+            .collect()
+    }
+
+    /// A split deployment's gateway (HTTP).
+    pub fn gateway(&self) -> anyhow::Result<SocketAddr> {
+        anyhow::ensure!(self.split.is_some(), "no gateway: the cluster runs its store only");
+        Ok(loopback(port(&self.ports, "GATEWAY_PORT")?))
+    }
+
+    /// The pid the script recorded for process `name`.
+    pub fn pid_of(&self, name: &str) -> anyhow::Result<u32> {
+        let pid_file = self.state_dir.join(format!("pids/{name}.pid"));
+        let pid = std::fs::read_to_string(&pid_file).with_context(|| format!("reading {}", pid_file.display()))?;
+        pid.trim().parse().with_context(|| format!("{} holds no pid", pid_file.display()))
+    }
+
+    /// SIGKILLs process `name` (a crash: no shutdown of any kind) and returns its pid.
+    pub fn kill(&self, name: &str) -> anyhow::Result<u32> {
+        let pid = self.pid_of(name)?;
+        program_output(std::process::Command::new("kill").args(["-KILL", &pid.to_string()]), name)?;
+        Ok(pid)
+    }
+
+    /// `cluster.sh restart NAME`: process `name` (killed, or still running: stopped first) starts again on its ports
+    /// and data; returns once it is ready, and how long that took.
+    pub fn restart(&self, name: &str) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let hint = format!("scripts/cluster.sh restart {name} (logs in {}/logs)", self.state_dir.display());
+        program_output(self.script().args(["restart", name]), &hint)?;
+        Ok(started.elapsed())
     }
 
     /// The server flags that store into this cluster (Weaviate's layout and consistency
@@ -90,7 +182,7 @@ impl StoreCluster {
     /// The store's data on disk (PostgreSQL's, as root, through the script's link).
     pub fn data_dir(&self) -> PathBuf {
         match self.kind {
-            StoreKind::Weaviate(_) => self.state_dir.join("data"),
+            StoreKind::Weaviate(_) | StoreKind::Embedded => self.state_dir.join("data"),
             StoreKind::Postgres => self.state_dir.join("data/postgres/primary"),
         }
     }
@@ -118,6 +210,12 @@ impl StoreCluster {
     fn script(&self) -> std::process::Command {
         let mut command = std::process::Command::new("bash");
         command.arg(SCRIPT).env("EMBEDWIRE_CLUSTER_DIR", &self.state_dir);
+        if let Some(split) = &self.split {
+            command
+                .env("EMBEDWIRE_CLUSTER_SERVER_BIN", &split.server)
+                .env("EMBEDWIRE_CLUSTER_GATEWAY_BIN", &split.gateway);
+            command.envs(split.server_env.iter().map(|(name, value)| (name, value)));
+        }
         command
     }
 }
@@ -132,6 +230,10 @@ impl Drop for StoreCluster {
             }
         }
     }
+}
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 /// The port `NAME=PORT` in ports.env.

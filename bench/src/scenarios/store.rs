@@ -159,7 +159,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             let no_layout = || ["0".to_string(), String::new(), String::new(), String::new(), String::new()];
             // The shared stores are judged: PostgreSQL and the largest Weaviate cluster.
             let (label, engine, judged, layout) = match cluster.map(|c| c.kind) {
-                None => ("embedded".to_string(), "embedded", false, no_layout()),
+                None | Some(StoreKind::Embedded) => ("embedded".to_string(), "embedded", false, no_layout()),
                 Some(StoreKind::Postgres) => ("postgres primary + replica".into(), "postgres", true, no_layout()),
                 Some(StoreKind::Weaviate(n)) => {
                     let (shards, replication) =
