@@ -29,7 +29,11 @@ impl Run {
         let (model_dir, python) = (defaults.model_dir(), defaults.cache_dir().join("venv/bin/python"));
         let set_up = model_dir.is_dir() && python.is_file() && defaults.ort_library().is_file();
         assert!(set_up, "no model at {}, ONNX Runtime or venv (run `make setup`)", model_dir.display());
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+        // A run of its own: tests of one scenario (chaos per store) must not share, or the next one's fresh start
+        // deletes the results the previous one is still reading.
+        static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}-{run}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let output = command(&dir).output().unwrap_or_else(|e| panic!("running {name}: {e}"));
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
