@@ -315,8 +315,8 @@ fn ratio(figure: String, (a, b): (f64, f64), bound: Bound, note: String) -> Row 
     let value = a / b.max(1e-9);
     let row = Row::info(figure, value, "x", format!("{value:.2} x")).with_note(note);
     match bound {
-        Bound::AtLeast(limit) => row.at_least(limit, format!(">= {limit:.1} x")),
-        Bound::AtMost(limit) => row.at_most(limit, format!("<= {limit:.1} x")),
+        Bound::AtLeast(limit) => row.at_least(limit, format!(">= {limit} x")),
+        Bound::AtMost(limit) => row.at_most(limit, format!("<= {limit} x")),
     }
 }
 

@@ -117,7 +117,7 @@ struct Servers {
 }
 
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
-    let mut report = Report::new(common.results(""), "overload_bench")?.summary_also_as("overload_bench.csv");
+    let mut report = Report::new(common.results("overload"), "overload_bench")?.summary_also_as("overload_bench.csv");
     tokio::runtime::Runtime::new()?.block_on(measure(common, &args, &mut report))?;
     report.finish()
 }
@@ -328,9 +328,15 @@ async fn open_loop_overload(
     let mut tally = Tally::default();
     let schedule = Schedule { rate: offered, duration: time, max_in_flight: MAX_IN_FLIGHT };
     let burst = open_loop::run(caller.clone(), schedule, |sample| tally.add(&sample));
-    let (run, probes) = tokio::join!(burst, probe_after(channels[0].clone(), texts.clone(), time));
-    let (run, probes) = (run?, probes?);
-    let (after, cpu) = (MetricsSnapshot::read(server.address).await?, cpu.finish()?);
+    // The burst's batches and CPU are read when it stops sending: the probe that follows runs batches of one text,
+    // which would otherwise count as the burst's.
+    let burst_window = async {
+        tokio::time::sleep(time).await;
+        anyhow::Ok((MetricsSnapshot::read(server.address).await?, cpu.finish()?))
+    };
+    let (run, probes, window) =
+        tokio::join!(burst, probe_after(channels[0].clone(), texts.clone(), time), burst_window);
+    let (run, probes, (after, cpu)) = (run?, probes?, window?);
     let (burst_batch, batch_size) = mean_batch(&before, &after);
     let recovery = recovery_time(&probes, unloaded_p99);
 
