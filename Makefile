@@ -5,6 +5,9 @@ BIN := $(CACHE)/bin
 ARGS ?=
 # The store of `make cluster`: weaviate or postgres.
 STORE ?= weaviate
+# Replicas per shard of `make cluster`'s Weaviate collections (empty: as saved, else
+# min(3, nodes), so 3 on the default 3 nodes; REPLICATION=2 shows a stall on node loss).
+REPLICATION ?=
 
 .PHONY: setup run test lint bench bench-long cluster cluster-down
 
@@ -20,9 +23,10 @@ run: setup
 ## two embedwire-server processes on it (--store weaviate) and embedwire-gateway in front;
 ## with STORE=postgres a PostgreSQL primary and one streaming replica instead (the servers
 ## write to the primary, read from the replica); prints the addresses
-## (`bash scripts/cluster.sh status` shows them again)
+## (`bash scripts/cluster.sh status` shows them again); REPLICATION=N sets the replicas per
+## shard (default 3 on 3 nodes: any one node may be lost)
 cluster: setup
-	bash scripts/cluster.sh up --store $(STORE)
+	bash scripts/cluster.sh up --store $(STORE) $(if $(REPLICATION),--replication $(REPLICATION))
 
 ## cluster-down: stop what `make cluster` started (its data and logs are kept)
 cluster-down:

@@ -4,7 +4,8 @@
 # With --store postgres: a PostgreSQL primary and one streaming hot-standby replica
 # instead, the servers writing to the primary and reading from the replica.
 #
-#   cluster.sh up [--store S] [--nodes N] [--store-only]   start everything (or only the store), wait until ready
+#   cluster.sh up [--store S] [--nodes N] [--replication R] [--store-only]
+#                                                             start everything (or only the store), wait until ready
 #   cluster.sh status                                         what runs, and whether each part is healthy
 #   cluster.sh down                                           stop everything by pid (TERM, INT to PostgreSQL, then KILL after a grace period)
 #   cluster.sh restart NAME [--kill]                          stop one process (SIGKILL with --kill: a crash), start it
@@ -17,8 +18,14 @@
 # restart NAME: NAME as in `status` (weaviate-1, postgres-replica, server-0, gateway).
 # embedwire-bench chaos kills processes with SIGKILL and brings them back this way.
 #
-# --nodes N: Weaviate nodes (default: as saved, else 3); the servers' collection gets N shards and
-# min(2, N) replicas.
+# --nodes N: Weaviate nodes (default: as saved, else 3); the servers' collections get N shards.
+#
+# --replication R (or EMBEDWIRE_CLUSTER_REPLICATION=R; `make cluster REPLICATION=R`): replicas
+# of each shard (default: as saved, else min(3, N)). At 3 on 3 nodes, with QUORUM writes and
+# job reads, losing any one node stalls nothing. At 2, QUORUM needs both replicas of a shard:
+# after one node is lost, jobs whose reads span a shard with a replica there wait (and say
+# why in GetJob) until it is back. A collection keeps the factor it was created with, so a
+# different R than the saved cluster's starts on new ports with empty data.
 #
 # --store-only (or its older name --weaviate-only): the store alone, no servers or gateway,
 # for a program of your own (embedwire-bench store does). The addresses are in
@@ -55,6 +62,14 @@ WEAVIATE_NODES=3
 # The store of the cluster in the state dir (`up --store` may change it).
 STORE=weaviate
 [[ -f "$STATE/store" ]] && STORE="$(cat "$STATE/store")"
+# The replication factor of the cluster in the state dir (`up --replication` may change it);
+# a cluster saved before it was kept had the old default, min(2, nodes).
+REPLICATION=""
+if [[ -f "$STATE/replication" ]]; then
+  REPLICATION="$(cat "$STATE/replication")"
+elif [[ -f "$STATE/nodes" ]]; then
+  REPLICATION="$((WEAVIATE_NODES < 2 ? WEAVIATE_NODES : 2))"
+fi
 SERVERS=2
 # How long to wait for readiness: a cold Weaviate cluster takes ~15 s, a server loads its model.
 READY_TIMEOUT_SECS=120
@@ -338,7 +353,7 @@ launch_server() {
     store_args=(--store weaviate
       --weaviate-http "$(weaviate_http_urls)"
       --weaviate-grpc "$(weaviate_grpc_addrs)"
-      --replication-factor "$((WEAVIATE_NODES < 2 ? WEAVIATE_NODES : 2))"
+      --replication-factor "$REPLICATION"
       --shards "$WEAVIATE_NODES")
   fi
   mkdir -p "$STATE/data/server-$i"
@@ -459,8 +474,14 @@ cmd_up() {
   # Without --store and --nodes: the saved cluster's store and size (weaviate and 3 for a
   # new one), so `down` then `up` brings back the same cluster.
   local store_only=false nodes="$WEAVIATE_NODES" nodes_given=false store="$STORE"
+  local replication="${EMBEDWIRE_CLUSTER_REPLICATION:-}"
   while (($# > 0)); do
     case "$1" in
+      --replication)
+        [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || die "--replication needs a number of replicas (1 or more)"
+        replication="$2"
+        shift
+        ;;
       --store-only | --weaviate-only) store_only=true ;;
       --nodes)
         [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || die "--nodes needs a number of nodes (1 or more)"
@@ -473,10 +494,21 @@ cmd_up() {
         store="$2"
         shift
         ;;
-      *) die "unknown option $1 (usage: $0 up [--store weaviate|postgres|embedded] [--nodes N] [--store-only])" ;;
+      *) die "unknown option $1 (usage: $0 up [--store weaviate|postgres|embedded] [--nodes N] [--replication R] [--store-only])" ;;
     esac
     shift
   done
+  # Without --replication: the saved cluster's, if it has as many nodes; else min(3, nodes).
+  if [[ -z "$replication" ]]; then
+    if [[ -n "$REPLICATION" ]] && ((nodes == WEAVIATE_NODES)); then
+      replication="$REPLICATION"
+    else
+      replication="$((nodes < 3 ? nodes : 3))"
+    fi
+  fi
+  if [[ "$store" == weaviate ]] && ((replication > nodes)); then
+    die "--replication $replication exceeds the cluster's $nodes Weaviate nodes"
+  fi
   if [[ "$store" == postgres ]]; then
     $nodes_given && die "--nodes is the size of a Weaviate cluster; --store postgres runs a primary and one replica"
     [[ -x "$PG_LINK/bin/postgres" ]] || die "$PG_LINK/bin/postgres not found: run \`make setup\`"
@@ -505,6 +537,8 @@ cmd_up() {
         log "it stores in $STORE, not $store"
       elif [[ "$STORE" == weaviate ]] && ((nodes != WEAVIATE_NODES)); then
         log "it has $WEAVIATE_NODES Weaviate nodes, not $nodes"
+      elif [[ "$STORE" == weaviate ]] && [[ "$replication" != "$REPLICATION" ]]; then
+        log "its collections have $REPLICATION replicas per shard, not $replication"
       fi
       log "already up (\`$0 down\` first to start again)"
       return 0
@@ -513,11 +547,13 @@ cmd_up() {
 
   mkdir -p "$STATE"
   rm -rf "$STATE/pids"
-  local saved_nodes="$WEAVIATE_NODES" saved_store="$STORE"
+  local saved_nodes="$WEAVIATE_NODES" saved_store="$STORE" saved_replication="$REPLICATION"
   WEAVIATE_NODES="$nodes"
   STORE="$store"
+  REPLICATION="$replication"
   if [[ -f "$STATE/ports.env" && "$saved_store" == "$store" ]] &&
-    { [[ "$store" != weaviate ]] || ((saved_nodes == nodes)); } && saved_ports_free; then
+    { [[ "$store" != weaviate ]] || { ((saved_nodes == nodes)) && [[ "$saved_replication" == "$replication" ]]; }; } &&
+    saved_ports_free; then
     log "starting on the saved ports and data in $STATE"
   else
     if [[ -d "$STATE/data" ]]; then
@@ -525,6 +561,9 @@ cmd_up() {
         log "the saved cluster stored in $saved_store, not $store; starting on new ports with empty data"
       elif ((saved_nodes != nodes)); then
         log "the saved cluster had $saved_nodes nodes, not $nodes; starting on new ports with empty data"
+      elif [[ "$store" == weaviate && "$saved_replication" != "$replication" ]]; then
+        log "the saved cluster's collections have $saved_replication replicas per shard, not $replication;" \
+          "starting on new ports with empty data"
       else
         log "saved ports are taken; starting on new ports with empty data"
       fi
@@ -536,6 +575,7 @@ cmd_up() {
     mv "$STATE/ports.env.new" "$STATE/ports.env"
     echo "$nodes" >"$STATE/nodes"
     echo "$store" >"$STATE/store"
+    echo "$replication" >"$STATE/replication"
   fi
   if $store_only; then touch "$STATE/store-only"; else rm -f "$STATE/store-only"; fi
   source "$STATE/ports.env"
@@ -548,7 +588,8 @@ cmd_up() {
     mapfile -t weaviate < <(process_names | grep '^weaviate-')
     start_weaviate || { cmd_down; die "the Weaviate cluster did not come up"; }
     wait_ready "${weaviate[@]}" || { cmd_down; die "the Weaviate cluster did not come up"; }
-    log "Weaviate cluster of $WEAVIATE_NODES nodes healthy after $((SECONDS - started)) s"
+    log "Weaviate cluster of $WEAVIATE_NODES nodes healthy after $((SECONDS - started)) s" \
+      "(the servers' collections: $WEAVIATE_NODES shards, $REPLICATION replicas each)"
   fi
   if ! $store_only; then
     local servers=()
@@ -627,7 +668,7 @@ case "${1:-}" in
   status) cmd_status ;;
   restart) shift; cmd_restart "$@" ;;
   *)
-    echo "usage: $0 up [--store weaviate|postgres|embedded] [--nodes N] [--store-only] | down | status" \
+    echo "usage: $0 up [--store weaviate|postgres|embedded] [--nodes N] [--replication R] [--store-only] | down | status" \
       "| restart NAME [--kill]" >&2
     exit 2
     ;;

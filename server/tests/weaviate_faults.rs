@@ -12,7 +12,12 @@
 //!   serves again without a restart;
 //! - a job settled through a node restarted after its documents were written (so its
 //!   own replicas miss them): the job waits for them instead of completing without
-//!   them, and every acknowledged document becomes searchable.
+//!   them, and every acknowledged document becomes searchable;
+//! - at replication factor 2, a node killed with SIGKILL: QUORUM cannot be met on the
+//!   shards with a replica there, so a new job cannot progress; it says why (GetJob on
+//!   both servers and `GET /v1/jobs/{id}` carry `last_error` and `retrying_since`), its
+//!   server logs a handful of lines, not one per try, and once the node is back on its
+//!   data the job finishes by itself and the document is searchable.
 //!
 //! Every test counts the documents it had acknowledged before and after the fault:
 //! each is stored exactly once (GetDocuments over every id, one chunk each, and the
@@ -30,11 +35,11 @@ use std::time::{Duration, Instant};
 
 use common::ServerProcess;
 use common::store_faults::{
-    self, assert_exactly_once, assert_finds, blocking, documents, index_of, ingest, ingest_completed, search_client,
-    search_until, text_query, wait_completed, wait_indexing,
+    self, assert_exactly_once, assert_finds, blocking, documents, index_of, ingest, ingest_completed, job,
+    search_client, search_until, text_query, wait_completed, wait_indexing,
 };
 use common::weaviate::WeaviateCluster;
-use embedwire_proto::v1::{GetJobRequest, InfoRequest};
+use embedwire_proto::v1::{GetJobRequest, InfoRequest, IngestRequest, JobStatus};
 use tokio::sync::{Mutex, MutexGuard};
 
 /// One test at a time: they share the cluster and kill its nodes.
@@ -311,4 +316,158 @@ async fn job_waits_for_documents_a_restarted_node_does_not_hold() {
         assert_finds(&mut via_b, &documents[probe]).await;
     }
     eprintln!("job_waits_for_documents_a_restarted_node_does_not_hold took {:.1?}", started.elapsed());
+}
+
+/// Warnings and errors among the lines a server has logged since the last call.
+fn drain_warnings(server: &mut ServerProcess) -> Vec<String> {
+    let mut warnings = Vec::new();
+    while let Ok(line) = server.stderr_lines.try_recv() {
+        if line.contains(" WARN ") || line.contains(" ERROR ") {
+            warnings.push(line);
+        }
+    }
+    warnings
+}
+
+/// Issue 29: at RF 2, QUORUM needs both replicas of a shard, so with one node of three
+/// SIGKILLed every read of the job's pending documents (a search over every shard)
+/// fails. Before, the job stayed `pending` with no reason while its server logged the
+/// raw Weaviate error about five times a second (~300 lines a minute).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rf2_node_loss_job_says_why_and_finishes_when_the_node_returns() {
+    const COLLECTION: &str = "FaultReplicas2";
+    const KILLED: usize = 1;
+    /// How long the server's log is watched while the job cannot progress.
+    const WATCH: Duration = Duration::from_secs(20);
+    /// Most warnings allowed in that time: a line when the job starts failing and one
+    /// per change of its reason (Weaviate may first answer "cannot achieve consistency
+    /// level" before it drops the dead node from its routing, then name more shards).
+    const MOST_WARNINGS: usize = 6;
+    let (_serial, cluster) = exclusive_cluster().await;
+    let started = Instant::now();
+    let rf2 = ["--replication-factor", "2"];
+    let mut a = start_server(cluster, COLLECTION, &rf2).await;
+    let b = start_server(cluster, COLLECTION, &rf2).await;
+    let mut via_a = search_client(&a.address).await;
+    let mut via_b = search_client(&b.address).await;
+    let (_, mut ids) = ingest_completed(&mut via_a, "before", 20).await;
+
+    blocking(move || cluster.kill_node(KILLED)).await;
+    let killed = Instant::now();
+    let killed_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    blocking(move || cluster.wait_node_unhealthy(KILLED, 0)).await;
+    eprintln!("weaviate-{KILLED} SIGKILLed; the cluster saw it down after {:.1?}", killed.elapsed());
+    drain_warnings(&mut a);
+
+    // Until Weaviate routes around the dead node, a write to a shard with a replica there
+    // fails at QUORUM; the ingest is acknowledged once it does.
+    let document = documents("lost-node", 1).remove(0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let acknowledged = loop {
+        match via_a.ingest(IngestRequest { documents: vec![document.clone()] }).await {
+            Ok(response) => break response.into_inner().job.unwrap(),
+            Err(status) => {
+                assert!(Instant::now() < deadline, "ingest never acknowledged with one node down: {status}");
+                eprintln!("ingest refused with weaviate-{KILLED} down (retrying): {}", status.message());
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    };
+    ids.push(document.id.clone());
+    let job_id = acknowledged.job_id.clone();
+    eprintln!("job {job_id} acknowledged {:.1?} after the kill", killed.elapsed());
+
+    // The job says why it cannot progress, on the server running it...
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let stuck = loop {
+        let now = job(&mut via_a, &job_id).await;
+        assert_ne!(now.status, JobStatus::Completed as i32, "at RF 2 with a node down the job cannot complete: {now:?}");
+        if now.last_error.contains("replicas reachable") {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "no last_error naming the replicas within 30 s: {now:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!("GetJob via A after {:.1?}: {stuck:?}", killed.elapsed());
+    assert_eq!(stuck.status, JobStatus::Pending as i32, "{stuck:?}");
+    assert!(
+        stuck.last_error.contains("1 of 2 replicas reachable") && stuck.last_error.contains("QUORUM needs 2"),
+        "the reason names the replicas missing: {:?}",
+        stuck.last_error
+    );
+    assert!(!stuck.last_error.contains("inconsistent consistency levels"), "Weaviate's raw text: {stuck:?}");
+    let since = stuck.retrying_since.expect("retrying_since with last_error");
+    assert!(since >= killed_unix - 1.0 && since <= killed_unix + 60.0, "retrying since {since}, killed at {killed_unix}");
+
+    // ... over HTTP ...
+    let url = format!("{}/v1/jobs/{job_id}", a.address);
+    let body: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+    assert_eq!(body["status"], "pending", "{body}");
+    assert!(body["last_error"].as_str().is_some_and(|e| e.contains("replicas reachable")), "{body}");
+    assert!(body["retrying_since"].as_f64().is_some(), "{body}");
+
+    // ... and on the other server, which reads it from the job's record.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let seen = job(&mut via_b, &job_id).await;
+        if seen.last_error.contains("replicas reachable") && seen.retrying_since.is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "server B does not show why the job waits: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A handful of log lines while it keeps failing, not one per try.
+    let mut warnings = drain_warnings(&mut a);
+    let watched = Instant::now();
+    while watched.elapsed() < WATCH {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = job(&mut via_a, &job_id).await;
+        assert!(!now.last_error.is_empty() && now.status == JobStatus::Pending as i32, "still waiting: {now:?}");
+        assert_eq!(now.retrying_since, Some(since), "one run of failures, since its start");
+        warnings.extend(drain_warnings(&mut a));
+    }
+    eprintln!(
+        "server A logged {} warnings from the ingest to {:.0?} later:\n{}",
+        warnings.len(),
+        killed.elapsed(),
+        warnings.join("\n")
+    );
+    assert!(warnings.len() <= MOST_WARNINGS, "{} warnings: a log flood", warnings.len());
+    assert!(warnings.iter().any(|w| w.contains("job cannot progress")), "the failure is logged once");
+
+    let restarting = Instant::now();
+    blocking(move || cluster.restart_node(KILLED)).await;
+    eprintln!("weaviate-{KILLED} back on its data, the cluster healthy after {:.1?}", restarting.elapsed());
+    let done = wait_completed(&mut via_a, &job_id).await;
+    eprintln!("the job completed {:.1?} after the node was back", restarting.elapsed());
+    assert_eq!((done.processed_documents, done.failed_documents), (1, 0));
+    assert!(done.last_error.is_empty() && done.retrying_since.is_none(), "cleared once it progressed: {done:?}");
+    let body: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+    assert!(body.get("last_error").is_none() && body.get("retrying_since").is_none(), "{body}");
+    let recovered = drain_warnings(&mut a);
+    eprintln!("server A logged {} warnings after the node came back:\n{}", recovered.len(), recovered.join("\n"));
+
+    assert_finds(&mut via_a, &document).await;
+    wait_replicas_agree_rf2(cluster, COLLECTION, ids.len() as u64).await;
+    assert_exactly_once(&mut via_b, &ids, "after the node came back").await;
+    eprintln!("rf2_node_loss_job_says_why_and_finishes_when_the_node_returns took {:.1?}", started.elapsed());
+}
+
+/// Waits until the collection's documents, counted through each node, number
+/// `documents` (at RF 2 a node holds two of three shards, so its own replicas cannot
+/// be compared with the total as in [`wait_replicas_agree`]).
+async fn wait_replicas_agree_rf2(cluster: &WeaviateCluster, collection: &str, documents: u64) {
+    let deadline = Instant::now() + CONVERGE_TIMEOUT;
+    loop {
+        let mut totals = Vec::new();
+        for via in 0..NODES {
+            totals.push(replica_counts(cluster, via, collection).await);
+        }
+        if totals.iter().all(|c| c.is_some_and(|(_, docs, pending)| docs == documents && pending == 0)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "counts through each node after {CONVERGE_TIMEOUT:?}: {totals:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }

@@ -62,6 +62,11 @@ pub struct Job {
     pub started_at: f64,
     /// Unix seconds, once finished.
     pub finished_at: Option<f64>,
+    /// Why the job cannot progress right now while the server retries it; `None` while
+    /// it progresses.
+    pub last_error: Option<String>,
+    /// Unix seconds since the job has been retrying; `None` while it progresses.
+    pub retrying_since: Option<f64>,
 }
 
 impl Job {
@@ -89,6 +94,8 @@ impl Job {
             error: (!job.error.is_empty()).then_some(job.error),
             started_at: job.started_at,
             finished_at: job.finished_at,
+            last_error: (!job.last_error.is_empty()).then_some(job.last_error),
+            retrying_since: job.retrying_since,
         })
     }
 }

@@ -70,6 +70,14 @@ pub struct JobBody {
     /// the ones the server assigned.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub document_ids: Option<Vec<String>>,
+    /// Extension: why the job cannot progress right now while the server retries it
+    /// (too few store replicas reachable, say); absent while it progresses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Extension: Unix time in seconds since when the job has been retrying; absent while
+    /// it progresses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retrying_since: Option<f64>,
 }
 
 /// `POST /v1/search` body.
@@ -268,6 +276,8 @@ pub fn job_body(job: Job) -> JobBody {
         finished_at: job.finished_at,
         failed_documents: job.failed_documents,
         document_ids: None,
+        last_error: (!job.last_error.is_empty()).then_some(job.last_error),
+        retrying_since: job.retrying_since,
     }
 }
 

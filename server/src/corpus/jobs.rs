@@ -17,6 +17,15 @@
 //! counts kept along the way are estimates). A job whose store calls fail (a record a
 //! crashed node left unreadable, say) is retried on its own backoff while the runner
 //! goes on with the other jobs: one broken job must not stall every newer one.
+//!
+//! Every retry waits an exponential pause with jitter (from [`RETRY_PAUSE`] up to
+//! [`JOB_RETRY_MAX`]), so servers sharing a store do not retry in step. A job that
+//! cannot progress says why: the runner logs once when it starts failing, when its
+//! error changes and when it progresses again (not once per try), and the job's
+//! `retrying` (last error, since when) shows in GetJob, WatchJob and the HTTP API
+//! until it progresses. The runner writes that state into the job record, best
+//! effort, so that with a shared store any server answers with it; its own memory
+//! overrides the store's (a write that failed, a store that keeps no such field).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -36,7 +45,7 @@ use crate::batcher::Priority;
 use crate::engine::{EmbedOptions, EmbeddingEngine};
 use crate::error::{Error, Result};
 use crate::store::{
-    Claim, CorpusStore, DocumentRecord, IndexedDocument, JobRecord, JobState, NewDocument, StoredChunk,
+    Claim, CorpusStore, DocumentRecord, IndexedDocument, JobRecord, JobRetry, JobState, NewDocument, StoredChunk,
 };
 
 /// A fresh job record.
@@ -53,12 +62,19 @@ pub fn new_job(receiving: bool) -> JobRecord {
         next_sequence: 0,
         receiving,
         revision: 0,
+        retrying: None,
     }
 }
 
 /// Every job's latest state, each behind a watch channel so WatchJob can follow it.
 pub struct JobBoard {
     jobs: Mutex<HashMap<String, watch::Sender<JobRecord>>>,
+    /// This server's runner's word on its jobs' retries (`None`: progressing again),
+    /// laid over every state published: the store's copy may lack it (a store that
+    /// keeps no such field, a best-effort write that failed) or be stale.
+    retries: Mutex<HashMap<String, Option<JobRetry>>>,
+    /// When a shared store's jobs were last read in full (see `follow_shared_jobs`).
+    refreshed: Mutex<Option<Instant>>,
     /// Wakes the runner when a job gets work.
     work: Notify,
 }
@@ -85,16 +101,57 @@ impl JobBoard {
             }
             jobs.insert(job.id.clone(), watch::Sender::new(job));
         }
-        Ok(JobBoard { jobs: Mutex::new(jobs), work: Notify::new() })
+        Ok(JobBoard {
+            jobs: Mutex::new(jobs),
+            retries: Mutex::new(HashMap::new()),
+            refreshed: Mutex::new(None),
+            work: Notify::new(),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<JobRecord>>> {
         self.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    fn lock_retries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<JobRetry>>> {
+        self.retries.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records what this server's runner knows of a job's retries and shows it to
+    /// GetJob and WatchJob at once (without a store write: see [`Corpus::set_retrying`]).
+    fn set_retrying(&self, job_id: &str, retrying: Option<JobRetry>) {
+        self.lock_retries().insert(job_id.to_string(), retrying.clone());
+        if let Some(sender) = self.lock().get(job_id) {
+            sender.send_if_modified(|job| {
+                let changed = job.retrying != retrying && !job.is_finished();
+                if changed {
+                    job.retrying = retrying;
+                }
+                changed
+            });
+        }
+    }
+
+    /// Lets the store's word on a job's retries count again (the runner's clear is stored).
+    fn forget_retrying(&self, job_id: &str) {
+        let mut retries = self.lock_retries();
+        if retries.get(job_id).is_some_and(Option::is_none) {
+            retries.remove(job_id);
+        }
+    }
+
     /// Records a job's new state (unless a newer one is already known: concurrent
     /// writers may publish out of order) and wakes the runner.
-    pub fn publish(&self, job: JobRecord) {
+    pub fn publish(&self, mut job: JobRecord) {
+        {
+            let mut retries = self.lock_retries();
+            if job.is_finished() {
+                retries.remove(&job.id);
+                job.retrying = None;
+            } else if let Some(known) = retries.get(&job.id) {
+                job.retrying = known.clone();
+            }
+        }
         let mut jobs = self.lock();
         match jobs.get(&job.id) {
             Some(sender) => {
@@ -138,11 +195,11 @@ impl JobBoard {
     }
 }
 
-/// Pause before retrying work the engine refused for overload or the store failed.
+/// First pause before retrying work the engine refused for overload or the store failed.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
-/// Longest pause before a job whose store calls keep failing is tried again; the
-/// pause doubles from [`RETRY_PAUSE`] with each failure in a row.
+/// Longest pause before failed work is tried again; the pause doubles from
+/// [`RETRY_PAUSE`] with each failure in a row.
 const JOB_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// How often a server with a shared store reads the store's unfinished jobs: to find
@@ -153,33 +210,95 @@ const SHARED_JOBS_REFRESH: Duration = Duration::from_secs(1);
 /// plus one more so the model has queued work the moment a batch finishes.
 const PIPELINE_DEPTH: usize = 3;
 
-/// Jobs whose last store call failed, each with when it may be tried again and its
-/// current pause. Owned by the runner task.
+/// The pause after `failures` failures in a row: doubling from [`RETRY_PAUSE`], capped
+/// at [`JOB_RETRY_MAX`], then scaled by `jitter` (in [0.5, 1]: "equal jitter", so
+/// servers and jobs that failed together spread out yet never retry at once).
+fn retry_pause(failures: u32, jitter: f64) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    let pause = RETRY_PAUSE.saturating_mul(1 << doublings).min(JOB_RETRY_MAX);
+    pause.mul_f64(jitter.clamp(0.5, 1.0))
+}
+
+/// A random factor for [`retry_pause`].
+fn jitter() -> f64 {
+    rand::random_range(0.5..=1.0)
+}
+
+/// What one more failure changed, for the log-once rule: a line when work starts
+/// failing or fails differently, not one per try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// It was progressing.
+    Started,
+    /// It was failing with another error.
+    ErrorChanged,
+    /// It fails as before.
+    Same,
+}
+
+/// A run of failures in a row of one piece of work (a job, or the runner as a whole).
+#[derive(Debug, Clone)]
+struct Streak {
+    failures: u32,
+    /// The last error, as text (what GetJob shows and what "changed" compares).
+    error: String,
+    /// When the run began, in Unix seconds.
+    since: f64,
+    /// Not tried again before this.
+    until: Instant,
+    /// The pause that led to `until`.
+    pause: Duration,
+}
+
+impl Streak {
+    /// Counts one more failure in `streak` (starting one if `None`); returns what
+    /// changed. The pause grows with every failure, whatever the error.
+    fn record(streak: &mut Option<Streak>, error: String, now: Instant, jitter: f64) -> Change {
+        let change = match streak {
+            None => Change::Started,
+            Some(current) if current.error != error => Change::ErrorChanged,
+            Some(_) => Change::Same,
+        };
+        let failures = streak.as_ref().map_or(0, |s| s.failures) + 1;
+        let since = streak.as_ref().map_or_else(unix_now, |s| s.since);
+        let pause = retry_pause(failures, jitter);
+        *streak = Some(Streak { failures, error, since, until: now + pause, pause });
+        change
+    }
+
+    fn retry(&self) -> JobRetry {
+        JobRetry { error: self.error.clone(), since: self.since }
+    }
+}
+
+/// Jobs whose last store call failed, each with its run of failures (when it may be
+/// tried again). Owned by the runner task.
 #[derive(Debug, Default)]
 struct JobBackoff {
-    jobs: HashMap<String, (Instant, Duration)>,
+    jobs: HashMap<String, Streak>,
 }
 
 impl JobBackoff {
-    /// Puts a job aside for twice its last pause (at least [`RETRY_PAUSE`], at most
-    /// [`JOB_RETRY_MAX`]).
-    fn failed(&mut self, job_id: &str, error: &Error) {
-        let pause = self.jobs.get(job_id).map_or(RETRY_PAUSE, |(_, last)| (*last * 2).min(JOB_RETRY_MAX));
-        tracing::warn!(job = job_id, %error, retry_in = ?pause, "job failed; going on with the other jobs");
-        self.jobs.insert(job_id.to_string(), (Instant::now() + pause, pause));
+    /// Puts a job aside for its next pause; returns what changed and the streak.
+    fn failed(&mut self, job_id: &str, error: &Error, now: Instant, jitter: f64) -> (Change, &Streak) {
+        let mut streak = self.jobs.remove(job_id);
+        let change = Streak::record(&mut streak, error.to_string(), now, jitter);
+        let streak = self.jobs.entry(job_id.to_string()).or_insert(streak.expect("recorded"));
+        (change, streak)
     }
 
-    fn succeeded(&mut self, job_id: &str) {
-        self.jobs.remove(job_id);
+    /// Ends a job's run of failures; true when it had one (it recovered).
+    fn succeeded(&mut self, job_id: &str) -> bool {
+        self.jobs.remove(job_id).is_some()
     }
 
-    fn ready(&self, job_id: &str) -> bool {
-        self.jobs.get(job_id).is_none_or(|(until, _)| *until <= Instant::now())
+    fn ready(&self, job_id: &str, now: Instant) -> bool {
+        self.jobs.get(job_id).is_none_or(|streak| streak.until <= now)
     }
 
     /// When the next job put aside may be tried again.
-    fn next_ready(&self) -> Option<Instant> {
-        self.jobs.values().map(|(until, _)| *until).filter(|until| *until > Instant::now()).min()
+    fn next_ready(&self, now: Instant) -> Option<Instant> {
+        self.jobs.values().map(|streak| streak.until).filter(|until| *until > now).min()
     }
 }
 
@@ -213,6 +332,8 @@ impl Corpus {
         // The next pending sequence to read, per job being fed into the pipeline.
         let mut cursor: Option<(String, u64)> = None;
         let mut backoff = JobBackoff::default();
+        // Failures in a row of the runner as a whole (dropped pipelines).
+        let mut runner: Option<Streak> = None;
         if self.store.description().shared {
             tokio::spawn(self.clone().follow_shared_jobs(shutdown.clone()));
         }
@@ -222,11 +343,11 @@ impl Corpus {
             }
             let wake = self.jobs.work.notified();
             if let Err(error) = self.fill_pipeline(&mut pipeline, &mut cursor, &mut backoff).await {
-                self.recover_from(&error, &mut pipeline, &mut cursor).await;
+                self.recover_from(&error, true, &mut runner, &mut pipeline, &mut cursor).await;
                 continue;
             }
             let Some(embedded) = pipeline.next().await else {
-                let retry = backoff.next_ready();
+                let retry = backoff.next_ready(Instant::now());
                 tokio::select! {
                     () = wake => {}
                     _ = shutdown.changed() => {}
@@ -236,36 +357,102 @@ impl Corpus {
                 }
                 continue;
             };
-            let committed = match embedded {
+            let (committed, logged) = match embedded {
                 Ok(batch) => {
                     let job_id = batch.job_id.clone();
                     let committed = self.commit_batch(batch).await;
                     match &committed {
-                        Ok(()) => backoff.succeeded(&job_id),
-                        Err(error) => backoff.failed(&job_id, error),
+                        Ok(()) => {
+                            self.job_progressed(&mut backoff, &job_id).await;
+                            if runner.take().is_some() {
+                                tracing::info!("indexing progresses again");
+                            }
+                        }
+                        Err(error) => self.job_failed(&mut backoff, &job_id, error).await,
                     }
-                    committed
+                    (committed, true)
                 }
                 // Embedding failures (overload) are no job's fault.
-                Err(error) => Err(error),
+                Err(error) => (Err(error), false),
             };
             if let Err(error) = committed {
-                self.recover_from(&error, &mut pipeline, &mut cursor).await;
+                self.recover_from(&error, logged, &mut runner, &mut pipeline, &mut cursor).await;
             }
         }
     }
 
-    /// Logs a failure, empties the pipeline and pauses before the work is read again.
+    /// Empties the pipeline and pauses (the runner's own backoff) before the work is
+    /// read again. Logs once per change of the runner's failure, unless the failure
+    /// was already logged as its job's (`logged`).
     async fn recover_from(
         &self,
         error: &Error,
+        logged: bool,
+        runner: &mut Option<Streak>,
         pipeline: &mut FuturesOrdered<BoxFuture<'static, Result<EmbeddedBatch>>>,
         cursor: &mut Option<(String, u64)>,
     ) {
-        tracing::warn!(%error, "indexing failed; retrying from the pending documents");
+        let change = Streak::record(runner, error.to_string(), Instant::now(), jitter());
+        let pause = runner.as_ref().map_or(RETRY_PAUSE, |streak| streak.pause);
+        if change == Change::Same || logged {
+            tracing::debug!(%error, retry_in = ?pause, "indexing failed again; retrying from the pending documents");
+        } else {
+            tracing::warn!(%error, retry_in = ?pause, "indexing failed; retrying from the pending documents, with backoff");
+        }
         *pipeline = FuturesOrdered::new();
         *cursor = None;
-        tokio::time::sleep(RETRY_PAUSE).await;
+        tokio::time::sleep(pause).await;
+    }
+
+    /// Counts a failure of `job_id`: puts it aside for its next pause, and when it has
+    /// just started failing or fails differently, says so once (a log line, and the
+    /// job's `retrying` for GetJob and WatchJob).
+    async fn job_failed(self: &Arc<Self>, backoff: &mut JobBackoff, job_id: &str, error: &Error) {
+        let (change, streak) = backoff.failed(job_id, error, Instant::now(), jitter());
+        let (failures, pause, retry) = (streak.failures, streak.pause, streak.retry());
+        match change {
+            Change::Same => {
+                tracing::debug!(job = job_id, %error, failures, retry_in = ?pause, "job still cannot progress");
+                return;
+            }
+            Change::Started => {
+                tracing::warn!(job = job_id, %error, retry_in = ?pause, "job cannot progress; retrying it with backoff")
+            }
+            Change::ErrorChanged => {
+                tracing::warn!(job = job_id, %error, failures, retry_in = ?pause, "job still cannot progress, now for another reason")
+            }
+        }
+        self.set_retrying(job_id, Some(retry)).await;
+    }
+
+    /// Ends `job_id`'s run of failures, if it had one: logs and clears its `retrying`.
+    async fn job_progressed(self: &Arc<Self>, backoff: &mut JobBackoff, job_id: &str) {
+        if backoff.succeeded(job_id) {
+            tracing::info!(job = job_id, "job progresses again");
+            self.set_retrying(job_id, None).await;
+        }
+    }
+
+    /// Shows a job's retry state at once on this server, then writes it into the job
+    /// record, best effort: with a shared store, GetJob may reach a server that does
+    /// not run the job, and the record is all that server can read. Stored only when
+    /// it changes (a few writes per outage, not one per try); a failed write is
+    /// logged at debug level (the store is failing already: that is the news).
+    async fn set_retrying(self: &Arc<Self>, job_id: &str, retrying: Option<JobRetry>) {
+        self.jobs.set_retrying(job_id, retrying.clone());
+        let clearing = retrying.is_none();
+        let stored = self
+            .update_job(job_id, move |job| {
+                if !job.is_finished() {
+                    job.retrying = retrying;
+                }
+            })
+            .await;
+        match stored {
+            Ok(_) if clearing => self.jobs.forget_retrying(job_id),
+            Ok(_) => {}
+            Err(error) => tracing::debug!(job = job_id, %error, "cannot store the job's retry state"),
+        }
     }
 
     /// Starts batches of the oldest unfinished job until the pipeline is full; finishes
@@ -283,14 +470,15 @@ impl Corpus {
             let Some(job) = self.claimed_job_with_work(fresh, backoff).await else { return Ok(()) };
             let job_id = job.id.clone();
             match self.feed_job(job, pipeline, cursor).await {
-                Ok(Fed::Batch | Fed::Finished) => {}
+                Ok(Fed::Batch) => {}
+                Ok(Fed::Finished) => self.job_progressed(backoff, &job_id).await,
                 Ok(Fed::Idle) => return Ok(()),
                 Err(error) if fresh => {
-                    backoff.failed(&job_id, &error);
+                    self.job_failed(backoff, &job_id, &error).await;
                     *cursor = None;
                 }
                 Err(error) => {
-                    backoff.failed(&job_id, &error);
+                    self.job_failed(backoff, &job_id, &error).await;
                     return Err(error);
                 }
             }
@@ -361,13 +549,13 @@ impl Corpus {
             .unfinished()
             .into_iter()
             .filter(|job| job.processed + job.failed < job.total || !job.receiving)
-            .filter(|job| backoff.ready(&job.id))
+            .filter(|job| backoff.ready(&job.id, Instant::now()))
             .collect();
         for job in candidates {
             let claim = match self.store.claim_job(&job.id).await {
                 Ok(claim) => claim,
                 Err(error) => {
-                    backoff.failed(&job.id, &error);
+                    self.job_failed(backoff, &job.id, &error).await;
                     continue;
                 }
             };
@@ -381,7 +569,7 @@ impl Corpus {
                     // Its IngestStream died with that server: nothing more will come.
                     match self.update_job(&job.id, |job| job.receiving = false).await {
                         Ok(job) => return Some(job),
-                        Err(error) => backoff.failed(&job.id, &error),
+                        Err(error) => self.job_failed(backoff, &job.id, &error).await,
                     }
                 }
                 Claim::HeldElsewhere if fresh => continue,
@@ -406,6 +594,7 @@ impl Corpus {
                     continue;
                 }
             };
+            *self.jobs.refreshed.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
             let still_open: std::collections::HashSet<String> = unfinished.iter().map(|j| j.id.clone()).collect();
             for job in unfinished {
                 self.jobs.publish(job);
@@ -423,8 +612,25 @@ impl Corpus {
 
     /// A job's state: this server's view, or the store's for a job it has not seen
     /// (another server with a shared store took it).
+    ///
+    /// With a shared store whose job list could not be read lately (a search over every
+    /// shard fails while a shard is short of replicas, though a read by id works), an
+    /// unfinished job is read again by id: the copy here may be stale, and the job's
+    /// record is where its running server left its reason for not progressing.
     pub async fn job(&self, id: &str) -> Result<JobRecord> {
         if let Ok(job) = self.jobs.get(id) {
+            let stale = self.store.description().shared
+                && !job.is_finished()
+                && self
+                    .jobs
+                    .refreshed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_none_or(|at| at.elapsed() > SHARED_JOBS_REFRESH * 3);
+            if stale && let Ok(Some(latest)) = self.store.job(id).await {
+                self.jobs.publish(latest);
+                return self.jobs.get(id);
+            }
             return Ok(job);
         }
         match self.store.job(id).await? {
@@ -468,6 +674,7 @@ impl Corpus {
                     job.failed = failed;
                     job.state = if failed > 0 { JobState::Failed } else { JobState::Completed };
                     job.finished_at = Some(unix_now());
+                    job.retrying = None;
                 }
             })
             .await?;
@@ -596,4 +803,62 @@ fn chunk_document(
         record: DocumentRecord { text: document.text, metadata: document.metadata, chunks, indexed_at: unix_now() },
         vectors: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unavailable(text: &str) -> Error {
+        Error::Unavailable(text.to_string())
+    }
+
+    #[test]
+    fn the_pause_doubles_from_the_first_and_stops_at_the_cap() {
+        let full: Vec<Duration> = (1..=7).map(|failures| retry_pause(failures, 1.0)).collect();
+        let ms: Vec<u128> = full.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, vec![200, 400, 800, 1600, 3200, 5000, 5000]);
+        assert_eq!(retry_pause(u32::MAX, 1.0), JOB_RETRY_MAX, "no overflow after many failures");
+        assert_eq!(retry_pause(3, 0.5), Duration::from_millis(400), "jitter takes off at most half");
+    }
+
+    #[test]
+    fn jittered_pauses_spread_within_half_and_all_of_the_pause() {
+        let pauses: Vec<Duration> = (0..200).map(|_| retry_pause(10, jitter())).collect();
+        assert!(pauses.iter().all(|p| *p >= JOB_RETRY_MAX / 2 && *p <= JOB_RETRY_MAX), "{pauses:?}");
+        let (min, max) = (pauses.iter().min().unwrap(), pauses.iter().max().unwrap());
+        assert!(*max - *min > Duration::from_millis(500), "200 jitters spread: {min:?}..{max:?}");
+    }
+
+    #[test]
+    fn a_failing_job_is_news_when_it_starts_failing_or_fails_differently_not_on_every_try() {
+        let mut backoff = JobBackoff::default();
+        let now = Instant::now();
+        let error = unavailable("shard s1: 1 of 2 replicas reachable");
+        let (change, streak) = backoff.failed("j1", &error, now, 1.0);
+        assert_eq!(change, Change::Started);
+        let since = streak.since;
+        for _ in 0..5 {
+            assert_eq!(backoff.failed("j1", &error, now, 1.0).0, Change::Same);
+        }
+        let (change, streak) = backoff.failed("j1", &unavailable("no node answered"), now, 1.0);
+        assert_eq!(change, Change::ErrorChanged);
+        assert_eq!((streak.failures, streak.since), (7, since), "one run of failures, since its first");
+        assert_eq!(streak.retry().error, "no node answered", "the last error is shown");
+        assert!(backoff.succeeded("j1"), "the job recovered");
+        assert!(!backoff.succeeded("j1"), "a job that was not failing did not recover");
+        assert_eq!(backoff.failed("j1", &error, now, 1.0).0, Change::Started, "a new run of failures");
+    }
+
+    #[test]
+    fn a_job_put_aside_waits_for_its_pause_and_others_do_not() {
+        let mut backoff = JobBackoff::default();
+        let now = Instant::now();
+        backoff.failed("j1", &unavailable("down"), now, 1.0);
+        backoff.failed("j1", &unavailable("down"), now, 1.0);
+        assert!(!backoff.ready("j1", now + Duration::from_millis(399)));
+        assert!(backoff.ready("j1", now + Duration::from_millis(400)), "second failure: 400 ms");
+        assert!(backoff.ready("j2", now));
+        assert_eq!(backoff.next_ready(now), Some(now + Duration::from_millis(400)));
+    }
 }

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-pub use records::{DocumentRecord, IndexedDocument, JobRecord, JobState, NewDocument, StoredChunk};
+pub use records::{DocumentRecord, IndexedDocument, JobRecord, JobRetry, JobState, NewDocument, StoredChunk};
 
 use crate::corpus::filter::Filter;
 use crate::corpus::text::ContentHash;

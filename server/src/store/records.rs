@@ -65,6 +65,22 @@ pub struct JobRecord {
     pub receiving: bool,
     /// Bumped by every stored change, so readers can tell newer states from older.
     pub revision: u64,
+    /// Set while the job cannot make progress and its server retries it. A shared
+    /// store that can keep it does (so every server shows it); the others, and the
+    /// embedded store's file, do not: there the runner's own memory answers (see
+    /// `JobBoard`). Not part of the embedded store's encoding, which has no room for
+    /// new fields.
+    #[serde(skip)]
+    pub retrying: Option<JobRetry>,
+}
+
+/// Why a job cannot progress, while its server retries it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRetry {
+    /// The last failure, as the store explained it.
+    pub error: String,
+    /// When the failures began, in Unix seconds.
+    pub since: f64,
 }
 
 impl JobState {

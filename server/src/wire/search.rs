@@ -31,6 +31,8 @@ pub fn job_to_wire(job: &JobRecord) -> Job {
         error: job.error.clone().unwrap_or_default(),
         started_at: job.started_at,
         finished_at: job.finished_at,
+        last_error: job.retrying.as_ref().map(|r| r.error.clone()).unwrap_or_default(),
+        retrying_since: job.retrying.as_ref().map(|r| r.since),
     }
 }
 

@@ -300,6 +300,8 @@ def job(message: search_pb2.Job) -> Job:
         error=message.error,
         started_at=message.started_at,
         finished_at=message.finished_at if message.HasField("finished_at") else None,
+        last_error=message.last_error,
+        retrying_since=message.retrying_since if message.HasField("retrying_since") else None,
     )
 
 

@@ -168,6 +168,9 @@ class Job:
         error: why the job failed, "" otherwise.
         started_at: creation time, Unix seconds.
         finished_at: end time, Unix seconds, or None while it runs.
+        last_error: why the job cannot progress right now while the server retries
+            it (e.g. too few store replicas reachable), "" while it progresses.
+        retrying_since: since when it has been retrying, Unix seconds, or None.
     """
 
     job_id: str
@@ -178,6 +181,8 @@ class Job:
     error: str
     started_at: float
     finished_at: float | None
+    last_error: str = ""
+    retrying_since: float | None = None
 
     @property
     def done(self) -> bool:

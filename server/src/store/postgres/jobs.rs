@@ -38,6 +38,9 @@ pub fn job_from_row(row: &Row) -> JobRecord {
         next_sequence: count(8),
         receiving: row.get(9),
         revision: count(10),
+        // Not kept in PostgreSQL: only the primary takes writes, and while it cannot no
+        // server could record the reason either; the running server's memory shows it.
+        retrying: None,
     }
 }
 

@@ -31,7 +31,7 @@ use super::{MAX_RESULTS, WeaviateStore};
 use crate::config::Consistency;
 use crate::corpus::unix_now;
 use crate::error::{Error, Result};
-use crate::store::{Claim, JobChange, JobRecord, JobState, NewDocument};
+use crate::store::{Claim, JobChange, JobRecord, JobRetry, JobState, NewDocument};
 
 const HEADER: &str = "header";
 const PROGRESS: &str = "progress";
@@ -60,11 +60,22 @@ struct Progress {
     error: Option<String>,
     finished_at: Option<f64>,
     revision: u64,
+    /// Why the job cannot progress, written (best effort) by its running server when
+    /// that changes, so that every server's GetJob shows it.
+    retrying: Option<JobRetry>,
 }
 
 impl Default for Progress {
     fn default() -> Self {
-        Progress { state: JobState::Pending, processed: 0, failed: 0, error: None, finished_at: None, revision: 0 }
+        Progress {
+            state: JobState::Pending,
+            processed: 0,
+            failed: 0,
+            error: None,
+            finished_at: None,
+            revision: 0,
+            retrying: None,
+        }
     }
 }
 
@@ -94,6 +105,7 @@ impl JobParts {
             next_sequence: self.header.next_sequence,
             receiving: self.header.receiving,
             revision: self.header.revision + self.progress.revision,
+            retrying: self.progress.retrying.clone(),
         }
     }
 
@@ -112,6 +124,7 @@ impl JobParts {
             error: record.error.clone(),
             finished_at: record.finished_at,
             revision: previous.progress.revision,
+            retrying: record.retrying.clone(),
         };
         (header, progress)
     }

@@ -8,6 +8,7 @@
 //! - [`schema`]: the collections, created once, and the model check.
 //! - [`convert`]: object ids, properties, metadata filters.
 //! - [`jobs`]: job records, leases, pending documents.
+//! - [`replicas`]: Weaviate's replica and consistency errors, explained.
 //!
 //! Writes go out at `--write-consistency` (QUORUM by default) with object ids
 //! derived from (document id, chunk index), so a batch written twice (a retry, or
@@ -20,6 +21,7 @@
 pub mod client;
 pub mod convert;
 pub mod jobs;
+pub mod replicas;
 pub mod schema;
 
 use std::collections::HashMap;
@@ -31,6 +33,7 @@ use embedwire_proto::weaviate::v1 as pb;
 use pb::filters::Operator;
 
 use self::client::Connection;
+use self::replicas::ReplicaErrors;
 use self::convert::{PropertiesBuilder, PropertiesReader};
 use self::schema::{Collections, Layout};
 use super::{
@@ -101,6 +104,8 @@ pub struct WeaviateStore {
     server_id: String,
     health: Arc<Mutex<StoreHealth>>,
     counts: Arc<Mutex<ViewCounts>>,
+    /// Turns replica errors into reasons (job errors show them to users).
+    replica_errors: Arc<ReplicaErrors>,
 }
 
 impl WeaviateStore {
@@ -142,6 +147,7 @@ impl WeaviateStore {
             server_id: uuid::Uuid::new_v4().to_string(),
             health: Arc::new(Mutex::new(StoreHealth { healthy: true, detail: String::new(), nodes })),
             counts: Arc::new(Mutex::new(ViewCounts::default())),
+            replica_errors: Arc::new(ReplicaErrors::new(layout.replication_factor)),
         };
         // The data API must answer too, not only the REST one.
         store
@@ -169,6 +175,7 @@ impl WeaviateStore {
             server_id: self.server_id.clone(),
             health: self.health.clone(),
             counts: self.counts.clone(),
+            replica_errors: self.replica_errors.clone(),
         };
         tokio::spawn(async move {
             let mut ticks = 0u32;
@@ -227,14 +234,34 @@ impl WeaviateStore {
 
     /// Runs a search request.
     async fn query(&self, operation: &'static str, request: pb::SearchRequest) -> Result<Vec<pb::SearchResult>> {
+        let level = match request.consistency_level.and_then(|l| pb::ConsistencyLevel::try_from(l).ok()) {
+            Some(pb::ConsistencyLevel::All) => Consistency::All,
+            Some(pb::ConsistencyLevel::One) => Consistency::One,
+            _ => Consistency::Quorum,
+        };
         let reply = self
             .connection
             .call(operation, |mut c| {
                 let request = request.clone();
                 async move { c.search(request).await }
             })
-            .await?;
+            .await
+            .map_err(|e| self.explained(operation, level, e))?;
         Ok(reply.results)
+    }
+
+    /// A replica error in words (see [`replicas`]); other errors as they are.
+    fn explained(&self, operation: &str, level: Consistency, error: Error) -> Error {
+        match &error {
+            Error::Unavailable(message) => match self.replica_errors.explain(message, level) {
+                Some(reason) => {
+                    tracing::debug!(%message, %reason, "weaviate replica error");
+                    Error::Unavailable(format!("weaviate store: {operation}: {reason}"))
+                }
+                None => error,
+            },
+            _ => error,
+        }
     }
 
     /// A plain (non-vector) query of `collection`.
@@ -274,15 +301,17 @@ impl WeaviateStore {
                     let request = request.clone();
                     async move { c.batch_objects(request).await }
                 })
-                .await?;
+                .await
+                .map_err(|e| self.explained(operation, self.settings.write_consistency, e))?;
             if let Some(error) = reply.errors.first() {
-                return Err(Error::Unavailable(format!(
+                let failure = Error::Unavailable(format!(
                     "weaviate store: {operation}: {} of {} objects not written, e.g. #{}: {}",
                     reply.errors.len(),
                     batch.len(),
                     error.index,
                     error.error
-                )));
+                ));
+                return Err(self.explained(operation, self.settings.write_consistency, failure));
             }
         }
         Ok(())
@@ -304,7 +333,8 @@ impl WeaviateStore {
                     let request = request.clone();
                     async move { c.batch_delete(request).await }
                 })
-                .await?;
+                .await
+                .map_err(|e| self.explained(operation, self.settings.write_consistency, e))?;
             if reply.failed > 0 {
                 return Err(Error::Unavailable(format!(
                     "weaviate store: {operation}: {} of {} objects not deleted",

@@ -67,7 +67,7 @@ class IngestStreamResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., received_documents: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "status", "total_documents", "processed_documents", "failed_documents", "error", "started_at", "finished_at")
+    __slots__ = ("job_id", "status", "total_documents", "processed_documents", "failed_documents", "error", "started_at", "finished_at", "last_error", "retrying_since")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
@@ -76,6 +76,8 @@ class Job(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    RETRYING_SINCE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     status: JobStatus
     total_documents: int
@@ -84,7 +86,9 @@ class Job(_message.Message):
     error: str
     started_at: float
     finished_at: float
-    def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., total_documents: _Optional[int] = ..., processed_documents: _Optional[int] = ..., failed_documents: _Optional[int] = ..., error: _Optional[str] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ...) -> None: ...
+    last_error: str
+    retrying_since: float
+    def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., total_documents: _Optional[int] = ..., processed_documents: _Optional[int] = ..., failed_documents: _Optional[int] = ..., error: _Optional[str] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., last_error: _Optional[str] = ..., retrying_since: _Optional[float] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
     __slots__ = ("job_id",)

@@ -25,6 +25,8 @@ pub fn job_json(job: &Job) -> Value {
         "error": job.error,
         "started_at": job.started_at,
         "finished_at": job.finished_at,
+        "last_error": job.last_error,
+        "retrying_since": job.retrying_since,
     })
 }
 
@@ -37,7 +39,15 @@ pub fn job_line(job: &Job) -> String {
     if let Some(error) = &job.error {
         line.push_str(&format!(" ({error})"));
     }
+    if let Some(reason) = &job.last_error {
+        let since = job.retrying_since.map(|since| format!(" for {:.0} s", (unix_now() - since).max(0.0)));
+        line.push_str(&format!("; retrying{}: {reason}", since.unwrap_or_default()));
+    }
     line
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Prints `value` as one line of JSON on stdout.
