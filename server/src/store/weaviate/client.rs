@@ -75,6 +75,30 @@ impl Connection {
         self.grpc.iter().map(|node| node.address.clone()).collect()
     }
 
+    /// How many nodes the data API reaches (the configured gRPC addresses).
+    pub fn node_count(&self) -> usize {
+        self.grpc.len()
+    }
+
+    /// Runs one gRPC call at node `node` (an index into [`Connection::grpc_addresses`])
+    /// only, without failing over: for answers that must come from every node.
+    pub async fn call_on<T, F, Fut>(&self, node: usize, operation: &'static str, call: F) -> Result<T>
+    where
+        F: FnOnce(WeaviateClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let started = Instant::now();
+        let node = &self.grpc[node];
+        let client = WeaviateClient::new(node.channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let result = call(client).await.map(tonic::Response::into_inner).map_err(|status| {
+            Error::Unavailable(format!("weaviate store: {operation} failed at {}: {}", node.address, status.message()))
+        });
+        self.metrics.observe("weaviate", operation, started.elapsed(), result.is_ok());
+        result
+    }
+
     /// Runs one gRPC call, trying the next node when one cannot be reached. Calls
     /// are idempotent (deterministic object ids), so a retry cannot double a write.
     pub async fn call<T, F, Fut>(&self, operation: &'static str, call: F) -> Result<T>
