@@ -179,6 +179,17 @@ impl Connection {
         Err(Error::Unavailable(format!("weaviate store unreachable: {last_error}")))
     }
 
+    /// Whether each configured HTTP node answers its liveness check now (in
+    /// `--weaviate-http` order): for when no node can list the cluster, which
+    /// Weaviate fails for a while after losing a member.
+    pub async fn live_nodes(&self) -> Vec<bool> {
+        let checks = self.http_urls.iter().map(|url| async move {
+            let check = self.http.get(format!("{url}/v1/.well-known/live")).send().await;
+            check.is_ok_and(|response| response.status().is_success())
+        });
+        futures::future::join_all(checks).await
+    }
+
     /// POST a JSON document to the first node that answers; returns the status and body.
     pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> Result<(u16, String)> {
         let mut last_error = String::new();

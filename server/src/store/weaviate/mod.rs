@@ -251,6 +251,12 @@ impl WeaviateStore {
     /// counts stop being exact until a count with every node in succeeds.
     async fn read_health(&self) -> std::result::Result<Vec<String>, String> {
         let read = read_nodes(&self.connection).await;
+        // See the Err arm below.
+        let live = match read {
+            Ok(_) => Vec::new(),
+            Err(_) => self.connection.live_nodes().await,
+        };
+        let grpc = self.connection.grpc_addresses();
         let mut health = self.health.lock().expect("lock");
         let missing = match read {
             Ok(listed) => {
@@ -269,10 +275,21 @@ impl WeaviateStore {
                 Ok(health.missing_nodes().iter().map(|n| n.to_string()).collect::<Vec<_>>())
             }
             Err(error) => {
-                health.nodes.iter_mut().for_each(|n| n.healthy = false);
-                health.healthy = false;
-                health.detail = error.to_string();
-                Err(error.to_string())
+                // Right after losing a member, Weaviate fails the node list on every
+                // node for seconds; the store still serves. So only a store none of
+                // whose nodes answers at all is unhealthy (NOT_SERVING, which takes
+                // the server out of a gateway's rotation); otherwise the nodes that do
+                // not answer are the missing ones (matched by configured order).
+                for node in health.nodes.iter_mut() {
+                    let index = grpc.iter().position(|a| *a == node.address);
+                    node.healthy = index.is_some_and(|i| live.get(i).copied().unwrap_or(false));
+                }
+                health.healthy = live.iter().any(|l| *l);
+                health.detail = if health.healthy { String::new() } else { error.to_string() };
+                match health.healthy {
+                    true => Ok(health.missing_nodes().iter().map(|n| n.to_string()).collect::<Vec<_>>()),
+                    false => Err(error.to_string()),
+                }
             }
         };
         drop(health);
