@@ -29,7 +29,15 @@ pub struct HttpServerCommand {
 #[derive(Debug, Clone, Deserialize)]
 pub struct Health {
     pub model_loaded: bool,
+    /// `null` when the store has no exact count (a shared store missing a node since
+    /// the server started): read as 0, which fails the bench's count checks loudly.
+    #[serde(deserialize_with = "count_or_zero")]
     pub document_count: u64,
+}
+
+/// A `document_count` that may be `null` (unknown), as 0.
+fn count_or_zero<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    Ok(Option::<u64>::deserialize(deserializer)?.unwrap_or(0))
 }
 
 /// A running gateway.

@@ -44,6 +44,15 @@
 //! Indexes that are empty, and upstreams sharing the answering index (one Weaviate
 //! collection, one PostgreSQL schema), are never compared.
 //!
+//! **Counts and store nodes.** `/healthz`'s document count is one that the servers
+//! of the answering index vouch for ([`vouched_count`]): never the sum over servers
+//! sharing an index, and a count a server marked as not exact (its store misses a
+//! node) stays marked, with its age. A store node that a server reports missing makes
+//! `/healthz` `degraded`, naming it, but routes nothing away from that server: only
+//! a server that does not answer, or whose store cannot serve at all (NOT_SERVING),
+//! is taken out. An UNAVAILABLE that a server answers itself (its store failed that
+//! one call) sends the call to the next server and leaves the first in the rotation.
+//!
 //! A job is looked up on every upstream when the first asked does not know it, since
 //! failover (or a store that keeps jobs per server) may have put it on any of them.
 //! An upstream that cannot be reached is skipped for a cool-down, and a call it failed
@@ -55,6 +64,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use embedwire_proto::transport;
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use embedwire_proto::v1::rerank_service_client::RerankServiceClient;
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
@@ -74,7 +84,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::upstream::{HealthReport, Origin, Readiness, Served, StoreStatus, Upstream, UpstreamStatus};
+use crate::upstream::{DocumentCount, HealthReport, Origin, Readiness, Served, StoreStatus, Upstream, UpstreamStatus};
 
 /// Most document ids the gateway remembers per upstream as ingested elsewhere while
 /// its index did not answer (about 100 bytes each). Past it, further ids are not
@@ -123,8 +133,8 @@ struct Seen {
     store: Option<StoreInfo>,
     /// Whether the last health check (or call) found it serving; None before any.
     serving: Option<bool>,
-    /// Documents in its index at the last probe.
-    document_count: Option<u64>,
+    /// Documents in its index at the last probe, as its server vouched for them.
+    count: Option<ProbedCount>,
     /// Documents stored but not indexed yet at the last probe (a job is running).
     pending_documents: Option<u64>,
     /// Documents in its index at the last probe with nothing pending: what divergence
@@ -138,14 +148,48 @@ struct Seen {
     held_data: bool,
 }
 
+/// One upstream's document count at a probe, as its server vouched for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ProbedCount {
+    /// The count: exact at the probe, or its server's last exact one; None when its
+    /// server had no exact count.
+    documents: Option<u64>,
+    /// Whether it was exact at the probe.
+    exact: bool,
+    /// When it was exact (the probe's time for an exact count; None without one).
+    exact_at: Option<Instant>,
+    /// Why it was not exact.
+    detail: Option<String>,
+}
+
+impl ProbedCount {
+    /// The count of a GetIndexStats answer received at `now`.
+    fn of(stats: &GetIndexStatsResponse, now: Instant) -> Self {
+        let count = DocumentCount::from_stats(stats);
+        let age = count.age.unwrap_or_default();
+        ProbedCount {
+            documents: count.value,
+            exact: count.exact,
+            exact_at: count.value.map(|_| now.checked_sub(age).unwrap_or(now)),
+            detail: count.detail,
+        }
+    }
+}
+
 impl Seen {
     fn record_stats(&mut self, stats: &GetIndexStatsResponse) {
-        self.document_count = Some(stats.document_count);
+        let count = ProbedCount::of(stats, Instant::now());
         self.pending_documents = Some(stats.pending_documents);
-        if stats.pending_documents == 0 {
+        // Divergence compares exact counts only: a last exact one may predate writes.
+        if count.exact && stats.pending_documents == 0 {
             self.settled_documents = Some(stats.document_count);
         }
-        self.held_data |= stats.document_count > 0;
+        self.held_data |= count.documents.unwrap_or(0) > 0;
+        self.count = Some(count);
+    }
+
+    fn document_count(&self) -> Option<u64> {
+        self.count.as_ref().and_then(|c| c.documents)
     }
 }
 
@@ -176,6 +220,7 @@ impl Member {
 
     fn view(&self, now: Instant) -> MemberView {
         let store = self.store();
+        let missing_nodes = store.missing_nodes().iter().map(|n| n.to_string()).collect();
         let seen = self.seen();
         MemberView {
             up: !self.is_down(now) && seen.serving != Some(false),
@@ -185,6 +230,8 @@ impl Member {
             held_data: seen.held_data,
             documents: seen.settled_documents,
             missing: seen.missing.len(),
+            count: seen.count.clone(),
+            missing_nodes,
         }
     }
 }
@@ -229,6 +276,10 @@ struct MemberView {
     documents: Option<u64>,
     /// Documents ingested into other indexes that its index is known to lack.
     missing: usize,
+    /// Its document count at the last probe.
+    count: Option<ProbedCount>,
+    /// Store nodes it reports missing.
+    missing_nodes: Vec<String>,
 }
 
 /// The index every healthy upstream shares, if they all report the same shared one.
@@ -252,6 +303,69 @@ fn stateful_order(views: &[MemberView], turn: usize) -> Vec<usize> {
 fn preferred_first(views: &[MemberView], order: impl Iterator<Item = usize>) -> Vec<usize> {
     let (good, rest): (Vec<usize>, Vec<usize>) = order.partition(|&i| views[i].up && views[i].store_healthy);
     good.into_iter().chain(rest).collect()
+}
+
+/// The document count `/healthz` reports: the freshest count that the upstreams
+/// serving the answering index vouch for.
+///
+/// Never a sum, never a pick among inexact counts dressed as exact: servers sharing
+/// one index (a Weaviate collection) each count the whole of it, so adding them up
+/// multiplies it, and one whose store misses a node reports its last exact count,
+/// which stays marked as such here with its age. With per-server indexes only the
+/// answering one counts: the others hold other documents.
+fn vouched_count(views: &[MemberView], answering: Option<usize>, now: Instant) -> DocumentCount {
+    let Some(answer) = answering.map(|i| &views[i]).filter(|v| v.up) else {
+        return DocumentCount::unknown("no upstream answers");
+    };
+    let same_index = |i: usize, v: &MemberView| {
+        Some(i) == answering || (v.up && v.shared && answer.shared && v.index_id == answer.index_id)
+    };
+    let counts: Vec<&ProbedCount> =
+        views.iter().enumerate().filter(|&(i, v)| same_index(i, v)).filter_map(|(_, v)| v.count.as_ref()).collect();
+    if let Some(best) = counts.iter().filter(|c| c.exact).max_by_key(|c| c.exact_at) {
+        return DocumentCount { value: best.documents, exact: true, age: None, detail: None };
+    }
+    if let Some(best) = counts.iter().filter(|c| c.documents.is_some()).max_by_key(|c| c.exact_at) {
+        return DocumentCount {
+            value: best.documents,
+            exact: false,
+            age: best.exact_at.map(|at| now.saturating_duration_since(at)),
+            detail: best.detail.clone(),
+        };
+    }
+    let mut reasons: Vec<&str> = counts.iter().filter_map(|c| c.detail.as_deref()).collect();
+    reasons.dedup();
+    match reasons.is_empty() {
+        true => DocumentCount::unknown("not counted yet"),
+        false => DocumentCount::unknown(reasons.join("; ")),
+    }
+}
+
+/// The store nodes that upstreams that answer report missing, per index, naming who
+/// sees it; None when every store is whole.
+fn store_nodes_missing(views: &[MemberView], addresses: &[String]) -> Option<String> {
+    let mut problems: Vec<String> = Vec::new();
+    let mut done: Vec<(&str, &[String])> = Vec::new();
+    for view in views.iter().filter(|v| v.up && !v.missing_nodes.is_empty()) {
+        let key = (view.index_id.as_str(), view.missing_nodes.as_slice());
+        if done.contains(&key) {
+            continue;
+        }
+        done.push(key);
+        let seen_by: Vec<&str> = views
+            .iter()
+            .zip(addresses)
+            .filter(|(o, _)| o.up && o.index_id == view.index_id && o.missing_nodes == view.missing_nodes)
+            .map(|(_, a)| a.as_str())
+            .collect();
+        problems.push(format!(
+            "store node {} of index {} missing (reported by {})",
+            view.missing_nodes.join(", "),
+            view.index_id,
+            seen_by.join(", ")
+        ));
+    }
+    (!problems.is_empty()).then(|| problems.join("; "))
 }
 
 /// Why answers may lack data, naming each index that held documents and cannot be
@@ -460,6 +574,15 @@ impl GrpcUpstream {
                     member.mark_up();
                     return Ok((index, value));
                 }
+                // The server answered, but its store (or model) could not serve this
+                // call: it is up, so it stays in the rotation, and the call goes to
+                // the next one, which may reach another store node. Even an ingest:
+                // an answered error acknowledged nothing (documents are stored by
+                // id, so a job record it left half-written duplicates no document).
+                Err(status) if status.code() == Code::Unavailable && transport::answered_unavailable(&status) => {
+                    tracing::debug!(upstream = %member.address, error = %status.message(), "upstream answered unavailable");
+                    last_error = status;
+                }
                 Err(status) if is_unreachable(&status) => {
                     tracing::warn!(upstream = %member.address, error = %status.message(), "upstream unreachable");
                     member.mark_down(self.settings.cool_down);
@@ -596,7 +719,9 @@ impl GrpcUpstream {
                     index_id: store.index_id,
                     shared: store.shared,
                     store_healthy: store.healthy,
-                    document_count: seen.document_count,
+                    document_count: seen.document_count(),
+                    document_count_exact: seen.count.as_ref().is_some_and(|c| c.exact),
+                    document_count_detail: seen.count.as_ref().and_then(|c| c.detail.clone()),
                     pending_documents: seen.pending_documents,
                     missing_documents: (!seen.missing.is_empty()).then_some(seen.missing.len() as u64),
                     answering: match &shared {
@@ -616,9 +741,10 @@ impl GrpcUpstream {
     }
 }
 
-/// The upstream could not be reached, or went away mid-call.
+/// The upstream could not be reached, or went away mid-call (not an UNAVAILABLE
+/// the server answered itself: see [`transport::UNAVAILABLE_CAUSE_METADATA`]).
 fn is_unreachable(status: &Status) -> bool {
-    status.code() == Code::Unavailable
+    status.code() == Code::Unavailable && !transport::answered_unavailable(status)
 }
 
 /// The connection could not even be opened: the request was certainly not sent.
@@ -739,16 +865,14 @@ impl Upstream for GrpcUpstream {
         let ready = problems.len() < self.members.len();
         let (upstreams, answering, degraded) = self.status();
         let source = &self.members[answering.unwrap_or(0)];
-        let document_count = match answering {
-            Some(_) => source.seen().document_count.unwrap_or(0),
-            None => 0,
-        };
+        let views = self.views();
         HealthReport {
             readiness: Readiness { ready, detail: problems.join("; ") },
-            document_count,
+            document_count: vouched_count(&views, answering, Instant::now()),
             store: source.store(),
             upstreams: Some(upstreams),
             degraded,
+            store_nodes_missing: store_nodes_missing(&views, &self.addresses()),
         }
     }
 
@@ -767,8 +891,9 @@ impl Upstream for GrpcUpstream {
         for member in &self.members {
             let label = UpstreamLabel { upstream: member.address.clone() };
             let seen = member.seen();
-            if let Some(count) = seen.document_count {
-                documents.get_or_create(&label).set(i64::try_from(count).unwrap_or(i64::MAX));
+            // Only a count its server vouched for as exact: no stale gauge.
+            if let Some(ProbedCount { documents: Some(count), exact: true, .. }) = &seen.count {
+                documents.get_or_create(&label).set(i64::try_from(*count).unwrap_or(i64::MAX));
             }
             missing.get_or_create(&label).set(seen.missing.len() as i64);
         }
@@ -786,7 +911,7 @@ impl Upstream for GrpcUpstream {
         );
         registry.register(
             "embedwire_gateway_upstream_documents",
-            "Documents in each upstream's index at the last probe",
+            "Documents in each upstream's index at the last probe (absent while its count is not exact)",
             documents,
         );
         registry.register(
@@ -820,6 +945,8 @@ mod tests {
             held_data,
             documents,
             missing: 0,
+            count: None,
+            missing_nodes: Vec::new(),
         }
     }
 
@@ -832,6 +959,8 @@ mod tests {
             held_data: true,
             documents: Some(1),
             missing: 0,
+            count: None,
+            missing_nodes: Vec::new(),
         }
     }
 
@@ -846,6 +975,8 @@ mod tests {
             held_data,
             documents,
             missing,
+            count: None,
+            missing_nodes: Vec::new(),
         }
     }
 
@@ -990,5 +1121,99 @@ mod tests {
         ];
         assert_eq!(degradation(&one_store, &addresses, Some(1)), None, "one shared index, read at different moments");
         assert!(divergence(&one_store, &addresses, Some(0)).is_empty());
+    }
+
+    /// A probed count: exact, or last exact `age` before `now`, or unknown.
+    fn probed(documents: Option<u64>, exact: bool, exact_at: Option<Instant>) -> Option<ProbedCount> {
+        let detail = (!exact).then(|| "store node weaviate-2 missing".to_string());
+        Some(ProbedCount { documents, exact, exact_at, detail })
+    }
+
+    fn shared_counting(count: Option<ProbedCount>) -> MemberView {
+        MemberView { count, ..shared("w", true, true) }
+    }
+
+    #[test]
+    fn servers_sharing_an_index_are_not_summed() {
+        let now = Instant::now();
+        let earlier = now - Duration::from_secs(3);
+        let views = [
+            shared_counting(probed(Some(300), true, Some(earlier))),
+            shared_counting(probed(Some(301), true, Some(now))),
+        ];
+        let count = vouched_count(&views, Some(0), now);
+        assert_eq!(
+            count,
+            DocumentCount { value: Some(301), exact: true, age: None, detail: None },
+            "the freshest, not 601"
+        );
+    }
+
+    #[test]
+    fn an_inexact_count_is_never_reported_as_exact() {
+        let now = Instant::now();
+        let before_the_loss = now - Duration::from_secs(7);
+        // A: the last exact count of its server (a node missing); B: unknown (it started
+        // while the node was missing and never counted exactly).
+        let views = [
+            shared_counting(probed(Some(300), false, Some(before_the_loss))),
+            shared_counting(probed(None, false, None)),
+        ];
+        let count = vouched_count(&views, Some(1), now);
+        assert_eq!(count.value, Some(300));
+        assert!(!count.exact, "{count:?}");
+        assert_eq!(count.age, Some(Duration::from_secs(7)));
+        assert_eq!(count.detail.as_deref(), Some("store node weaviate-2 missing"));
+
+        // An exact count of one server wins over another's stale one.
+        let views = [
+            shared_counting(probed(Some(250), false, Some(before_the_loss))),
+            shared_counting(probed(Some(300), true, Some(now))),
+        ];
+        assert_eq!(vouched_count(&views, Some(0), now).value, Some(300));
+        assert!(vouched_count(&views, Some(0), now).exact);
+
+        // Nothing vouched for: unknown with the reason, not 0.
+        let views = [shared_counting(probed(None, false, None)), shared_counting(None)];
+        let count = vouched_count(&views, Some(0), now);
+        assert_eq!((count.value, count.exact), (None, false));
+        assert_eq!(count.detail.as_deref(), Some("store node weaviate-2 missing"));
+        assert_eq!(vouched_count(&views, None, now).detail.as_deref(), Some("no upstream answers"));
+    }
+
+    #[test]
+    fn per_server_indexes_report_the_answering_index_only() {
+        let now = Instant::now();
+        let views = [
+            MemberView { count: probed(Some(20), true, Some(now)), ..counted("a", Some(20), 0) },
+            MemberView { count: probed(Some(25), true, Some(now)), ..counted("b", Some(25), 0) },
+        ];
+        assert_eq!(vouched_count(&views, Some(0), now).value, Some(20), "b's documents are another index's");
+        let a_down = [MemberView { up: false, ..views[0].clone() }, views[1].clone()];
+        assert_eq!(vouched_count(&a_down, Some(1), now).value, Some(25));
+    }
+
+    #[test]
+    fn a_missing_store_node_is_named_once_per_index() {
+        let addresses = addresses(3);
+        let missing = |up| MemberView { missing_nodes: vec!["weaviate-2".into()], ..shared("w", up, true) };
+        let views = [missing(true), missing(true), missing(false)];
+        assert_eq!(
+            store_nodes_missing(&views, &addresses).as_deref(),
+            Some("store node weaviate-2 of index w missing (reported by http://s0, http://s1)")
+        );
+        let whole = [shared("w", true, true), shared("w", true, true)];
+        assert_eq!(store_nodes_missing(&whole, &addresses), None);
+        // Not a reason to stop routing to either server, nor degradation of the data.
+        assert_eq!(stateful_order(&views, 1), [1, 0, 2]);
+        assert_eq!(degradation(&views, &addresses, Some(0)), None);
+    }
+
+    #[test]
+    fn an_unavailable_answered_by_a_server_is_not_unreachable() {
+        let mut answered = Status::unavailable("weaviate store: write failed");
+        transport::set_unavailable_cause(&mut answered, "server");
+        assert!(!is_unreachable(&answered));
+        assert!(is_unreachable(&Status::unavailable("tcp connect error")));
     }
 }

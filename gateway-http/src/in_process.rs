@@ -16,7 +16,7 @@ use embedwire_proto::v1::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::upstream::{HealthReport, IN_PROCESS, Origin, Readiness, Served, StoreStatus, Upstream};
+use crate::upstream::{DocumentCount, HealthReport, IN_PROCESS, Origin, Readiness, Served, StoreStatus, Upstream};
 
 /// Tells whether the server has loaded its model and index.
 pub type ReadinessProbe = Arc<dyn Fn() -> Readiness + Send + Sync>;
@@ -93,16 +93,21 @@ impl<E: EmbedService, S: SearchService, R: RerankService> Upstream for InProcess
         Ok(self.served(response).await)
     }
 
-    /// One server, one index: degraded only when its store says it is unhealthy.
+    /// One server, one index: degraded when its store is unhealthy or misses a node.
+    /// The count is what the store vouches for (never a failed count read as 0).
     async fn health(&self) -> HealthReport {
         let readiness = (self.readiness)();
         let store = self.store().await;
         let document_count = match readiness.ready {
-            true => self.index_stats().await.map(|stats| stats.value.document_count).unwrap_or(0),
-            false => 0,
+            true => match self.index_stats().await {
+                Ok(stats) => DocumentCount::from_stats(&stats.value),
+                Err(status) => DocumentCount::unknown(format!("counting failed: {}", status.message())),
+            },
+            false => DocumentCount::unknown(readiness.detail.clone()),
         };
         let degraded = (!store.healthy).then(|| format!("store {} ({}) unreachable", store.index_id, store.kind));
-        HealthReport { readiness, document_count, store, upstreams: None, degraded }
+        let store_nodes_missing = store.missing_nodes_detail();
+        HealthReport { readiness, document_count, store, upstreams: None, degraded, store_nodes_missing }
     }
 
     /// Nothing: the server's metrics are a collector in the HTTP layer's registry

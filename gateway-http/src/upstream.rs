@@ -10,11 +10,12 @@
 //! the data cannot be reached.
 
 use std::future::Future;
+use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue};
 use embedwire_proto::v1::{
-    EmbedRequest, EmbedResponse, GetIndexStatsResponse, GetJobResponse, InfoResponse, IngestRequest, IngestResponse,
-    RerankRequest, RerankResponse, SearchRequest, SearchResponse, StoreInfo,
+    CountAccuracy, EmbedRequest, EmbedResponse, GetIndexStatsResponse, GetJobResponse, InfoResponse, IngestRequest,
+    IngestResponse, RerankRequest, RerankResponse, SearchRequest, SearchResponse, StoreInfo,
 };
 use serde::Serialize;
 use tonic::Status;
@@ -103,6 +104,26 @@ pub struct StoreNodeStatus {
 }
 
 impl StoreStatus {
+    /// Names of its nodes that are not healthy now (the server keeps every node it
+    /// has known in the list, so a lost one shows here).
+    pub fn missing_nodes(&self) -> Vec<&str> {
+        self.nodes.iter().filter(|n| !n.healthy).map(|n| n.name.as_str()).collect()
+    }
+
+    /// Why the store is short of nodes, naming them; None when every node is there.
+    pub fn missing_nodes_detail(&self) -> Option<String> {
+        let missing = self.missing_nodes();
+        (!missing.is_empty()).then(|| {
+            format!(
+                "store node {} of index {} missing ({} of {} nodes healthy)",
+                missing.join(", "),
+                self.index_id,
+                self.nodes.len() - missing.len(),
+                self.nodes.len()
+            )
+        })
+    }
+
     /// Info's store, or for a server that does not report one (older servers) an
     /// embedded, unshared index named after the upstream: each server is its own index.
     pub fn from_wire(store: Option<&StoreInfo>, upstream: &str) -> Self {
@@ -148,9 +169,16 @@ pub struct UpstreamStatus {
     pub shared: bool,
     /// Whether its store was reachable at the last check.
     pub store_healthy: bool,
-    /// Documents in its index, when known (last seen while it answered).
+    /// Documents in its index, when known (last seen while it answered): exact at
+    /// the last probe, or the last exact count its server had then (see
+    /// `document_count_exact`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub document_count: Option<u64>,
+    /// Whether its server said `document_count` was exact at the last probe.
+    pub document_count_exact: bool,
+    /// Why its count is not exact (a store node missing, a failed count).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub document_count_detail: Option<String>,
     /// Documents stored but not indexed yet at the last probe (a job is running).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pending_documents: Option<u64>,
@@ -162,13 +190,54 @@ pub struct UpstreamStatus {
     pub answering: bool,
 }
 
+/// A document count as far as the index that answers can vouch for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocumentCount {
+    /// The count: exact now, or the last exact one (`age` old); None when no exact
+    /// count is known.
+    pub value: Option<u64>,
+    /// Whether `value` is exact now.
+    pub exact: bool,
+    /// How long ago `value` was exact, when it is not exact now.
+    pub age: Option<Duration>,
+    /// Why it is not exact now.
+    pub detail: Option<String>,
+}
+
+impl DocumentCount {
+    /// No count to vouch for, and why.
+    pub fn unknown(detail: impl Into<String>) -> Self {
+        DocumentCount { value: None, exact: false, age: None, detail: Some(detail.into()) }
+    }
+
+    /// The count of a GetIndexStats answer just received. A server that does not
+    /// say (older ones: UNSPECIFIED) meant its counts as exact.
+    pub fn from_stats(stats: &GetIndexStatsResponse) -> Self {
+        let detail = (!stats.counts_detail.is_empty()).then(|| stats.counts_detail.clone());
+        match stats.counts_accuracy() {
+            CountAccuracy::Unspecified | CountAccuracy::Exact => {
+                DocumentCount { value: Some(stats.document_count), exact: true, age: None, detail: None }
+            }
+            CountAccuracy::LastExact => DocumentCount {
+                value: Some(stats.document_count),
+                exact: false,
+                age: Some(Duration::from_millis(stats.counts_age_ms)),
+                detail,
+            },
+            CountAccuracy::Unknown => {
+                DocumentCount::unknown(detail.unwrap_or_else(|| "the store has not counted exactly yet".into()))
+            }
+        }
+    }
+}
+
 /// What `/healthz` and `/readyz` report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthReport {
     /// Whether the model is loaded and some index can take work.
     pub readiness: Readiness,
-    /// Documents in the index that answers.
-    pub document_count: u64,
+    /// Documents in the index that answers, as far as it can vouch for them.
+    pub document_count: DocumentCount,
     /// The store of the index that answers.
     pub store: StoreStatus,
     /// Every upstream (the standalone gateway only).
@@ -177,6 +246,9 @@ pub struct HealthReport {
     /// store is unhealthy everywhere, or the answering index lacks documents another
     /// upstream's index holds (after a failback). `None` when all is well.
     pub degraded: Option<String>,
+    /// Why the store serves with less than all of itself: the nodes it is missing.
+    /// `/healthz` says `degraded`; `/readyz` stays ready (the store still answers).
+    pub store_nodes_missing: Option<String>,
 }
 
 /// The embedwire.v1 calls the HTTP layer needs.

@@ -46,7 +46,13 @@ async fn v1_routes_answer_with_the_contract_shapes() {
     // The contract's fields, exactly; `store` is an extension old clients ignore.
     let contract = json!({"status": health["status"], "model_loaded": health["model_loaded"], "document_count": health["document_count"]});
     assert_eq!(contract, json!({"status": "ok", "model_loaded": true, "document_count": 0}), "{health}");
-    assert_eq!(keys(&health), ["document_count", "model_loaded", "status", "store"], "{health}");
+    // `document_count_exact` and `store` are extensions old clients ignore.
+    assert_eq!(
+        keys(&health),
+        ["document_count", "document_count_exact", "model_loaded", "status", "store"],
+        "{health}"
+    );
+    assert_eq!(health["document_count_exact"], true, "the embedded store counts exactly: {health}");
 
     // An empty index answers with an empty list, not an error.
     let (status, empty) = post(&format!("{base}/v1/search"), &json!({"query": "anything"})).await;

@@ -1,6 +1,6 @@
 //! Transport conventions every embedwire peer shares, so the server, the gateway,
-//! the clients and the benchmarks agree on them: HTTP/2 settings, and the retry
-//! hint a refusal carries.
+//! the clients and the benchmarks agree on them: HTTP/2 settings, the retry hint a
+//! refusal carries, and the mark of an UNAVAILABLE answer a server made itself.
 
 use std::time::Duration;
 
@@ -34,6 +34,26 @@ pub fn set_retry_pushback(status: &mut tonic::Status, retry_after: Duration) {
 pub fn retry_pushback(status: &tonic::Status) -> Option<Duration> {
     let millis: u64 = status.metadata().get(RETRY_PUSHBACK_METADATA)?.to_str().ok()?.trim().parse().ok()?;
     Some(Duration::from_millis(millis))
+}
+
+/// The gRPC metadata key an embedwire server puts on an UNAVAILABLE answer it made
+/// itself (its store cannot serve this call, the model is loading), with what was
+/// unavailable as the value. A transport failure (the server cannot be reached, the
+/// connection broke) carries no such key. Gateways tell the two apart by it: a
+/// server that answers is up and may take the next call; one that does not is
+/// skipped for a cool-down.
+pub const UNAVAILABLE_CAUSE_METADATA: &str = "x-embedwire-unavailable";
+
+/// Marks `status` as an UNAVAILABLE answer the server made itself; `cause` is a
+/// short token ("server").
+pub fn set_unavailable_cause(status: &mut tonic::Status, cause: &'static str) {
+    status.metadata_mut().insert(UNAVAILABLE_CAUSE_METADATA, tonic::metadata::MetadataValue::from_static(cause));
+}
+
+/// Whether an UNAVAILABLE `status` was answered by an embedwire server (see
+/// [`UNAVAILABLE_CAUSE_METADATA`]) rather than made by the transport.
+pub fn answered_unavailable(status: &tonic::Status) -> bool {
+    status.metadata().get(UNAVAILABLE_CAUSE_METADATA).is_some()
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use crate::corpus::Corpus;
 use crate::rerank::{RerankEngine, RerankStats};
 use crate::stats::Stats;
+use crate::store::CountAccuracy;
 
 /// A metric as the collector encodes it: its name (prometheus-client adds `_total`
 /// to counters), its help and its current value.
@@ -133,13 +134,38 @@ impl Collector for ServerMetrics {
         )?;
         if let Some(corpus) = self.corpus.get() {
             let view = corpus.view_counts();
+            // A count the store cannot vouch for now is left out rather than exported
+            // as current (a graph shows a gap, not a false value); the age says how
+            // long since the counts were last exact.
+            let exact = view.accuracy.is_exact();
             encode_all(
                 &mut encoder,
-                &[
-                    ("embedwire_index_documents", "Documents in the index", &ConstGauge::new(view.documents)),
-                    ("embedwire_index_chunks", "Chunks in the index", &ConstGauge::new(view.chunks)),
-                ],
+                &[(
+                    "embedwire_index_counts_exact",
+                    "Whether the index's document and chunk counts are exact now (0: a store node is missing, \
+                     its nodes disagree or counting failed; see /healthz)",
+                    &ConstGauge::new(i64::from(exact)),
+                )],
             )?;
+            if let CountAccuracy::LastExact { counted_at, .. } = &view.accuracy {
+                encode_all(
+                    &mut encoder,
+                    &[(
+                        "embedwire_index_counts_age_seconds",
+                        "Seconds since the index's counts were last exact, while they are not",
+                        &ConstGauge::new(counted_at.elapsed().as_secs_f64()),
+                    )],
+                )?;
+            }
+            if exact {
+                encode_all(
+                    &mut encoder,
+                    &[
+                        ("embedwire_index_documents", "Documents in the index", &ConstGauge::new(view.documents)),
+                        ("embedwire_index_chunks", "Chunks in the index", &ConstGauge::new(view.chunks)),
+                    ],
+                )?;
+            }
         }
         Ok(())
     }

@@ -47,6 +47,13 @@ pub struct IndexStats {
     pub pending_documents: u64,
     /// "exact" or "hnsw".
     pub index_kind: String,
+    /// Whether the counts are exact now. A shared store that cannot count exactly
+    /// (one of its nodes is missing) reports its last exact counts instead.
+    pub counts_exact: bool,
+    /// How long ago the counts were exact, when they are the last exact ones.
+    pub counts_age: Option<std::time::Duration>,
+    /// Why the counts are not exact now (None when they are).
+    pub counts_detail: Option<String>,
 }
 
 /// A server's answer to a health check.
@@ -122,6 +129,10 @@ impl Client {
             chunk_count: stats.chunk_count,
             unique_vector_count: stats.unique_vector_count,
             pending_documents: stats.pending_documents,
+            counts_exact: matches!(stats.counts_accuracy(), pb::CountAccuracy::Exact | pb::CountAccuracy::Unspecified),
+            counts_age: (stats.counts_accuracy() == pb::CountAccuracy::LastExact)
+                .then(|| std::time::Duration::from_millis(stats.counts_age_ms)),
+            counts_detail: (!stats.counts_detail.is_empty()).then(|| stats.counts_detail.clone()),
             index_kind: stats.index_kind,
         })
     }

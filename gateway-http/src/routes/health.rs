@@ -8,7 +8,11 @@
 //! (a failover to another server's own index), when the index answering lacks
 //! documents another upstream's index holds (after a failback: the `detail` gives
 //! every upstream's document count), or the store is unhealthy everywhere; `/readyz`
-//! then answers 503 with the reason.
+//! then answers 503 with the reason. A store missing one of its nodes is `degraded`
+//! on `/healthz` too (naming the node), but `/readyz` stays 200: it still serves.
+//!
+//! `document_count` is never a partial count: exact now, or the last exact count
+//! with its age (`document_count_exact: false`), or `null` when none is known.
 
 use axum::Json;
 use axum::extract::State;
@@ -23,12 +27,23 @@ use crate::upstream::{StoreStatus, Upstream, UpstreamStatus};
 /// `GET /healthz` answer.
 #[derive(Serialize, ToSchema)]
 pub struct HealthReply {
-    /// `ok` while the process answers; `degraded` when answers may lack documents
-    /// (see `detail`).
+    /// `ok` while the process answers with every store node there; `degraded` when
+    /// answers may lack documents or the store misses a node (see `detail`).
     pub status: &'static str,
     pub model_loaded: bool,
-    /// Documents in the index that answers.
-    pub document_count: u64,
+    /// Documents in the index that answers: exact now, or the last exact count (see
+    /// `document_count_exact`); `null` when no exact count is known (never a
+    /// partial count).
+    pub document_count: Option<u64>,
+    /// Extension: whether `document_count` is exact now.
+    pub document_count_exact: bool,
+    /// Extension: seconds since `document_count` was exact, when it is not now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub document_count_age_secs: Option<f64>,
+    /// Extension: why `document_count` is not exact now (a store node missing, the
+    /// store's nodes counting differently, a failed count).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub document_count_detail: Option<String>,
     /// Extension: why the status is `degraded`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -56,11 +71,16 @@ pub struct ReadyReply {
 #[utoipa::path(get, path = "/healthz", responses((status = 200, body = HealthReply)))]
 pub async fn healthz<U: Upstream>(State(state): State<AppState<U>>) -> Json<HealthReply> {
     let health = state.upstream.health().await;
+    let problems: Vec<String> = [health.degraded, health.store_nodes_missing].into_iter().flatten().collect();
+    let count = health.document_count;
     Json(HealthReply {
-        status: if health.degraded.is_some() { "degraded" } else { "ok" },
+        status: if problems.is_empty() { "ok" } else { "degraded" },
         model_loaded: health.readiness.ready,
-        document_count: health.document_count,
-        detail: health.degraded,
+        document_count: count.value,
+        document_count_exact: count.exact,
+        document_count_age_secs: count.age.map(|age| age.as_secs_f64()),
+        document_count_detail: count.detail,
+        detail: (!problems.is_empty()).then(|| problems.join("; ")),
         store: health.store,
         upstreams: health.upstreams,
     })

@@ -198,13 +198,7 @@ impl SearchService for SearchApi {
     ) -> Result<Response<GetIndexStatsResponse>, Status> {
         let corpus = self.corpus()?;
         let stats = corpus.stats().await?;
-        Ok(self.tagged(GetIndexStatsResponse {
-            document_count: stats.documents,
-            chunk_count: stats.chunks,
-            unique_vector_count: stats.unique_vectors,
-            pending_documents: stats.pending_documents,
-            index_kind: corpus.index_kind_name().to_string(),
-        }))
+        Ok(self.tagged(convert::index_stats_to_wire(stats, corpus.index_kind_name())))
     }
 }
 

@@ -58,26 +58,71 @@ pub struct StoreNode {
 /// Whether the store can be used now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreHealth {
+    /// Whether it can serve at all (some node answers). A cluster missing one node
+    /// is still healthy; [`StoreHealth::missing_nodes`] names what it lacks.
     pub healthy: bool,
     /// Why not, when unhealthy.
     pub detail: String,
+    /// Every node the server has known since it started, a missing one included
+    /// (unhealthy), so that losing a node never shortens the list silently.
     pub nodes: Vec<StoreNode>,
 }
 
+impl StoreHealth {
+    /// Names of the nodes not answering as healthy now.
+    pub fn missing_nodes(&self) -> Vec<&str> {
+        self.nodes.iter().filter(|n| !n.healthy).map(|n| n.name.as_str()).collect()
+    }
+}
+
+/// How far a store's counts can be trusted. A shared store that cannot count over
+/// the whole index now keeps its last exact counts and says how old they are,
+/// rather than report a count over part of it (see the Weaviate store).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CountAccuracy {
+    /// Counted over the whole index just now (a local store: always).
+    #[default]
+    Exact,
+    /// The counts are the last exact ones, taken at `counted_at`; `reason` says why
+    /// the store cannot count exactly now.
+    LastExact { counted_at: std::time::Instant, reason: String },
+    /// No exact count since the server started (`reason`): the counts are zero and
+    /// mean nothing.
+    Unknown { reason: String },
+}
+
+impl CountAccuracy {
+    pub fn is_exact(&self) -> bool {
+        matches!(self, CountAccuracy::Exact)
+    }
+
+    /// Why the counts are not exact now; None when they are.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            CountAccuracy::Exact => None,
+            CountAccuracy::LastExact { reason, .. } | CountAccuracy::Unknown { reason } => Some(reason),
+        }
+    }
+}
+
 /// Counts for GetIndexStats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct IndexStats {
     pub documents: u64,
     pub chunks: u64,
     pub unique_vectors: u64,
     pub pending_documents: u64,
+    /// Whether the counts are exact now (see [`CountAccuracy`]).
+    pub accuracy: CountAccuracy,
 }
 
 /// Sizes of the searchable index, known without a round trip (for metrics).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ViewCounts {
     pub documents: u64,
     pub chunks: u64,
+    /// Whether they are exact now: metrics export no count that is not.
+    pub accuracy: CountAccuracy,
 }
 
 /// One vector query as the store runs it.

@@ -35,7 +35,12 @@ impl From<Error> for tonic::Status {
             Error::ResourceExhausted(_) => tonic::Status::resource_exhausted(message),
             Error::Overloaded { retry_after, .. } => overloaded_status(message, retry_after),
             Error::OutOfRange(_) => tonic::Status::out_of_range(message),
-            Error::Unavailable(_) => tonic::Status::unavailable(message),
+            Error::Unavailable(_) => {
+                // Answered by this server (it is up): see the constant.
+                let mut status = tonic::Status::unavailable(message);
+                transport::set_unavailable_cause(&mut status, "server");
+                status
+            }
             Error::Cancelled => tonic::Status::cancelled(message),
             Error::NotFound(_) => tonic::Status::not_found(message),
             Error::FailedPrecondition(_) => tonic::Status::failed_precondition(message),

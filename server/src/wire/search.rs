@@ -10,10 +10,31 @@ use embedwire_proto::vectors;
 use crate::corpus::filter::{Condition, Filter};
 use crate::corpus::search::{Hit, Query, SearchParams};
 use crate::error::{Error, Result};
-use crate::store::{DocumentRecord, JobRecord, JobState, NewDocument};
+use crate::store::{CountAccuracy, DocumentRecord, IndexStats, JobRecord, JobState, NewDocument};
 
 /// The default number of hits per query, as the /v1 HTTP API has it.
 pub const DEFAULT_TOP_K: usize = 5;
+
+/// Index statistics on the wire, with how far their counts can be trusted.
+pub fn index_stats_to_wire(stats: IndexStats, index_kind: &str) -> pb::GetIndexStatsResponse {
+    let (accuracy, age_ms) = match &stats.accuracy {
+        CountAccuracy::Exact => (pb::CountAccuracy::Exact, 0),
+        CountAccuracy::LastExact { counted_at, .. } => {
+            (pb::CountAccuracy::LastExact, u64::try_from(counted_at.elapsed().as_millis()).unwrap_or(u64::MAX))
+        }
+        CountAccuracy::Unknown { .. } => (pb::CountAccuracy::Unknown, 0),
+    };
+    pb::GetIndexStatsResponse {
+        document_count: stats.documents,
+        chunk_count: stats.chunks,
+        unique_vector_count: stats.unique_vectors,
+        pending_documents: stats.pending_documents,
+        index_kind: index_kind.to_string(),
+        counts_accuracy: accuracy as i32,
+        counts_age_ms: age_ms,
+        counts_detail: stats.accuracy.reason().unwrap_or_default().to_string(),
+    }
+}
 
 /// A job on the wire.
 pub fn job_to_wire(job: &JobRecord) -> Job {

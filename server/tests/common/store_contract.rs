@@ -195,6 +195,37 @@ pub fn gateway_binary() -> std::path::PathBuf {
     path
 }
 
+/// Starts the real gateway binary on a free port in front of `upstreams` (probing
+/// them every second); returns it (killed when dropped) and its base URL once it
+/// listens. Its log goes to the test's stderr.
+pub async fn start_gateway(upstreams: &[&str]) -> (tokio::process::Child, String) {
+    let port = free_port();
+    let mut gateway = tokio::process::Command::new(gateway_binary())
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--upstream", &upstreams.join(",")])
+        .args(["--probe-interval", "1"])
+        .env("NO_COLOR", "1")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(gateway.stderr.take().unwrap()).lines();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = log.next_line().await.unwrap() {
+            if line.contains("listening on") {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("gateway listening");
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = log.next_line().await {
+            eprintln!("[gateway] {line}");
+        }
+    });
+    (gateway, format!("http://127.0.0.1:{port}"))
+}
+
 /// What a shared store's test expects of it.
 pub struct SharedStore {
     /// Flags of a server on the shared index.
@@ -216,25 +247,7 @@ pub async fn one_index_shared_by_two_servers_and_the_gateway(store: SharedStore)
     let flags: Vec<&str> = store.flags.iter().map(String::as_str).collect();
     let a = InProcessServer::start(&[ONNX, &flags].concat()).await;
     let b = InProcessServer::start(&[ONNX, &flags].concat()).await;
-    let port = free_port();
-    let mut gateway = tokio::process::Command::new(gateway_binary())
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--upstream", &format!("{},{}", a.address, b.address)])
-        .args(["--probe-interval", "1"])
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut log = BufReader::new(gateway.stderr.take().unwrap()).lines();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(line) = log.next_line().await.unwrap() {
-            if line.contains("listening on") {
-                return;
-            }
-        }
-    })
-    .await
-    .expect("gateway listening");
-    tokio::spawn(async move { while let Ok(Some(_)) = log.next_line().await {} });
+    let (_gateway, gateway_url) = start_gateway(&[&a.address, &b.address]).await;
 
     // Both servers name the same shared index.
     for server in [&a, &b] {
@@ -269,7 +282,6 @@ pub async fn one_index_shared_by_two_servers_and_the_gateway(store: SharedStore)
         assert_eq!(response.into_inner().results[0].hits[0].document_id, format!("s-{i}"));
     }
     let http = reqwest::Client::new();
-    let gateway_url = format!("http://127.0.0.1:{port}");
     let mut upstreams = HashSet::new();
     for (i, query) in queries.iter().enumerate() {
         let response = http

@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use self::redb_file::{IndexChanges, Store};
 use self::view::IndexView;
 use super::{
-    Claim, CorpusStore, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, NewDocument,
+    Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, NewDocument,
     StoreDescription, StoreHealth, StoreQuery, StoredHit, ViewCounts,
 };
 use crate::corpus::filter::Filter;
@@ -189,15 +189,19 @@ impl CorpusStore for EmbeddedStore {
     }
 
     async fn stats(&self) -> Result<IndexStats> {
-        let ViewCounts { documents, chunks } = self.cached_counts();
+        let ViewCounts { documents, chunks, accuracy } = self.cached_counts();
         let (unique_vectors, pending_documents) =
             self.with_file(|file| Ok((file.vector_count()?, file.pending_count()?))).await?;
-        Ok(IndexStats { documents, chunks, unique_vectors, pending_documents })
+        Ok(IndexStats { documents, chunks, unique_vectors, pending_documents, accuracy })
     }
 
     fn cached_counts(&self) -> ViewCounts {
         let view = self.read_view();
-        ViewCounts { documents: view.document_count() as u64, chunks: view.chunk_count() as u64 }
+        ViewCounts {
+            documents: view.document_count() as u64,
+            chunks: view.chunk_count() as u64,
+            accuracy: CountAccuracy::Exact,
+        }
     }
 
     async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>> {

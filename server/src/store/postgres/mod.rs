@@ -35,7 +35,7 @@ use tokio_postgres::{Row, Transaction};
 use self::connection::{Endpoint, PoolSettings, Pools, parse_lsn, sql_error};
 use self::schema::{IndexShape, VectorType};
 use super::{
-    Claim, CorpusStore, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, NewDocument,
+    Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, NewDocument,
     StoreDescription, StoreHealth, StoreNode, StoreQuery, StoredHit, ViewCounts,
 };
 use crate::config::{PostgresVector, ServerConfig};
@@ -235,9 +235,16 @@ impl PostgresStore {
         );
         let rows = self.query_primary("count", &sql, &[]).await?;
         let count = |i: usize| rows[0].get::<_, i64>(i).max(0) as u64;
-        let stats =
-            IndexStats { documents: count(0), chunks: count(1), unique_vectors: count(2), pending_documents: count(3) };
-        *self.counts.lock().expect("lock") = ViewCounts { documents: stats.documents, chunks: stats.chunks };
+        // One statement on the primary: a consistent, exact count.
+        let stats = IndexStats {
+            documents: count(0),
+            chunks: count(1),
+            unique_vectors: count(2),
+            pending_documents: count(3),
+            accuracy: CountAccuracy::Exact,
+        };
+        *self.counts.lock().expect("lock") =
+            ViewCounts { documents: stats.documents, chunks: stats.chunks, accuracy: CountAccuracy::Exact };
         Ok(stats)
     }
 
@@ -534,7 +541,7 @@ impl CorpusStore for PostgresStore {
     }
 
     fn cached_counts(&self) -> ViewCounts {
-        *self.counts.lock().expect("lock")
+        self.counts.lock().expect("lock").clone()
     }
 
     async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>> {

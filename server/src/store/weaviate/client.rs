@@ -75,6 +75,30 @@ impl Connection {
         self.grpc.iter().map(|node| node.address.clone()).collect()
     }
 
+    /// How many nodes the data API reaches (the configured gRPC addresses).
+    pub fn node_count(&self) -> usize {
+        self.grpc.len()
+    }
+
+    /// Runs one gRPC call at node `node` (an index into [`Connection::grpc_addresses`])
+    /// only, without failing over: for answers that must come from every node.
+    pub async fn call_on<T, F, Fut>(&self, node: usize, operation: &'static str, call: F) -> Result<T>
+    where
+        F: FnOnce(WeaviateClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let started = Instant::now();
+        let node = &self.grpc[node];
+        let client = WeaviateClient::new(node.channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let result = call(client).await.map(tonic::Response::into_inner).map_err(|status| {
+            Error::Unavailable(format!("weaviate store: {operation} failed at {}: {}", node.address, status.message()))
+        });
+        self.metrics.observe("weaviate", operation, started.elapsed(), result.is_ok());
+        result
+    }
+
     /// Runs one gRPC call, trying the next node when one cannot be reached. Calls
     /// are idempotent (deterministic object ids), so a retry cannot double a write.
     pub async fn call<T, F, Fut>(&self, operation: &'static str, call: F) -> Result<T>
@@ -153,6 +177,17 @@ impl Connection {
             }
         }
         Err(Error::Unavailable(format!("weaviate store unreachable: {last_error}")))
+    }
+
+    /// Whether each configured HTTP node answers its liveness check now (in
+    /// `--weaviate-http` order): for when no node can list the cluster, which
+    /// Weaviate fails for a while after losing a member.
+    pub async fn live_nodes(&self) -> Vec<bool> {
+        let checks = self.http_urls.iter().map(|url| async move {
+            let check = self.http.get(format!("{url}/v1/.well-known/live")).send().await;
+            check.is_ok_and(|response| response.status().is_success())
+        });
+        futures::future::join_all(checks).await
     }
 
     /// POST a JSON document to the first node that answers; returns the status and body.

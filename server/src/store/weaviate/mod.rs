@@ -26,7 +26,7 @@ pub mod schema;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use embedwire_proto::weaviate::v1 as pb;
@@ -37,7 +37,7 @@ use self::replicas::ReplicaErrors;
 use self::convert::{PropertiesBuilder, PropertiesReader};
 use self::schema::{Collections, Layout};
 use super::{
-    Claim, CorpusStore, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, NewDocument,
+    Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, NewDocument,
     StoreDescription, StoreHealth, StoreNode, StoreQuery, StoredHit, ViewCounts,
 };
 use crate::config::{Consistency, ServerConfig};
@@ -102,10 +102,64 @@ pub struct WeaviateStore {
     description: StoreDescription,
     /// This server's name in job leases.
     server_id: String,
+    /// The nodes as last read, every node known since the start included.
     health: Arc<Mutex<StoreHealth>>,
-    counts: Arc<Mutex<ViewCounts>>,
+    counts: Arc<Mutex<CountState>>,
     /// Turns replica errors into reasons (job errors show them to users).
     replica_errors: Arc<ReplicaErrors>,
+}
+
+/// Objects in the three collections that [`IndexStats`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tally {
+    documents: u64,
+    chunks: u64,
+    pending: u64,
+}
+
+/// The store's counts as far as it can vouch for them.
+///
+/// Weaviate answers an Aggregate from whatever replicas the coordinating node picks,
+/// without a consistency level: with a node missing (or just back and not repaired
+/// by async replication yet) it counts part of the index and says nothing, e.g. 192
+/// of 300 documents, or 0. So a count is taken as exact only when every known node
+/// is healthy before and after it and every node the server reaches gives the same
+/// counts; otherwise the last exact counts are kept and reported with their age.
+/// The last exact count rather than `null`: old clients (GetIndexStats has plain
+/// integers, `/healthz` a number) keep a number that was true at a stated time
+/// instead of a 0, and with replication one lost node changes nothing stored; a
+/// server that never counted exactly reports unknown.
+#[derive(Debug, Default)]
+struct CountState {
+    /// The last exact counts and when they were taken.
+    exact: Option<(Tally, Instant)>,
+    /// Why the latest count was not exact (None when it was).
+    failing: Option<String>,
+}
+
+impl CountState {
+    fn accuracy(&self) -> CountAccuracy {
+        match (&self.exact, &self.failing) {
+            (Some(_), None) => CountAccuracy::Exact,
+            (Some((_, counted_at)), Some(reason)) => {
+                CountAccuracy::LastExact { counted_at: *counted_at, reason: reason.clone() }
+            }
+            (None, reason) => {
+                CountAccuracy::Unknown { reason: reason.clone().unwrap_or_else(|| "not counted yet".to_string()) }
+            }
+        }
+    }
+
+    fn stats(&self) -> IndexStats {
+        let tally = self.exact.map(|(tally, _)| tally).unwrap_or(Tally { documents: 0, chunks: 0, pending: 0 });
+        IndexStats {
+            documents: tally.documents,
+            chunks: tally.chunks,
+            unique_vectors: tally.chunks,
+            pending_documents: tally.pending,
+            accuracy: self.accuracy(),
+        }
+    }
 }
 
 impl WeaviateStore {
@@ -146,7 +200,7 @@ impl WeaviateStore {
             description,
             server_id: uuid::Uuid::new_v4().to_string(),
             health: Arc::new(Mutex::new(StoreHealth { healthy: true, detail: String::new(), nodes })),
-            counts: Arc::new(Mutex::new(ViewCounts::default())),
+            counts: Arc::new(Mutex::new(CountState::default())),
             replica_errors: Arc::new(ReplicaErrors::new(layout.replication_factor)),
         };
         // The data API must answer too, not only the REST one.
@@ -154,7 +208,12 @@ impl WeaviateStore {
             .count(&store.names.jobs.clone(), None)
             .await
             .map_err(|e| Error::Config(format!("--weaviate-grpc {}: {e}", store.settings.grpc_addresses.join(","))))?;
-        store.refresh_counts().await?;
+        // A cluster missing a node still serves: the server starts with the counts
+        // unknown until they can be counted exactly.
+        let stats = store.refresh_counts().await;
+        if let Some(reason) = stats.accuracy.reason() {
+            tracing::warn!(reason, "weaviate store: counts unknown until every node is back");
+        }
         tracing::info!(
             index = %store.description.index_id,
             shards = layout.shards,
@@ -185,30 +244,155 @@ impl WeaviateStore {
                 if Arc::strong_count(&follower.health) == 1 {
                     return;
                 }
-                let state = match read_nodes(&follower.connection).await {
-                    Ok(nodes) => StoreHealth { healthy: true, detail: String::new(), nodes },
-                    Err(error) => {
-                        let mut nodes = follower.health.lock().expect("lock").nodes.clone();
-                        nodes.iter_mut().for_each(|n| n.healthy = false);
-                        StoreHealth { healthy: false, detail: error.to_string(), nodes }
-                    }
-                };
-                let healthy = state.healthy;
-                *follower.health.lock().expect("lock") = state;
+                let healthy = follower.read_health().await.is_ok_and(|missing| missing.is_empty());
                 ticks += 1;
                 if healthy && ticks % COUNTS_EVERY == 0 {
-                    let _ = follower.refresh_counts().await;
+                    follower.refresh_counts().await;
                 }
             }
         });
     }
 
-    async fn refresh_counts(&self) -> Result<IndexStats> {
-        let documents = self.count(&self.names.documents, None).await?;
-        let chunks = self.count(&self.names.chunks, None).await?;
-        let pending = self.count(&self.names.pending, Some(convert::boolean_equals("failed", false))).await?;
-        *self.counts.lock().expect("lock") = ViewCounts { documents, chunks };
-        Ok(IndexStats { documents, chunks, unique_vectors: chunks, pending_documents: pending })
+    /// Reads the node list into the health; returns the names of known nodes that are
+    /// missing from it or not HEALTHY, or Err when no node answers. Either way the
+    /// counts stop being exact until a count with every node in succeeds.
+    async fn read_health(&self) -> std::result::Result<Vec<String>, String> {
+        let read = read_nodes(&self.connection).await;
+        // See the Err arm below.
+        let live = match read {
+            Ok(_) => Vec::new(),
+            Err(_) => self.connection.live_nodes().await,
+        };
+        let grpc = self.connection.grpc_addresses();
+        let mut health = self.health.lock().expect("lock");
+        let missing = match read {
+            Ok(listed) => {
+                // Every node known stays in the list: a node the cluster forgot (it
+                // drops dead members after a while) is missing, not gone.
+                for node in health.nodes.iter_mut() {
+                    node.healthy = listed.iter().any(|l| l.name == node.name && l.healthy);
+                }
+                for node in listed {
+                    if !health.nodes.iter().any(|n| n.name == node.name) {
+                        health.nodes.push(node);
+                    }
+                }
+                health.healthy = true;
+                health.detail.clear();
+                Ok(health.missing_nodes().iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            }
+            Err(error) => {
+                // Right after losing a member, Weaviate fails the node list on every
+                // node for seconds; the store still serves. So only a store none of
+                // whose nodes answers at all is unhealthy (NOT_SERVING, which takes
+                // the server out of a gateway's rotation); otherwise the nodes that do
+                // not answer are the missing ones (matched by configured order).
+                for node in health.nodes.iter_mut() {
+                    let index = grpc.iter().position(|a| *a == node.address);
+                    node.healthy = index.is_some_and(|i| live.get(i).copied().unwrap_or(false));
+                }
+                health.healthy = live.iter().any(|l| *l);
+                health.detail = if health.healthy { String::new() } else { error.to_string() };
+                match health.healthy {
+                    true => Ok(health.missing_nodes().iter().map(|n| n.to_string()).collect::<Vec<_>>()),
+                    false => Err(error.to_string()),
+                }
+            }
+        };
+        drop(health);
+        let reason = match &missing {
+            Ok(names) if names.is_empty() => None,
+            Ok(names) => Some(format!("store node {} missing", names.join(", "))),
+            Err(error) => Some(format!("store unreachable: {error}")),
+        };
+        if let Some(reason) = reason {
+            self.counts.lock().expect("lock").failing = Some(reason);
+        }
+        missing
+    }
+
+    /// Counts the index if it can be counted exactly (see [`CountState`]); returns
+    /// the counts as far as the store can vouch for them.
+    async fn refresh_counts(&self) -> IndexStats {
+        let began = Instant::now();
+        match self.count_exactly().await {
+            Ok(tally) => {
+                let mut counts = self.counts.lock().expect("lock");
+                // Counts overlap (the follower, GetIndexStats calls): an older one
+                // finishing last does not replace a newer one.
+                if counts.exact.is_none_or(|(_, at)| at <= began) {
+                    counts.exact = Some((tally, began));
+                    counts.failing = None;
+                }
+                counts.stats()
+            }
+            Err(reason) => {
+                let mut counts = self.counts.lock().expect("lock");
+                counts.failing = Some(reason);
+                counts.stats()
+            }
+        }
+    }
+
+    /// The counts when every known node is healthy before and after and every node
+    /// the server reaches counts the same; Err says why not.
+    async fn count_exactly(&self) -> std::result::Result<Tally, String> {
+        let missing = self.read_health().await?;
+        if !missing.is_empty() {
+            return Err(format!("store node {} missing", missing.join(", ")));
+        }
+        let nodes = self.connection.node_count();
+        let tallies = futures::future::join_all((0..nodes).map(|node| self.tally_at(node))).await;
+        let addresses = self.connection.grpc_addresses();
+        let mut first: Option<Tally> = None;
+        for tally in &tallies {
+            match (tally, first) {
+                (Err(error), _) => return Err(format!("counting failed: {error}")),
+                (Ok(tally), None) => first = Some(*tally),
+                (Ok(tally), Some(seen)) if *tally != seen => {
+                    let each: Vec<String> = tallies
+                        .iter()
+                        .zip(&addresses)
+                        .filter_map(|(t, a)| t.as_ref().ok().map(|t| format!("{a} {}", t.documents)))
+                        .collect();
+                    return Err(format!(
+                        "store nodes count differently (writes in flight, or replication catching up; \
+                         documents per node: {})",
+                        each.join(", ")
+                    ));
+                }
+                _ => {}
+            }
+        }
+        let missing = self.read_health().await?;
+        if !missing.is_empty() {
+            return Err(format!("store node {} missing", missing.join(", ")));
+        }
+        first.ok_or_else(|| "no store node to count at".to_string())
+    }
+
+    /// Documents, chunks and pending documents as node `node` counts them.
+    async fn tally_at(&self, node: usize) -> Result<Tally> {
+        let pending = Some(convert::boolean_equals("failed", false));
+        let (documents, chunks, pending) = tokio::try_join!(
+            self.count_at(node, &self.names.documents, None),
+            self.count_at(node, &self.names.chunks, None),
+            self.count_at(node, &self.names.pending, pending),
+        )?;
+        Ok(Tally { documents, chunks, pending })
+    }
+
+    /// Objects in `collection` (matching `filter`) as node `node` counts them.
+    async fn count_at(&self, node: usize, collection: &str, filter: Option<pb::Filters>) -> Result<u64> {
+        let request = pb::AggregateRequest {
+            collection: collection.to_string(),
+            objects_count: true,
+            filters: filter,
+            ..Default::default()
+        };
+        let reply =
+            self.connection.call_on(node, "aggregate", |mut c| async move { c.aggregate(request).await }).await?;
+        aggregate_count(reply)
     }
 
     /// Objects in `collection` (matching `filter`).
@@ -226,10 +410,7 @@ impl WeaviateStore {
                 async move { c.aggregate(request).await }
             })
             .await?;
-        Ok(match reply.result {
-            Some(pb::aggregate_reply::Result::SingleResult(single)) => single.objects_count.unwrap_or(0).max(0) as u64,
-            _ => 0,
-        })
+        aggregate_count(reply)
     }
 
     /// Runs a search request.
@@ -433,6 +614,18 @@ async fn read_nodes(connection: &Connection) -> Result<Vec<StoreNode>> {
         .collect())
 }
 
+/// The object count of an Aggregate reply. A reply without one is an error, not 0:
+/// a count the store did not give is never reported as empty.
+fn aggregate_count(reply: pb::AggregateReply) -> Result<u64> {
+    match reply.result {
+        Some(pb::aggregate_reply::Result::SingleResult(pb::aggregate_reply::Single {
+            objects_count: Some(count),
+            ..
+        })) => Ok(count.max(0) as u64),
+        other => Err(Error::Unavailable(format!("weaviate store: an Aggregate reply without a count: {other:?}"))),
+    }
+}
+
 /// A content hash as lowercase hex.
 fn hex(hash: &ContentHash) -> String {
     hash.iter().map(|b| format!("{b:02x}")).collect()
@@ -562,11 +755,13 @@ impl CorpusStore for WeaviateStore {
     }
 
     async fn stats(&self) -> Result<IndexStats> {
-        self.refresh_counts().await
+        Ok(self.refresh_counts().await)
     }
 
     fn cached_counts(&self) -> ViewCounts {
-        *self.counts.lock().expect("lock")
+        let counts = self.counts.lock().expect("lock");
+        let stats = counts.stats();
+        ViewCounts { documents: stats.documents, chunks: stats.chunks, accuracy: stats.accuracy }
     }
 
     async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>> {

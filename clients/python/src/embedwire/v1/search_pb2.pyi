@@ -15,11 +15,22 @@ class JobStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATUS_RUNNING: _ClassVar[JobStatus]
     JOB_STATUS_COMPLETED: _ClassVar[JobStatus]
     JOB_STATUS_FAILED: _ClassVar[JobStatus]
+
+class CountAccuracy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COUNT_ACCURACY_UNSPECIFIED: _ClassVar[CountAccuracy]
+    COUNT_ACCURACY_EXACT: _ClassVar[CountAccuracy]
+    COUNT_ACCURACY_LAST_EXACT: _ClassVar[CountAccuracy]
+    COUNT_ACCURACY_UNKNOWN: _ClassVar[CountAccuracy]
 JOB_STATUS_UNSPECIFIED: JobStatus
 JOB_STATUS_PENDING: JobStatus
 JOB_STATUS_RUNNING: JobStatus
 JOB_STATUS_COMPLETED: JobStatus
 JOB_STATUS_FAILED: JobStatus
+COUNT_ACCURACY_UNSPECIFIED: CountAccuracy
+COUNT_ACCURACY_EXACT: CountAccuracy
+COUNT_ACCURACY_LAST_EXACT: CountAccuracy
+COUNT_ACCURACY_UNKNOWN: CountAccuracy
 
 class Document(_message.Message):
     __slots__ = ("id", "text", "metadata")
@@ -293,15 +304,21 @@ class GetIndexStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetIndexStatsResponse(_message.Message):
-    __slots__ = ("document_count", "chunk_count", "unique_vector_count", "pending_documents", "index_kind")
+    __slots__ = ("document_count", "chunk_count", "unique_vector_count", "pending_documents", "index_kind", "counts_accuracy", "counts_age_ms", "counts_detail")
     DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
     UNIQUE_VECTOR_COUNT_FIELD_NUMBER: _ClassVar[int]
     PENDING_DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     INDEX_KIND_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_DETAIL_FIELD_NUMBER: _ClassVar[int]
     document_count: int
     chunk_count: int
     unique_vector_count: int
     pending_documents: int
     index_kind: str
-    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., unique_vector_count: _Optional[int] = ..., pending_documents: _Optional[int] = ..., index_kind: _Optional[str] = ...) -> None: ...
+    counts_accuracy: CountAccuracy
+    counts_age_ms: int
+    counts_detail: str
+    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., unique_vector_count: _Optional[int] = ..., pending_documents: _Optional[int] = ..., index_kind: _Optional[str] = ..., counts_accuracy: _Optional[_Union[CountAccuracy, str]] = ..., counts_age_ms: _Optional[int] = ..., counts_detail: _Optional[str] = ...) -> None: ...
