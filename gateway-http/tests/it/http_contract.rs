@@ -348,7 +348,7 @@ async fn readiness_metrics_and_openapi() {
     let kept = std::fs::read_to_string(common::workspace().join("gateway-http/openapi.json")).unwrap();
     assert_eq!(
         served, kept,
-        "gateway-http/openapi.json is stale: run `cargo test -p embedwire-gateway-http --test openapi`"
+        "gateway-http/openapi.json is stale: run `EMBEDWIRE_UPDATE_OPENAPI=1 cargo test --release -p embedwire-gateway-http --test it openapi`"
     );
     let document: Value = serde_json::from_str(&served).unwrap();
     for path in
