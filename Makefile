@@ -9,7 +9,22 @@ STORE ?= weaviate
 # min(3, nodes), so 3 on the default 3 nodes; REPLICATION=2 shows a stall on node loss).
 REPLICATION ?=
 
-.PHONY: setup run test lint bench bench-long cluster cluster-down
+.PHONY: setup run test test-fast lint bench bench-long cluster cluster-down
+
+# The test runner (installed by scripts/setup-tools.sh) and its profile: release, like
+# the binaries that `make setup` builds, so tests reuse that build (the model's
+# tokenizer and the SIMD kernels also need the optimizer). Groups and timeouts:
+# .config/nextest.toml.
+NEXTEST := $(BIN)/cargo-nextest nextest
+NEXTEST_FLAGS := --release --workspace
+# Per-step times of the last `make test`.
+TIMES := target/make-test-times.tsv
+# What `make test-fast` leaves out: the cluster binaries, bench quick (9 minutes of
+# runs), and the four integration tests that take more than 8 s each on 2 cores (int8
+# quality on 2400 sentences, search during a large ingest, 64 closed-loop callers, the
+# full-size cross-encoder against numpy). `make test` runs them all.
+FAST_SLOW := ^(precision::int8_vectors_meet|search::searches_keep_answering_while_a_large_ingest|lifecycle::closed_loop_clients|rerank_reference::full_size)
+FAST_FILTER := not binary(weaviate) and not binary(postgres) and not binary(quick) and not test(/$(FAST_SLOW)/)
 
 ## setup: install the model, ONNX Runtime and dev tools; build the workspace (release)
 setup:
@@ -36,12 +51,25 @@ cluster-down:
 lint:
 	$(BIN)/buf lint
 
-## test: lint, then every test of the workspace against the real model and binaries
-## (including a quick run of the benchmarks, so they cannot rot), then the Python
-## client's tests (which also run the Go and Node examples)
-test: setup lint
-	cargo test --release --workspace
-	$(CACHE)/venv/bin/python -m pytest clients/python/tests -q
+## test: set up, lint, then every test of the workspace against the real model and
+## binaries with cargo-nextest (including a quick run of the benchmarks, so they cannot
+## rot, and the Weaviate and PostgreSQL cluster suites), the doc tests, then the Python
+## client's tests (which also run the Go and Node examples); prints the time of each step
+test:
+	@rm -f $(TIMES); trap 'bash scripts/timed.sh report $(TIMES)' EXIT; set -e; \
+	step() { bash scripts/timed.sh step $(TIMES) "$$@"; }; \
+	step setup bash scripts/setup.sh; \
+	step lint $(BIN)/buf lint; \
+	step build-tests $(NEXTEST) run $(NEXTEST_FLAGS) --no-run; \
+	step rust-tests $(NEXTEST) run $(NEXTEST_FLAGS); \
+	step doc-tests cargo test --release --workspace --doc; \
+	step pytest $(CACHE)/venv/bin/python -m pytest clients/python/tests -q
+
+## test-fast: the inner loop (under 2 minutes after a build): the unit tests and the
+## integration tests against the real model that need no cluster and run fast; no setup,
+## so run `make setup` (or `make test`) once first
+test-fast:
+	$(NEXTEST) run $(NEXTEST_FLAGS) -E '$(FAST_FILTER)'
 
 ## bench: every benchmark of bench/run.sh (about 23 minutes: embed, wire, ghz, gateway,
 ## index at 100k, rerank and the Rust vs Python clients) with bench/results/REPORT.md

