@@ -387,7 +387,11 @@ async fn rf2_node_loss_job_says_why_and_finishes_when_the_node_returns() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let stuck = loop {
         let now = job(&mut via_a, &job_id).await;
-        assert_ne!(now.status, JobStatus::Completed as i32, "at RF 2 with a node down the job cannot complete: {now:?}");
+        assert_ne!(
+            now.status,
+            JobStatus::Completed as i32,
+            "at RF 2 with a node down the job cannot complete: {now:?}"
+        );
         if now.last_error.contains("replicas reachable") {
             break now;
         }
@@ -403,7 +407,10 @@ async fn rf2_node_loss_job_says_why_and_finishes_when_the_node_returns() {
     );
     assert!(!stuck.last_error.contains("inconsistent consistency levels"), "Weaviate's raw text: {stuck:?}");
     let since = stuck.retrying_since.expect("retrying_since with last_error");
-    assert!(since >= killed_unix - 1.0 && since <= killed_unix + 60.0, "retrying since {since}, killed at {killed_unix}");
+    assert!(
+        since >= killed_unix - 1.0 && since <= killed_unix + 60.0,
+        "retrying since {since}, killed at {killed_unix}"
+    );
 
     // ... over HTTP ...
     let url = format!("{}/v1/jobs/{job_id}", a.address);

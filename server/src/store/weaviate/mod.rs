@@ -33,8 +33,8 @@ use embedwire_proto::weaviate::v1 as pb;
 use pb::filters::Operator;
 
 use self::client::Connection;
-use self::replicas::ReplicaErrors;
 use self::convert::{PropertiesBuilder, PropertiesReader};
+use self::replicas::ReplicaErrors;
 use self::schema::{Collections, Layout};
 use super::{
     Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, NewDocument,

@@ -100,10 +100,8 @@ impl ReplicaErrors {
         let (a, b) = (resolved.next()??, resolved.next()??);
         let (shard, level_count) = if a.1 <= b.1 { a } else { b };
         // The most replicas (fewer than all) that resolve to that count.
-        let reachable = (1..self.replication_factor)
-            .rev()
-            .find(|n| needed(level, *n) == level_count)
-            .unwrap_or(level_count);
+        let reachable =
+            (1..self.replication_factor).rev().find(|n| needed(level, *n) == level_count).unwrap_or(level_count);
         Some((shard, reachable))
     }
 }
@@ -125,7 +123,10 @@ mod tests {
     fn a_shard_short_of_a_replica_at_rf_2_is_named_with_what_quorum_needs() {
         let errors = ReplicaErrors::new(2);
         let reason = errors.explain(&inconsistent("aaa111", 2, "bbb222", 1), Consistency::Quorum).unwrap();
-        assert_eq!(reason, "shard bbb222: 1 of 2 replicas reachable; consistency QUORUM needs 2 (is a Weaviate node down?)");
+        assert_eq!(
+            reason,
+            "shard bbb222: 1 of 2 replicas reachable; consistency QUORUM needs 2 (is a Weaviate node down?)"
+        );
     }
 
     #[test]
