@@ -4,7 +4,7 @@
 //! `/metrics`, and every failure becomes `Unavailable` naming the store.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use embedwire_proto::weaviate::v1 as pb;
@@ -26,6 +26,8 @@ struct GrpcNode {
     channel: Channel,
     /// Skipped until then after a connection failure.
     down_until: Mutex<Option<Instant>>,
+    /// Was missing from the cluster and has not caught up yet (see [`Connection::set_behind`]).
+    behind: AtomicBool,
 }
 
 /// gRPC channels and an HTTP client to the cluster.
@@ -59,6 +61,7 @@ impl Connection {
                     address: address.clone(),
                     channel: endpoint.connect_lazy(),
                     down_until: Mutex::new(None),
+                    behind: AtomicBool::new(false),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -78,6 +81,20 @@ impl Connection {
     /// How many nodes the data API reaches (the configured gRPC addresses).
     pub fn node_count(&self) -> usize {
         self.grpc.len()
+    }
+
+    /// Marks node `node` as behind the others or caught up; returns whether that
+    /// changed anything. Calls go to nodes that are behind only when no other node
+    /// answers: Weaviate answers a search from the coordinating node's own replicas,
+    /// so a node that missed writes while it was down (at RF 3, QUORUM writes go on
+    /// without it) hides those documents until async replication has repaired it.
+    pub fn set_behind(&self, node: usize, behind: bool) -> bool {
+        self.grpc[node].behind.swap(behind, Ordering::Relaxed) != behind
+    }
+
+    /// Whether node `node` is marked behind.
+    pub fn is_behind(&self, node: usize) -> bool {
+        self.grpc[node].behind.load(Ordering::Relaxed)
     }
 
     /// Runs one gRPC call at node `node` (an index into [`Connection::grpc_addresses`])
@@ -120,9 +137,13 @@ impl Connection {
         let count = self.grpc.len();
         let first = self.next.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
-        // Nodes in rotation order, those known to be down last (still tried: they may be back).
+        // Nodes in rotation order, those known to be down last (still tried: they may
+        // be back) and, before them, those behind the others.
         let mut order: Vec<&GrpcNode> = (0..count).map(|i| &self.grpc[(first + i) % count]).collect();
-        order.sort_by_key(|node| node.down_until.lock().expect("lock").is_some_and(|until| until > now));
+        order.sort_by_key(|node| {
+            let down = node.down_until.lock().expect("lock").is_some_and(|until| until > now);
+            (down, node.behind.load(Ordering::Relaxed))
+        });
         let mut last_error = String::new();
         for node in order {
             let client = WeaviateClient::new(node.channel.clone())

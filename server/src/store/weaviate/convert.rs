@@ -157,6 +157,11 @@ pub fn text_equals(property: &str, value: &str) -> pb::Filters {
     }
 }
 
+/// `property` differs from a text.
+pub fn text_not_equals(property: &str, value: &str) -> pb::Filters {
+    pb::Filters { operator: Operator::NotEqual as i32, ..text_equals(property, value) }
+}
+
 /// `property` (text or text array) contains any of `values`.
 pub fn text_any(property: &str, values: Vec<String>) -> pb::Filters {
     text_set(Operator::ContainsAny, property, values)

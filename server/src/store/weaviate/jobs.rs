@@ -508,22 +508,7 @@ pub async fn finish_documents(
             .collect();
         store.put("mark_failed", marked).await?;
     }
-    let mut removed = 0;
-    for group in indexed.chunks(512) {
-        let selection = convert::all_of(vec![
-            convert::text_equals("job_id", id),
-            pb::Filters {
-                operator: Operator::ContainsAny as i32,
-                test_value: Some(pb::filters::TestValue::ValueNumberArray(pb::NumberArray {
-                    values: group.iter().map(|s| *s as f64).collect(),
-                })),
-                target: Some(pb::FilterTarget { target: Some(pb::filter_target::Target::Property("sequence".into())) }),
-                ..Default::default()
-            },
-        ])
-        .expect("two parts");
-        removed += store.delete_where("delete_pending", &store.names.pending, selection).await?;
-    }
+    let removed = delete_pending(store, id, indexed).await?;
     let mut parts = read(store, id).await?.ok_or_else(|| Error::NotFound(format!("job {id} does not exist")))?;
     // Two servers deleting the same objects at once (after a lease takeover) both
     // count them: keep the estimate within the total; `settle` counts by id.
@@ -540,6 +525,28 @@ pub async fn finish_documents(
         .put("write_job", vec![progress_object(store, id, &parts.progress, &parts.lease_owner, parts.lease_until)])
         .await?;
     Ok(parts.record(id))
+}
+
+/// Deletes the pending objects of job `id` with these sequences; returns how many
+/// were deleted.
+pub async fn delete_pending(store: &WeaviateStore, id: &str, sequences: &[u64]) -> Result<u64> {
+    let mut removed = 0;
+    for group in sequences.chunks(512) {
+        let selection = convert::all_of(vec![
+            convert::text_equals("job_id", id),
+            pb::Filters {
+                operator: Operator::ContainsAny as i32,
+                test_value: Some(pb::filters::TestValue::ValueNumberArray(pb::NumberArray {
+                    values: group.iter().map(|s| *s as f64).collect(),
+                })),
+                target: Some(pb::FilterTarget { target: Some(pb::filter_target::Target::Property("sequence".into())) }),
+                ..Default::default()
+            },
+        ])
+        .expect("two parts");
+        removed += store.delete_where("delete_pending", &store.names.pending, selection).await?;
+    }
+    Ok(removed)
 }
 
 /// Recounts a job's progress from its pending objects: what is gone was indexed,

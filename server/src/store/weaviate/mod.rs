@@ -8,6 +8,7 @@
 //! - [`schema`]: the collections, created once, and the model check.
 //! - [`convert`]: object ids, properties, metadata filters.
 //! - [`jobs`]: job records, leases, pending documents.
+//! - [`ghosts`]: pending documents that Weaviate brings back after their job ended.
 //! - [`replicas`]: Weaviate's replica and consistency errors, explained.
 //!
 //! Writes go out at `--write-consistency` (QUORUM by default) with object ids
@@ -20,6 +21,7 @@
 
 pub mod client;
 pub mod convert;
+pub mod ghosts;
 pub mod jobs;
 pub mod replicas;
 pub mod schema;
@@ -54,6 +56,9 @@ pub const MAX_RESULTS: usize = 10_000;
 const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
 /// Document and chunk counts are refreshed every this many health checks.
 const COUNTS_EVERY: u32 = 5;
+/// Ghost pending documents are looked for every this many health checks (when some
+/// are counted pending): a list of the unfinished jobs and one query.
+const GHOSTS_EVERY: u32 = 10;
 
 /// The `--weaviate-*` settings.
 #[derive(Debug, Clone)]
@@ -247,10 +252,29 @@ impl WeaviateStore {
                 let healthy = follower.read_health().await.is_ok_and(|missing| missing.is_empty());
                 ticks += 1;
                 if healthy && ticks % COUNTS_EVERY == 0 {
-                    follower.refresh_counts().await;
+                    let stats = follower.refresh_counts().await;
+                    if stats.pending_documents > 0 && ticks % GHOSTS_EVERY == 0 {
+                        follower.delete_ghosts().await;
+                    }
                 }
             }
         });
+    }
+
+    /// Deletes pending documents that came back after their job completed (see
+    /// [`ghosts`]); says so when it found any.
+    async fn delete_ghosts(&self) {
+        match ghosts::sweep(self).await {
+            Ok(swept) if swept.deleted > 0 => tracing::info!(
+                deleted = swept.deleted,
+                without_document = swept.without_document,
+                "deleted pending documents that came back after their jobs completed \
+                 (Weaviate restored objects deleted while a node was down)"
+            ),
+            Ok(_) => {}
+            // The next sweep tries again; the counts say what is pending meanwhile.
+            Err(error) => tracing::debug!(%error, "looking for ghost pending documents failed"),
+        }
     }
 
     /// Reads the node list into the health; returns the names of known nodes that are
@@ -299,7 +323,16 @@ impl WeaviateStore {
                 }
             }
         };
+        let unhealthy: Vec<String> =
+            health.nodes.iter().filter(|node| !node.healthy).map(|node| node.address.clone()).collect();
         drop(health);
+        for address in unhealthy {
+            if let Some(index) = grpc.iter().position(|a| *a == address)
+                && self.connection.set_behind(index, true)
+            {
+                tracing::info!(node = address, "store node missing: calls avoid it until it has caught up");
+            }
+        }
         let reason = match &missing {
             Ok(names) if names.is_empty() => None,
             Ok(names) => Some(format!("store node {} missing", names.join(", "))),
@@ -344,6 +377,7 @@ impl WeaviateStore {
         let nodes = self.connection.node_count();
         let tallies = futures::future::join_all((0..nodes).map(|node| self.tally_at(node))).await;
         let addresses = self.connection.grpc_addresses();
+        self.mark_caught_up(&tallies, &addresses);
         let mut first: Option<Tally> = None;
         for tally in &tallies {
             match (tally, first) {
@@ -369,6 +403,23 @@ impl WeaviateStore {
             return Err(format!("store node {} missing", missing.join(", ")));
         }
         first.ok_or_else(|| "no store node to count at".to_string())
+    }
+
+    /// Clears the behind mark of every node that counts as much as any other: async
+    /// replication has brought it the writes it missed.
+    fn mark_caught_up(&self, tallies: &[Result<Tally>], addresses: &[String]) {
+        let counted: Vec<(usize, Tally)> =
+            tallies.iter().enumerate().filter_map(|(i, t)| t.as_ref().ok().map(|t| (i, *t))).collect();
+        let most_documents = counted.iter().map(|(_, t)| t.documents).max().unwrap_or(0);
+        let most_chunks = counted.iter().map(|(_, t)| t.chunks).max().unwrap_or(0);
+        for (node, tally) in counted {
+            if tally.documents >= most_documents
+                && tally.chunks >= most_chunks
+                && self.connection.set_behind(node, false)
+            {
+                tracing::info!(node = addresses[node], "store node caught up: calls go to it again");
+            }
+        }
     }
 
     /// Documents, chunks and pending documents as node `node` counts them.
