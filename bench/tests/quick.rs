@@ -323,13 +323,6 @@ fn chaos_loses_nothing(store: &str) {
     let run = Run::of("chaos", |dir| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_embedwire-bench"));
         command.args(["chaos", "--quick", "--store", store, "--cycles", "3", "--seed", "26", "--results-dir"]).arg(dir);
-        // Weaviate at replication factor 2, where QUORUM writes reach every replica: at `make cluster`'s RF 3 a
-        // document written while a node was down is missing from that node's replica until Weaviate repairs it, and
-        // a search (one replica per shard) can miss it. That gap is open in issue 29; this test keeps guarding the
-        // rest (nothing lost by id, doubled or stuck) at the factor where search is exact.
-        if store == "weaviate" {
-            command.env("EMBEDWIRE_CLUSTER_REPLICATION", "2");
-        }
         command
     });
     run.prints(["cycle 3/3: killed server-", "acknowledged documents", "lost documents (acknowledged, not found)"]);

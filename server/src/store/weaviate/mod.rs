@@ -140,6 +140,8 @@ struct CountState {
     exact: Option<(Tally, Instant)>,
     /// Why the latest count was not exact (None when it was).
     failing: Option<String>,
+    /// Per node: count rounds running in which it counted less than another node.
+    short_rounds: Vec<u32>,
 }
 
 impl CountState {
@@ -377,7 +379,7 @@ impl WeaviateStore {
         let nodes = self.connection.node_count();
         let tallies = futures::future::join_all((0..nodes).map(|node| self.tally_at(node))).await;
         let addresses = self.connection.grpc_addresses();
-        self.mark_caught_up(&tallies, &addresses);
+        self.judge_nodes(&tallies, &addresses);
         let mut first: Option<Tally> = None;
         for tally in &tallies {
             match (tally, first) {
@@ -405,19 +407,34 @@ impl WeaviateStore {
         first.ok_or_else(|| "no store node to count at".to_string())
     }
 
-    /// Clears the behind mark of every node that counts as much as any other: async
-    /// replication has brought it the writes it missed.
-    fn mark_caught_up(&self, tallies: &[Result<Tally>], addresses: &[String]) {
+    /// Marks nodes behind or caught up from one round of counts. A node that counts
+    /// as much as any other has caught up (async replication brought it the writes it
+    /// missed); one that counts less two rounds running is behind (one short round is
+    /// usually writes in flight), which also catches a node that was down and back
+    /// between two health checks.
+    fn judge_nodes(&self, tallies: &[Result<Tally>], addresses: &[String]) {
         let counted: Vec<(usize, Tally)> =
             tallies.iter().enumerate().filter_map(|(i, t)| t.as_ref().ok().map(|t| (i, *t))).collect();
         let most_documents = counted.iter().map(|(_, t)| t.documents).max().unwrap_or(0);
         let most_chunks = counted.iter().map(|(_, t)| t.chunks).max().unwrap_or(0);
+        let mut counts = self.counts.lock().expect("lock");
+        counts.short_rounds.resize(tallies.len(), 0);
         for (node, tally) in counted {
-            if tally.documents >= most_documents
-                && tally.chunks >= most_chunks
-                && self.connection.set_behind(node, false)
-            {
-                tracing::info!(node = addresses[node], "store node caught up: calls go to it again");
+            let complete = tally.documents >= most_documents && tally.chunks >= most_chunks;
+            counts.short_rounds[node] = if complete { 0 } else { counts.short_rounds[node] + 1 };
+            let behind = match (complete, counts.short_rounds[node]) {
+                (true, _) => false,
+                (false, rounds) if rounds >= 2 => true,
+                _ => continue,
+            };
+            if self.connection.set_behind(node, behind) {
+                match behind {
+                    true => tracing::info!(
+                        node = addresses[node],
+                        "store node behind: calls avoid it until it has caught up"
+                    ),
+                    false => tracing::info!(node = addresses[node], "store node caught up: calls go to it again"),
+                }
             }
         }
     }
