@@ -742,9 +742,18 @@ impl GrpcUpstream {
 }
 
 /// The upstream could not be reached, or went away mid-call (not an UNAVAILABLE
-/// the server answered itself: see [`transport::UNAVAILABLE_CAUSE_METADATA`]).
+/// the server answered itself: see [`transport::UNAVAILABLE_CAUSE_METADATA`]). A
+/// connection that breaks under a call (the server SIGKILLed) comes back as UNKNOWN
+/// "transport error", with the channel's error as its source.
 fn is_unreachable(status: &Status) -> bool {
-    status.code() == Code::Unavailable && !transport::answered_unavailable(status)
+    match status.code() {
+        Code::Unavailable => !transport::answered_unavailable(status),
+        Code::Unknown => {
+            status.message() == "transport error"
+                || std::error::Error::source(status).is_some_and(|e| e.is::<tonic::transport::Error>())
+        }
+        _ => false,
+    }
 }
 
 /// The connection could not even be opened: the request was certainly not sent.
@@ -1215,5 +1224,7 @@ mod tests {
         transport::set_unavailable_cause(&mut answered, "server");
         assert!(!is_unreachable(&answered));
         assert!(is_unreachable(&Status::unavailable("tcp connect error")));
+        assert!(is_unreachable(&Status::unknown("transport error")), "a connection broken under a call");
+        assert!(!is_unreachable(&Status::unknown("the model failed")), "an error the server answered");
     }
 }

@@ -11,6 +11,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod make_cluster;
 mod weaviate_cluster;
 mod weaviate_faults;
 mod weaviate_store;

@@ -283,23 +283,24 @@ impl WeaviateStore {
     /// missing from it or not HEALTHY, or Err when no node answers. Either way the
     /// counts stop being exact until a count with every node in succeeds.
     async fn read_health(&self) -> std::result::Result<Vec<String>, String> {
-        let read = read_nodes(&self.connection).await;
-        // See the Err arm below.
-        let live = match read {
-            Ok(_) => Vec::new(),
-            Err(_) => self.connection.live_nodes().await,
-        };
+        // Each node's own liveness check too: the node list of a surviving node calls
+        // a SIGKILLed one HEALTHY for seconds, and, failing now and then meanwhile,
+        // would make the health flap between ok and degraded.
+        let (read, live) = tokio::join!(read_nodes(&self.connection), self.connection.live_nodes());
         let grpc = self.connection.grpc_addresses();
+        let answers =
+            |address: &str| grpc.iter().position(|a| a == address).is_none_or(|i| live.get(i).copied().unwrap_or(true));
         let mut health = self.health.lock().expect("lock");
         let missing = match read {
             Ok(listed) => {
                 // Every node known stays in the list: a node the cluster forgot (it
                 // drops dead members after a while) is missing, not gone.
                 for node in health.nodes.iter_mut() {
-                    node.healthy = listed.iter().any(|l| l.name == node.name && l.healthy);
+                    node.healthy = listed.iter().any(|l| l.name == node.name && l.healthy) && answers(&node.address);
                 }
-                for node in listed {
+                for mut node in listed {
                     if !health.nodes.iter().any(|n| n.name == node.name) {
+                        node.healthy = node.healthy && answers(&node.address);
                         health.nodes.push(node);
                     }
                 }
