@@ -280,6 +280,9 @@ fsync = on
 wal_keep_size = '256MB'
 # A replica reconnects to a restarted primary within this (default 5 s).
 wal_retrieve_retry_interval = '1s'
+# The connection pools of several servers at once (make test shares this cluster between
+# tests that run in parallel, each starting servers; the default is 100).
+max_connections = 200
 "
 
 # The postmaster itself runs (no pg_ctl), so its pid is the one in pids/.

@@ -181,3 +181,23 @@ fn process_alive(pid: libc::pid_t) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
     unsafe { libc::kill(pid, 0) == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) }
 }
+
+/// The cluster `make test` started for the whole run with `scripts/test-clusters.sh`,
+/// when the environment variable `var` names its state directory (`scripts/cluster.sh`'s:
+/// `ports.env`, `logs/`): the ports by name, and that directory. `None` without it (a
+/// test run by hand), and the caller starts a cluster of its own.
+pub fn external_cluster(var: &str) -> Option<(std::collections::HashMap<String, u16>, PathBuf)> {
+    let dir = PathBuf::from(std::env::var_os(var)?);
+    let path = dir.join("ports.env");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{var}={}: {e} (is `scripts/test-clusters.sh up` running?)", dir.display()));
+    let ports = text
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(name, port)| {
+            let port = port.trim().parse().unwrap_or_else(|e| panic!("{}: {name}={port}: {e}", path.display()));
+            (name.trim().to_string(), port)
+        })
+        .collect();
+    Some((ports, dir))
+}

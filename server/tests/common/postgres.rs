@@ -112,6 +112,9 @@ pub struct PostgresCluster {
     /// `[primary, replica]`, behind a mutex so that a `&'static` shared cluster can
     /// still be faulted.
     servers: Mutex<[Server; 2]>,
+    /// Started outside the test (`make test`'s, see [`PostgresCluster::shared_store`]):
+    /// running all along, and not the test's to stop or kill.
+    external: bool,
 }
 
 impl PostgresCluster {
@@ -152,7 +155,27 @@ impl PostgresCluster {
             dir,
             bin,
             owner,
+            external: false,
         }
+    }
+
+    /// The primary and replica that `make test` started for the whole run
+    /// (`scripts/test-clusters.sh`, whose state directory `EMBEDWIRE_TEST_POSTGRES`
+    /// names), if it did.
+    fn external() -> Option<PostgresCluster> {
+        let (ports, dir) = child::external_cluster("EMBEDWIRE_TEST_POSTGRES")?;
+        let link = super::cache_dir().join("bin/pg");
+        let bin =
+            link.canonicalize().unwrap_or_else(|e| panic!("{}: {e}: run `make setup`", link.display())).join("bin");
+        let server = |role: Role| Server {
+            role,
+            port: ports[&format!("POSTGRES_{}_PORT", role.name().to_uppercase())],
+            data: dir.join("data/postgres").join(role.name()),
+            log: dir.join(format!("logs/postgres-{}.log", role.name())),
+            child: None,
+        };
+        let servers = Mutex::new([server(Role::Primary), server(Role::Replica)]);
+        Some(PostgresCluster { servers, dir, bin, owner: None, external: true })
     }
 
     fn start_both(&self) {
@@ -171,6 +194,15 @@ impl PostgresCluster {
         static SHARED: OnceLock<PostgresCluster> = OnceLock::new();
         // A start that panicked leaves it empty; the next caller simply tries again.
         SHARED.get_or_init(PostgresCluster::start)
+    }
+
+    /// For tests that only read and write (each in its own database): the cluster that
+    /// `make test` started once for the whole run, which every such test of every
+    /// process shares, else [`PostgresCluster::shared`]. Under nextest each test is a
+    /// process of its own, so without it each would start a cluster.
+    pub fn shared_store() -> &'static PostgresCluster {
+        static EXTERNAL: OnceLock<Option<PostgresCluster>> = OnceLock::new();
+        EXTERNAL.get_or_init(PostgresCluster::external).as_ref().unwrap_or_else(PostgresCluster::shared)
     }
 
     /// `postgres://postgres@127.0.0.1:PORT/db` of the primary (trust authentication).
@@ -233,6 +265,7 @@ impl PostgresCluster {
     /// like a crash) and waits until they are gone, so that open connections fail at
     /// once and [`PostgresCluster::start_server`] can follow.
     pub fn kill(&self, role: Role) {
+        self.assert_owned();
         let mut servers = self.servers();
         let server = &mut servers[role as usize];
         if let Some(mut child) = server.child.take() {
@@ -248,6 +281,7 @@ impl PostgresCluster {
     /// Stops `role` cleanly with a fast shutdown (sessions are cut, a checkpoint is
     /// written): SIGINT, where SIGTERM would wait for every session to end.
     pub fn stop(&self, role: Role) {
+        self.assert_owned();
         let mut servers = self.servers();
         let Some(mut child) = servers[role as usize].child.take() else { return };
         child::signal(&mut child, libc::SIGINT);
@@ -259,6 +293,7 @@ impl PostgresCluster {
     /// until it accepts connections; a replica also has to stream from the primary (so
     /// the primary must run). A server that runs is only waited for.
     pub fn start_server(&self, role: Role) {
+        self.assert_owned();
         if !self.is_running(role) {
             self.spawn(role);
         }
@@ -267,7 +302,11 @@ impl PostgresCluster {
 
     /// Whether `role`'s process runs (it may not accept connections yet).
     pub fn is_running(&self, role: Role) -> bool {
-        child::is_running(&mut self.servers()[role as usize].child)
+        self.external || child::is_running(&mut self.servers()[role as usize].child)
+    }
+
+    fn assert_owned(&self) {
+        assert!(!self.external, "the cluster make test shares ({}) is not a test's to fault", self.dir.display());
     }
 
     /// Waits until the replica has replayed everything the primary had written when
@@ -286,7 +325,7 @@ impl PostgresCluster {
         const LINES: usize = 30;
         let mut out = String::new();
         for role in [Role::Primary, Role::Replica] {
-            let path = self.dir.join(format!("{}.log", role.name()));
+            let path = self.servers()[role as usize].log.clone();
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             out += &format!("--- last lines of {}:\n", path.display());

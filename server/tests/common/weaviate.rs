@@ -70,6 +70,9 @@ pub struct WeaviateCluster {
     binary: PathBuf,
     /// Behind a mutex so that a `&'static` shared cluster can still be faulted.
     nodes: Mutex<Vec<Node>>,
+    /// Started outside the test (`make test`'s, see [`WeaviateCluster::shared_store`]):
+    /// running all along, and not the test's to stop, kill or restart.
+    external: bool,
 }
 
 impl WeaviateCluster {
@@ -104,7 +107,45 @@ impl WeaviateCluster {
                 Node { log: dir.join(format!("{name}.log")), name, ports: ports[i], data, env, child: None }
             })
             .collect();
-        WeaviateCluster { dir, binary, nodes: Mutex::new(nodes) }
+        WeaviateCluster { dir, binary, nodes: Mutex::new(nodes), external: false }
+    }
+
+    /// The cluster that `make test` started for the whole run (`scripts/test-clusters.sh`,
+    /// whose state directory `EMBEDWIRE_TEST_WEAVIATE` names), if it did.
+    fn external() -> Option<WeaviateCluster> {
+        let (ports, dir) = child::external_cluster("EMBEDWIRE_TEST_WEAVIATE")?;
+        let count = (0..).take_while(|i| ports.contains_key(&format!("WEAVIATE_HTTP_{i}"))).count();
+        let port = |name: &str, i: usize| ports[&format!("WEAVIATE_{name}_{i}")];
+        let nodes = (0..count)
+            .map(|i| Node {
+                name: format!("weaviate-{i}"),
+                ports: NodePorts {
+                    http: port("HTTP", i),
+                    grpc: port("GRPC", i),
+                    gossip: port("GOSSIP", i),
+                    raft: port("RAFT", i),
+                    profiling: port("PROFILING", i),
+                },
+                data: dir.join(format!("data/weaviate-{i}")),
+                log: dir.join(format!("logs/weaviate-{i}.log")),
+                env: Vec::new(),
+                child: None,
+            })
+            .collect();
+        let binary = super::cache_dir().join("bin/weaviate-server");
+        Some(WeaviateCluster { dir, binary, nodes: Mutex::new(nodes), external: true })
+    }
+
+    /// For tests that only read and write (each in its own collection): the cluster of
+    /// `nodes` nodes that `make test` started once for the whole run, which every such
+    /// test of every process shares, else [`WeaviateCluster::shared`]. Under nextest each
+    /// test is a process of its own, so without it each would start a cluster.
+    pub fn shared_store(nodes: usize) -> &'static WeaviateCluster {
+        static EXTERNAL: std::sync::OnceLock<Option<WeaviateCluster>> = std::sync::OnceLock::new();
+        match EXTERNAL.get_or_init(WeaviateCluster::external) {
+            Some(cluster) if cluster.nodes().len() == nodes => cluster,
+            _ => WeaviateCluster::shared(nodes),
+        }
     }
 
     /// A cluster of `nodes` nodes shared by every test of this binary that asks for that
@@ -153,6 +194,7 @@ impl WeaviateCluster {
 
     /// Kills node `i` with SIGKILL (no shutdown, like a crash) and reaps it.
     pub fn kill_node(&self, i: usize) {
+        assert!(!self.external, "the cluster make test shares ({}) is not a test's to fault", self.dir.display());
         let mut nodes = self.nodes();
         if let Some(mut child) = nodes[i].child.take() {
             kill_group(&mut child);
@@ -172,6 +214,7 @@ impl WeaviateCluster {
     /// Stops every node with SIGTERM (SIGKILL after a grace period) and waits for them
     /// to exit. Their data stays for [`WeaviateCluster::start_all`].
     pub fn stop_all(&self) {
+        assert!(!self.external, "the cluster make test shares ({}) is not a test's to stop", self.dir.display());
         let mut nodes = self.nodes();
         for node in nodes.iter_mut() {
             if let Some(child) = &mut node.child {
@@ -271,7 +314,7 @@ impl WeaviateCluster {
 
     /// Whether node `i`'s process runs (it may not be ready yet).
     pub fn is_running(&self, i: usize) -> bool {
-        child::is_running(&mut self.nodes()[i].child)
+        self.external || child::is_running(&mut self.nodes()[i].child)
     }
 
     fn nodes(&self) -> std::sync::MutexGuard<'_, Vec<Node>> {
@@ -322,6 +365,9 @@ impl WeaviateCluster {
 
 impl Drop for WeaviateCluster {
     fn drop(&mut self) {
+        if self.external {
+            return;
+        }
         let count = self.nodes().len();
         for i in 0..count {
             self.kill_node(i);

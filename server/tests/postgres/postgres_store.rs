@@ -1,8 +1,9 @@
 //! `--store postgres` against a real PostgreSQL 18 + pgvector primary with a streaming
-//! replica (started once for this test binary) and the real model: the shared-store
-//! contract (the same answers as the embedded store, one index shared by two servers
-//! and the gateway), filters with hostile keys and values, and bad configuration
-//! refused at start with a clear message. Each test has its own database.
+//! replica (started once for this test binary, or by `make test` for the whole run) and
+//! the real model: the shared-store contract (the same answers as the embedded store,
+//! one index shared by two servers and the gateway), filters with hostile keys and
+//! values, and bad configuration refused at start with a clear message. Each test has
+//! its own database.
 
 use crate::common;
 
@@ -20,7 +21,7 @@ use embedwire_proto::v1::{DeleteDocumentsRequest, Document, Filter, JobStatus, S
 /// Flags of a server on `collection` in database `db` (created if missing), reading
 /// from the replica.
 fn postgres_flags(db: &str, collection: &str) -> Vec<String> {
-    let cluster = PostgresCluster::shared();
+    let cluster = PostgresCluster::shared_store();
     if cluster.sql("postgres", &format!("SELECT count(*) FROM pg_database WHERE datname = '{db}'")) == "0" {
         cluster.create_database(db);
     }
@@ -119,7 +120,7 @@ async fn filters_with_hostile_keys_and_values_are_only_data() {
         .unwrap()
         .into_inner();
     assert_eq!(deleted.deleted_count, 1);
-    let cluster = PostgresCluster::shared();
+    let cluster = PostgresCluster::shared_store();
     assert_eq!(cluster.sql("hostile", "SELECT count(*) FROM hostile.documents"), (HOSTILE.len() - 1).to_string());
     assert_eq!(cluster.sql("hostile", "SELECT count(*) FROM hostile.chunks WHERE doc_id = 'h-1'"), "0");
     server.stop().await.unwrap();
@@ -131,7 +132,7 @@ async fn servers_starting_together_migrate_once() {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let args = [&["--backend", "pseudo"][..], &flags].concat();
     let servers = futures::future::join_all((0..4).map(|_| InProcessServer::start(&args))).await;
-    let cluster = PostgresCluster::shared();
+    let cluster = PostgresCluster::shared_store();
     assert_eq!(cluster.sql("migrate", "SELECT count(*) FROM together.migrations"), "1");
     assert_eq!(cluster.sql("migrate", "SELECT value FROM together.settings WHERE key = 'vector'"), "halfvec");
     for server in servers {
@@ -142,7 +143,7 @@ async fn servers_starting_together_migrate_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_configuration_is_refused_with_a_clear_message() {
     let data = TempDir::new("pg-bad-config");
-    let cluster = PostgresCluster::shared();
+    let cluster = PostgresCluster::shared_store();
     let with_data = |mut args: Vec<String>| {
         args.extend(["--data-dir".to_string(), data.flag()]);
         args

@@ -1,7 +1,8 @@
 //! `--store weaviate` against a real 3-node Weaviate cluster (started once for this
-//! test binary) and the real model: the shared-store contract (the same answers as
-//! the embedded store, one index shared by several servers and the gateway), and
-//! bad configuration refused at start with a clear message.
+//! test binary, or by `make test` for the whole run) and the real model: the
+//! shared-store contract (the same answers as the embedded store, one index shared by
+//! several servers and the gateway), and bad configuration refused at start with a
+//! clear message.
 
 use crate::common;
 
@@ -11,9 +12,10 @@ use common::TempDir;
 use common::store_contract::{self, SharedStore, free_port, start_and_expect_exit};
 use common::weaviate::WeaviateCluster;
 
-/// Tests share one cluster; each uses its own collection.
+/// Tests share one cluster (under `make test` the one it started for the whole run);
+/// each uses its own collection.
 fn cluster() -> &'static WeaviateCluster {
-    WeaviateCluster::shared(3)
+    WeaviateCluster::shared_store(3)
 }
 
 fn weaviate_flags(collection: &str) -> Vec<String> {
