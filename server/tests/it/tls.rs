@@ -100,8 +100,18 @@ async fn tls_for_grpc_http1_http2_and_python_with_plaintext_refused() {
     let url = format!("https://localhost:{port}/healthz");
     let ca = pki.ca.to_str().unwrap();
     for version in ["--http1.1", "--http2"] {
-        let (ok, body) = curl(&[version, "--cacert", ca, &url]);
-        assert!(ok && body.contains("\"model_loaded\":true"), "{version}: {body}");
+        // Embeddings answer before the index is open; `model_loaded` waits for both
+        // (seen false here right after the first embed on a loaded machine).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (ok, body) = curl(&[version, "--cacert", ca, &url]);
+            assert!(ok, "{version}: {body}");
+            if body.contains("\"model_loaded\":true") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{version}: {body}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
     let (ok, body) = curl(&[&url]);
     assert!(!ok, "without the CA the certificate is not trusted: {body}");
