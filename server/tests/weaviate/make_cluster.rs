@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::common::store_contract::gateway_binary;
+use crate::weaviate_faults::poll_health;
 
 /// Documents ingested before the loss.
 const ABSTRACTS: usize = 300;
@@ -152,22 +153,6 @@ async fn ingest_completed(http: &reqwest::Client, gateway: &str, documents: Vec<
     job
 }
 
-async fn health(http: &reqwest::Client, base: &str) -> Value {
-    http.get(format!("{base}/healthz")).send().await.unwrap().json().await.unwrap()
-}
-
-/// A page's count is never a false current one: exact only at `stored`, otherwise
-/// inexact with its reason (and a value the index held, with its age, or null).
-fn assert_truthful(page: &str, health: &Value, held: &[u64], stored: u64) {
-    let count = &health["document_count"];
-    if health["document_count_exact"] == true {
-        assert_eq!(count.as_u64(), Some(stored), "{page}: a false exact count: {health}");
-    } else {
-        assert!(health["document_count_detail"].is_string(), "{page}: no reason for an inexact count: {health}");
-        assert!(count.is_null() || count.as_u64().is_some_and(|c| held.contains(&c)), "{page}: {health}");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn make_cluster_loses_a_weaviate_node_and_a_server_and_goes_on() {
     let started = Instant::now();
@@ -188,15 +173,12 @@ async fn make_cluster_loses_a_weaviate_node_and_a_server_and_goes_on() {
         abstracts.iter().step_by(ABSTRACTS / PROBES).map(|(id, title, _)| (title.clone(), id.clone())).collect();
     assert_eq!(probes_found(&http, &gateway, &probes).await, PROBES, "title probes before the loss");
     let stored = ABSTRACTS as u64;
-    let mut counted = Instant::now();
-    loop {
-        let page = health(&http, &gateway).await;
-        if page["status"] == "ok" && page["document_count_exact"] == true && page["document_count"] == stored {
-            break;
-        }
-        assert!(counted.elapsed() < Duration::from_secs(30), "the gateway never counted {stored} exactly: {page}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let gateway_page = format!("{gateway}/healthz");
+    let exact = |h: &Value, count: u64| h["document_count_exact"] == true && h["document_count"] == count;
+    poll_health(&http, &gateway_page, "counting the abstracts", Duration::from_secs(30), &[stored], |h| {
+        h["status"] == "ok" && exact(h, stored)
+    })
+    .await;
 
     // Step 3.
     let logs = [cluster.log("server-0"), cluster.log("gateway")];
@@ -219,22 +201,17 @@ async fn make_cluster_loses_a_weaviate_node_and_a_server_and_goes_on() {
     assert!(indexed_after < Duration::from_secs(30), "indexed {indexed_after:.1?} after the loss");
     eprintln!("step 5: the new document acknowledged, indexed and found {indexed_after:.1?} after the loss");
 
-    // Step 6.
-    let held = [stored, stored + 1];
-    for (page, base) in [("server-0", &survivor), ("gateway", &gateway)] {
-        // Degraded once the loss is seen (the server checks its store every second,
-        // the gateway probes the servers), and truthful all along.
-        loop {
-            let page_health = health(&http, base).await;
-            assert_truthful(page, &page_health, &held, stored + 1);
-            let detail = page_health["detail"].as_str().unwrap_or_default();
-            if page_health["status"] == "degraded" && detail.contains(LOST_NODE) {
-                eprintln!("step 6: {page} degraded {:.1?} after the loss: {page_health}", lost.elapsed());
-                break;
-            }
-            assert!(lost.elapsed() < Duration::from_secs(10), "{page} not degraded naming {LOST_NODE}: {page_health}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    // Step 6: degraded once the loss is seen (the server checks its store every
+    // second, the gateway probes the servers), and truthful all along.
+    let stored_now = [stored + 1];
+    let pages = [("server-0", format!("{survivor}/healthz")), ("gateway", gateway_page.clone())];
+    for (name, page) in &pages {
+        let degraded = |h: &Value| {
+            h["status"] == "degraded" && h["detail"].as_str().is_some_and(|detail| detail.contains(LOST_NODE))
+        };
+        let seen =
+            poll_health(&http, page, "degraded naming the node", Duration::from_secs(10), &stored_now, degraded).await;
+        eprintln!("step 6: {name} degraded {:.1?} after the loss: {seen}", lost.elapsed());
     }
     let outage_lines: Vec<usize> = logs.iter().zip(lines_before).map(|(log, before)| log_lines(log) - before).collect();
     eprintln!("step 6: log lines during the outage: server-0 {}, gateway {}", outage_lines[0], outage_lines[1]);
@@ -256,18 +233,12 @@ async fn make_cluster_loses_a_weaviate_node_and_a_server_and_goes_on() {
     .await
     .unwrap();
     let back = Instant::now();
-    for (page, base) in [("server-0", &survivor), ("gateway", &gateway)] {
-        counted = Instant::now();
-        loop {
-            let page_health = health(&http, base).await;
-            assert_truthful(page, &page_health, &held, stored + 1);
-            if page_health["status"] == "ok" && page_health["document_count_exact"] == true {
-                break;
-            }
-            assert!(counted.elapsed() < CONVERGE_TIMEOUT, "{page} not ok and exact: {page_health}");
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        eprintln!("{page} ok with the exact count {:.1?} after the restart", back.elapsed());
+    for (name, page) in &pages {
+        poll_health(&http, page, "ok with the exact count", CONVERGE_TIMEOUT, &stored_now, |h| {
+            h["status"] == "ok" && exact(h, stored + 1)
+        })
+        .await;
+        eprintln!("{name} ok with the exact count {:.1?} after the restart", back.elapsed());
     }
     assert_eq!(probes_found(&http, &gateway, &probes).await, PROBES, "title probes with everything back");
     drop(cluster);

@@ -721,7 +721,7 @@ fn assert_truthful(health: &Value, truth: &[u64], page: &str) {
 
 /// Polls `page` until `done`, checking every answer with [`assert_truthful`]; returns
 /// the answer that was done, panics after `timeout`.
-async fn poll_health(
+pub(crate) async fn poll_health(
     http: &reqwest::Client,
     page: &str,
     what: &str,

@@ -92,11 +92,6 @@ impl Connection {
         self.grpc[node].behind.swap(behind, Ordering::Relaxed) != behind
     }
 
-    /// Whether node `node` is marked behind.
-    pub fn is_behind(&self, node: usize) -> bool {
-        self.grpc[node].behind.load(Ordering::Relaxed)
-    }
-
     /// Runs one gRPC call at node `node` (an index into [`Connection::grpc_addresses`])
     /// only, without failing over: for answers that must come from every node.
     pub async fn call_on<T, F, Fut>(&self, node: usize, operation: &'static str, call: F) -> Result<T>
