@@ -60,7 +60,9 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     // The batching limits the server runs with, read as it reads them, for the padding estimate.
     let limits = ServerConfig::try_parse_from(["embedwire-server".to_string()].iter().chain(&common.server_args))?;
     // The second ingest runs while search latency is measured: texts not in the corpus, so that they cost embedding.
-    let (documents, second) = (common.pick(10_000, 1_000), common.pick(1_000, 100));
+    // --quick checks that every figure is produced (bench/tests/quick.rs), not its value: 300
+    // documents in two slices do that (1,000 took about 25 s more of a make test).
+    let (documents, second) = (common.pick(10_000, 300), common.pick(1_000, 100));
     let corpus = args.corpus.select(documents, second, QUERIES)?;
     println!("search: {documents} documents, {second} for the second ingest, {} queries", corpus.queries.len());
     // search_bench.csv: what it always held, the figures then the details.

@@ -2,7 +2,7 @@
 //! test binary: each `tests/*.rs` file used to be its own executable that linked the
 //! whole server (matklad, "Delete Cargo Integration Tests"). One module per area; the
 //! helpers are `tests/common`, shared with the cluster suites. The suites that start an
-//! external cluster are their own binaries: `tests/weaviate`, `tests/postgres`.
+//! external cluster are one binary of their own: `tests/clusters`.
 //!
 //! `make test` runs them with cargo-nextest (one process per test, groups in
 //! `.config/nextest.toml`); `cargo test --release -p embedwire-server --test it` works too.

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::common::store_contract::gateway_binary;
-use crate::weaviate_faults::poll_health;
+use super::weaviate_faults::poll_health;
 
 /// Documents ingested before the loss.
 const ABSTRACTS: usize = 300;
