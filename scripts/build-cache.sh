@@ -11,6 +11,7 @@
 #                                    another key (or is missing); seconds, or nothing
 # The cache lives in ${EMBEDWIRE_CACHE:-~/.cache/embedwire}/build-cache; deleting it only
 # costs the next clean build its dependencies. EMBEDWIRE_BUILD_CACHE=0 turns both off.
+# Callers ignore its exit code: the cache only saves time, a failure must not fail a build.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
