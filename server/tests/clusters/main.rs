@@ -3,8 +3,8 @@
 //! a streaming replica, `server/tests/postgres/`). They were a binary per cluster kind;
 //! each linked the whole server and its own copy of `tests/common` (about 70 s of
 //! compiling apiece on 2 cores), and nothing needs them apart: under nextest every test
-//! is its own process and starts its own cluster, and `.config/nextest.toml` runs each
-//! kind's fault tests one at a time in a lane of its own.
+//! is its own process and starts its own cluster, and `.config/nextest.toml` runs the
+//! fault tests of both kinds one at a time, in one lane.
 //!
 //! Under plain `cargo test` the tests of a kind share one cluster (`WeaviateCluster::shared`,
 //! `PostgresCluster::shared`) and the fault tests kill its nodes: run one kind at a time
