@@ -210,8 +210,13 @@ launch_weaviate_node() {
   mkdir -p "$STATE/data/weaviate-$i"
   # CLUSTER_ADVERTISE_ADDR: otherwise a node may advertise an IPv6 address and die on
   # "too many colons". GO_PROFILING_PORT: every node would take 6060.
+  # COLLECTION_RETRIEVAL_STRATEGY=LocalOnly: by default every write asks the Raft leader
+  # for the collection's schema, so losing the leader node stalls all writes until a
+  # new one is elected (10-20 s at Weaviate's default timeouts); the servers' schema is
+  # made once at start, so each node's own copy serves.
   launch "weaviate-$i" env -i PATH="$PATH" HOME="$HOME" \
     AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED=true \
+    COLLECTION_RETRIEVAL_STRATEGY=LocalOnly \
     DEFAULT_VECTORIZER_MODULE=none \
     DISABLE_TELEMETRY=true \
     LOG_LEVEL=info \

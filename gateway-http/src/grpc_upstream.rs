@@ -567,6 +567,9 @@ impl GrpcUpstream {
         Fut: Future<Output = Result<T, Status>>,
     {
         let mut last_error = Status::unavailable("no upstream configured");
+        // What an upstream that answered said: the cause a caller can act on, which a
+        // later upstream's connection failure must not hide.
+        let mut answered_error: Option<Status> = None;
         for index in order {
             let member = &self.members[index];
             match call(member.channel.clone()).await {
@@ -581,7 +584,7 @@ impl GrpcUpstream {
                 // id, so a job record it left half-written duplicates no document).
                 Err(status) if status.code() == Code::Unavailable && transport::answered_unavailable(&status) => {
                     tracing::debug!(upstream = %member.address, error = %status.message(), "upstream answered unavailable");
-                    last_error = status;
+                    answered_error.get_or_insert(status);
                 }
                 Err(status) if is_unreachable(&status) => {
                     tracing::warn!(upstream = %member.address, error = %status.message(), "upstream unreachable");
@@ -589,13 +592,13 @@ impl GrpcUpstream {
                     let sent = !is_connect_failure(&status);
                     last_error = Status::unavailable(format!("upstream {}: {}", member.address, status.message()));
                     if sent && retry == Retry::OnlyIfNotSent {
-                        return Err(last_error);
+                        return Err(answered_error.unwrap_or(last_error));
                     }
                 }
                 Err(status) => return Err(status),
             }
         }
-        Err(last_error)
+        Err(answered_error.unwrap_or(last_error))
     }
 
     /// Health, Info and index statistics of member `index`, recorded in its [`Seen`].
@@ -1226,5 +1229,36 @@ mod tests {
         assert!(is_unreachable(&Status::unavailable("tcp connect error")));
         assert!(is_unreachable(&Status::unknown("transport error")), "a connection broken under a call");
         assert!(!is_unreachable(&Status::unknown("the model failed")), "an error the server answered");
+    }
+
+    #[tokio::test]
+    async fn what_a_server_answered_is_reported_over_a_later_servers_connection_failure() {
+        let upstream = GrpcUpstream::new(GrpcUpstreamSettings {
+            addresses: addresses(2),
+            connect_timeout: Duration::from_secs(1),
+            cool_down: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(1),
+            max_message_bytes: 1 << 20,
+            api_key: None,
+            probe_interval: Duration::from_secs(1),
+        })
+        .unwrap();
+        let calls = AtomicUsize::new(0);
+        let result = upstream
+            .call(vec![0, 1], Retry::OnlyIfNotSent, |_channel| {
+                let call = calls.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    if call == 0 {
+                        let mut answered = Status::unavailable("weaviate store: write_pending: no node answered");
+                        transport::set_unavailable_cause(&mut answered, "server");
+                        return Err::<(), Status>(answered);
+                    }
+                    Err(Status::unavailable("tcp connect error"))
+                }
+            })
+            .await;
+        assert_eq!(calls.load(Ordering::Relaxed), 2, "the second server is tried");
+        let error = result.unwrap_err();
+        assert_eq!(error.message(), "weaviate store: write_pending: no node answered");
     }
 }

@@ -381,6 +381,10 @@ impl Drop for WeaviateCluster {
 fn node_env(name: &str, data: &Path, ports: NodePorts, raft_join: &str, nodes: usize) -> Vec<(String, String)> {
     [
         ("AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED", "true".to_string()),
+        // As `make cluster` runs it (scripts/cluster.sh says why): writes read the
+        // collection from the node's own schema, not from the Raft leader, so losing
+        // the leader node does not stall them until an election.
+        ("COLLECTION_RETRIEVAL_STRATEGY", "LocalOnly".to_string()),
         ("DEFAULT_VECTORIZER_MODULE", "none".to_string()),
         ("DISABLE_TELEMETRY", "true".to_string()),
         ("PERSISTENCE_DATA_PATH", data.display().to_string()),

@@ -206,6 +206,24 @@ impl Connection {
         futures::future::join_all(checks).await
     }
 
+    /// Whether each HTTP node's own copy of the schema (not its Raft leader's) has
+    /// collection `name`, in `--weaviate-http` order; `None` for a node that does not
+    /// answer. Nodes apply a schema change a moment apart, and a node set to read
+    /// collections locally (`COLLECTION_RETRIEVAL_STRATEGY=LocalOnly`) refuses writes
+    /// to one it has not applied yet.
+    pub async fn collection_on_each_node(&self, name: &str) -> Vec<Option<bool>> {
+        let checks = self.http_urls.iter().map(|url| async move {
+            // `consistency: false` answers from the node's own schema.
+            let request = self.http.get(format!("{url}/v1/schema/{name}")).header("consistency", "false");
+            match request.send().await {
+                Ok(response) if response.status().is_success() => Some(true),
+                Ok(response) if response.status() == reqwest::StatusCode::NOT_FOUND => Some(false),
+                _ => None,
+            }
+        });
+        futures::future::join_all(checks).await
+    }
+
     /// POST a JSON document to the first node that answers; returns the status and body.
     pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> Result<(u16, String)> {
         let mut last_error = String::new();

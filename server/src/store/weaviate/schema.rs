@@ -170,8 +170,39 @@ pub async fn ensure(connection: &Connection, names: &Collections, model: &str, l
         if name == names.chunks {
             check_model(&name, &existing, model)?;
         }
+        wait_on_every_node(connection, &name).await;
     }
     Ok(())
+}
+
+/// Longest wait for every answering node to apply a new collection.
+const APPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until every node that answers has collection `name` in its own schema, so
+/// the first write after a start cannot reach a node that has not applied it yet.
+/// A node that does not answer is not waited for (it catches up from the Raft log
+/// when it returns); after [`APPLY_TIMEOUT`] the server starts anyway, with a warning,
+/// and a write that reaches a lagging node fails as UNAVAILABLE until it catches up.
+async fn wait_on_every_node(connection: &Connection, name: &str) {
+    let started = std::time::Instant::now();
+    loop {
+        let lagging: Vec<usize> = connection
+            .collection_on_each_node(name)
+            .await
+            .iter()
+            .enumerate()
+            .filter(|(_, has)| **has == Some(false))
+            .map(|(node, _)| node)
+            .collect();
+        if lagging.is_empty() {
+            return;
+        }
+        if started.elapsed() >= APPLY_TIMEOUT {
+            tracing::warn!(collection = name, ?lagging, "weaviate nodes have not applied the collection yet");
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// Schema changes go through the cluster's Raft leader; while a leader is being
