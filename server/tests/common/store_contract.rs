@@ -257,6 +257,8 @@ pub async fn one_index_shared_by_two_servers_and_the_gateway(store: SharedStore)
         assert_eq!((info.kind.as_str(), info.shared, info.healthy), (store.kind, true, true), "{info:?}");
         assert!(info.index_id.starts_with(&store.index_prefix), "{}", info.index_id);
         assert_eq!(info.nodes.len(), store.nodes, "{info:?}");
+        // Known from the start: a node is reported missing only once a check failed.
+        assert!(info.nodes.iter().all(|node| node.healthy), "a node reported missing by a new server: {info:?}");
     }
 
     let mut client_a = search_client(&a.address).await;

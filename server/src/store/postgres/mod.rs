@@ -156,11 +156,29 @@ impl PostgresStore {
             health: Arc::new(Mutex::new(StoreHealth { healthy: true, detail: String::new(), nodes })),
             counts: Arc::new(Mutex::new(ViewCounts::default())),
         });
-        let _ = store.pools.check().await;
+        // Before the server serves: a replica is reported missing only once a check failed.
+        store.refresh_health().await;
         store.refresh_counts().await?;
         tracing::info!(index = %store.description.index_id, replicas = replica_labels.len(), "postgres store ready");
         tokio::spawn(follow_health(Arc::downgrade(&store)));
         Ok(store)
+    }
+
+    /// Reads every node's health and the replicas' lag, and records them for
+    /// `/healthz` and Info; returns whether the primary answered.
+    async fn refresh_health(&self) -> bool {
+        let (primary, replicas) = self.pools.check().await;
+        let mut health = self.health.lock().expect("lock");
+        let results = std::iter::once(&primary).chain(&replicas);
+        for (node, result) in health.nodes.iter_mut().zip(results) {
+            node.healthy = result.is_ok();
+        }
+        health.healthy = primary.is_ok();
+        health.detail = match &primary {
+            Ok(()) => String::new(),
+            Err(error) => error.to_string(),
+        };
+        health.healthy
     }
 
     /// Runs `work` in a transaction on the primary and commits it.
@@ -277,20 +295,7 @@ async fn follow_health(store: std::sync::Weak<PostgresStore>) {
     loop {
         tokio::time::sleep(HEALTH_INTERVAL).await;
         let Some(store) = store.upgrade() else { return };
-        let (primary, replicas) = store.pools.check().await;
-        let healthy = primary.is_ok();
-        {
-            let mut health = store.health.lock().expect("lock");
-            let results = std::iter::once(&primary).chain(&replicas);
-            for (node, result) in health.nodes.iter_mut().zip(results) {
-                node.healthy = result.is_ok();
-            }
-            health.healthy = healthy;
-            health.detail = match &primary {
-                Ok(()) => String::new(),
-                Err(error) => error.to_string(),
-            };
-        }
+        let healthy = store.refresh_health().await;
         ticks += 1;
         if healthy && ticks % COUNTS_EVERY == 0 {
             let _ = store.refresh_counts().await;
