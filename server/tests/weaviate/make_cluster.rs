@@ -39,7 +39,7 @@ const LOST_SERVER: &str = "server-1";
 /// a line per change of state, not one per retry (the issue saw 300 a minute).
 const OUTAGE_LOG_LINES: usize = 20;
 /// Longest wait for the restarted node to catch up (async replication copies objects
-/// older than its 30 s propagation delay).
+/// older than its propagation delay, 5 s in `make cluster`, every 5 s).
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// `make cluster`'s deployment in a temporary state dir; `cluster.sh down` on drop.
