@@ -385,6 +385,10 @@ fn node_env(name: &str, data: &Path, ports: NodePorts, raft_join: &str, nodes: u
         // collection from the node's own schema, not from the Raft leader, so losing
         // the leader node does not stall them until an election.
         ("COLLECTION_RETRIEVAL_STRATEGY", "LocalOnly".to_string()),
+        // As `make cluster` runs it: vectors are queued on disk before they are indexed,
+        // so a node killed during a write cannot lose one from its graph for good.
+        ("ASYNC_INDEXING", "true".to_string()),
+        ("QUEUE_SCHEDULER_INTERVAL", "100ms".to_string()),
         ("DEFAULT_VECTORIZER_MODULE", "none".to_string()),
         ("DISABLE_TELEMETRY", "true".to_string()),
         ("PERSISTENCE_DATA_PATH", data.display().to_string()),

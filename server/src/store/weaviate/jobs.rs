@@ -27,7 +27,7 @@ use embedwire_proto::weaviate::v1 as pb;
 use pb::filters::Operator;
 
 use super::convert::{self, PropertiesBuilder, PropertiesReader};
-use super::{MAX_RESULTS, WeaviateStore};
+use super::{MAX_RESULTS, WeaviateStore, indexing};
 use crate::config::Consistency;
 use crate::corpus::unix_now;
 use crate::error::{Error, Result};
@@ -601,6 +601,9 @@ pub async fn settle(store: &WeaviateStore, id: &str) -> Result<JobRecord> {
         );
         if waiting > 0 {
             tracing::warn!(job = id, waiting, "documents pending that a search did not find; the job goes on");
+        } else {
+            // Every document is stored: the job may end once they can be found.
+            indexing::wait_until_indexed(&store.connection, &store.names.chunks, store.settings.timeout).await;
         }
         (processed, failed)
     };

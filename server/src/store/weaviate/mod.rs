@@ -22,6 +22,7 @@
 pub mod client;
 pub mod convert;
 pub mod ghosts;
+pub mod indexing;
 pub mod jobs;
 pub mod replicas;
 pub mod schema;
