@@ -14,6 +14,7 @@
 //! Weaviate chaos run found 38 of 14,512 documents stored on every node yet missing
 //! from the vector index of the node killed around their write. The queue is on disk and replayed at restart.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use super::client::Connection;
@@ -22,8 +23,13 @@ use crate::error::Result;
 /// How often the queues are read while waiting.
 const POLL_EVERY: Duration = Duration::from_millis(50);
 
-/// Waits (at most `timeout`) until no healthy node has vectors of `collection` queued
-/// for indexing.
+/// Waits (at most `timeout`) until every shard replica that had vectors of
+/// `collection` queued when the wait began has been seen with an empty queue.
+///
+/// A queue is first in, first out, and its length drops only once a batch is in
+/// the graph, so one look at an empty queue after the writes vouches for them: under
+/// other servers' steady writes the queues are rarely all empty at once, but each
+/// empties often.
 ///
 /// Weaviate answers `/v1/nodes` with an error while a member is down and not yet
 /// declared dead by its peers (about 5 s after a SIGKILL on loopback), so an error is
@@ -33,10 +39,22 @@ const POLL_EVERY: Duration = Duration::from_millis(50);
 /// with a warning in the log.
 pub async fn wait_until_indexed(connection: &Connection, collection: &str, timeout: Duration) {
     let started = Instant::now();
+    let mut owing: Option<HashSet<Replica>> = None;
     loop {
         let last = match queued_vectors(connection, collection).await {
-            Ok(0) => return,
-            Ok(queued) => format!("{queued} vectors queued"),
+            Ok(queues) => {
+                let busy = queues.into_iter().filter(|(_, queued)| *queued > 0).map(|(replica, _)| replica);
+                let still = match owing.take() {
+                    None => busy.collect(),
+                    Some(owing) => busy.filter(|replica| owing.contains(replica)).collect::<HashSet<_>>(),
+                };
+                if still.is_empty() {
+                    return;
+                }
+                let last = format!("{} shard replicas with vectors queued", still.len());
+                owing = Some(still);
+                last
+            }
             Err(error) => format!("the queues cannot be read: {error}"),
         };
         if started.elapsed() >= timeout {
@@ -47,25 +65,35 @@ pub async fn wait_until_indexed(connection: &Connection, collection: &str, timeo
     }
 }
 
-/// The vectors of `collection` queued but not yet indexed, summed over the nodes
-/// that report themselves healthy (a node that is down replays its queue when back).
-pub async fn queued_vectors(connection: &Connection, collection: &str) -> Result<u64> {
+/// One shard's copy on one node: (node name, shard name).
+type Replica = (String, String);
+
+/// The vectors of `collection` queued but not yet indexed, per shard replica, on the
+/// nodes that report themselves healthy (a node that is down replays its queue when
+/// back).
+pub async fn queued_vectors(connection: &Connection, collection: &str) -> Result<Vec<(Replica, u64)>> {
     let path = format!("/v1/nodes/{collection}?output=verbose");
-    Ok(connection.get_json(&path).await?.as_ref().map_or(0, queued_on_healthy_nodes))
+    Ok(connection.get_json(&path).await?.as_ref().map_or_else(Vec::new, queues_on_healthy_nodes))
 }
 
-/// Sums `vectorQueueLength` over the shards of the nodes whose status is HEALTHY in
-/// a `/v1/nodes?output=verbose` answer.
-fn queued_on_healthy_nodes(nodes: &serde_json::Value) -> u64 {
+/// Each shard replica's `vectorQueueLength` on the nodes whose status is HEALTHY in a
+/// `/v1/nodes?output=verbose` answer.
+fn queues_on_healthy_nodes(nodes: &serde_json::Value) -> Vec<(Replica, u64)> {
     let empty = Vec::new();
+    let name = |value: &serde_json::Value| value["name"].as_str().unwrap_or_default().to_string();
     nodes["nodes"]
         .as_array()
         .unwrap_or(&empty)
         .iter()
         .filter(|node| node["status"].as_str() == Some("HEALTHY"))
-        .flat_map(|node| node["shards"].as_array().unwrap_or(&empty).iter())
-        .map(|shard| shard["vectorQueueLength"].as_u64().unwrap_or(0))
-        .sum()
+        .flat_map(|node| {
+            node["shards"]
+                .as_array()
+                .unwrap_or(&empty)
+                .iter()
+                .map(move |shard| ((name(node), name(shard)), shard["vectorQueueLength"].as_u64().unwrap_or(0)))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -73,14 +101,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_the_queues_of_healthy_nodes_only() {
+    fn reads_the_queues_of_healthy_nodes_only() {
         let answer = serde_json::json!({"nodes": [
             {"name": "weaviate-0", "status": "HEALTHY", "shards": [
-                {"name": "a", "vectorQueueLength": 3}, {"name": "b", "vectorQueueLength": 4}]},
+                {"name": "a", "vectorQueueLength": 3}, {"name": "b", "vectorQueueLength": 0}]},
             {"name": "weaviate-1", "status": "UNHEALTHY", "shards": [{"name": "a", "vectorQueueLength": 100}]},
             {"name": "weaviate-2", "status": "HEALTHY", "shards": null},
         ]});
-        assert_eq!(queued_on_healthy_nodes(&answer), 7);
-        assert_eq!(queued_on_healthy_nodes(&serde_json::json!({})), 0);
+        let replica = |node: &str, shard: &str| (node.to_string(), shard.to_string());
+        assert_eq!(
+            queues_on_healthy_nodes(&answer),
+            vec![(replica("weaviate-0", "a"), 3), (replica("weaviate-0", "b"), 0)]
+        );
+        assert!(queues_on_healthy_nodes(&serde_json::json!({})).is_empty());
     }
 }
