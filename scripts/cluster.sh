@@ -223,7 +223,10 @@ launch_weaviate_node() {
   # vector from the HNSW graph, for good (38 of 14,512 documents in a 100-cycle chaos
   # run); queued on disk first, the vector is replayed at restart. A queued vector is
   # not searchable yet: the servers wait for the queues to drain before ending a job,
-  # and QUEUE_SCHEDULER_INTERVAL=100ms (default 1 s) keeps that wait short.
+  # and QUEUE_SCHEDULER_INTERVAL=100ms (default 1 s) keeps that wait short. A queue's
+  # open chunk is indexed only after ASYNC_INDEXING_STALE_TIMEOUT without a write (default
+  # 100 ms): under a steady stream of writes the queues rarely paused that long, and the
+  # jobs of a 100-cycle chaos run fell 10 minutes behind; 10 ms lets them drain.
   launch "weaviate-$i" env -i PATH="$PATH" HOME="$HOME" \
     AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED=true \
     COLLECTION_RETRIEVAL_STRATEGY=LocalOnly \

@@ -389,6 +389,7 @@ fn node_env(name: &str, data: &Path, ports: NodePorts, raft_join: &str, nodes: u
         // so a node killed during a write cannot lose one from its graph for good.
         ("ASYNC_INDEXING", "true".to_string()),
         ("QUEUE_SCHEDULER_INTERVAL", "100ms".to_string()),
+        ("ASYNC_INDEXING_STALE_TIMEOUT", "10ms".to_string()),
         ("DEFAULT_VECTORIZER_MODULE", "none".to_string()),
         ("DISABLE_TELEMETRY", "true".to_string()),
         ("PERSISTENCE_DATA_PATH", data.display().to_string()),
