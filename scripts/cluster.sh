@@ -221,7 +221,8 @@ launch_weaviate_node() {
   # keep Weaviate's defaults, the longer window.
   # ASYNC_INDEXING: a node SIGKILLed during a write could keep the object but lose its
   # vector from the HNSW graph, for good (38 of 14,512 documents in a 100-cycle chaos
-  # run); queued on disk first, the vector is replayed at restart. A queued vector is
+  # run); queued on disk first, the vector is replayed at restart (2 of 14,400 still
+  # slipped through: cmd_restart's repair_vector_indexes closes that). A queued vector is
   # not searchable yet: the servers wait for the queues to drain before ending a job,
   # and QUEUE_SCHEDULER_INTERVAL=100ms (default 1 s) keeps that wait short. A queue's
   # open chunk is indexed only after ASYNC_INDEXING_STALE_TIMEOUT without a write (default

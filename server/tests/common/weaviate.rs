@@ -385,8 +385,10 @@ fn node_env(name: &str, data: &Path, ports: NodePorts, raft_join: &str, nodes: u
         // collection from the node's own schema, not from the Raft leader, so losing
         // the leader node does not stall them until an election.
         ("COLLECTION_RETRIEVAL_STRATEGY", "LocalOnly".to_string()),
-        // As `make cluster` runs it: vectors are queued on disk before they are indexed,
-        // so a node killed during a write cannot lose one from its graph for good.
+        // As `make cluster` runs it (scripts/cluster.sh says why): vectors are queued on
+        // disk before they are indexed, and the servers wait for the queues before ending
+        // a job. The repair `make cluster` asks of a restarted node is not made here: no
+        // fault test searches by text across a node's crash.
         ("ASYNC_INDEXING", "true".to_string()),
         ("QUEUE_SCHEDULER_INTERVAL", "100ms".to_string()),
         ("ASYNC_INDEXING_STALE_TIMEOUT", "10ms".to_string()),
