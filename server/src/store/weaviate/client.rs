@@ -224,6 +224,27 @@ impl Connection {
         futures::future::join_all(checks).await
     }
 
+    /// DELETE a resource on the first node that answers: Ok for deleted or already gone
+    /// (404). An object deleted by id touches only its own shard's replicas, where a
+    /// batch delete by filter asks every shard (and fails while any shard misses one).
+    pub async fn delete(&self, path: &str) -> Result<()> {
+        let mut last_error = String::new();
+        for url in self.http_urls.iter().chain(&self.http_urls) {
+            match self.http.delete(format!("{url}{path}")).send().await {
+                Ok(response) if response.status().is_success() => return Ok(()),
+                Ok(response) if response.status() == reqwest::StatusCode::NOT_FOUND => return Ok(()),
+                Ok(response) => {
+                    let status = response.status();
+                    let text = response.text().await.unwrap_or_default();
+                    // Weaviate's refusal for missing replicas: the next node would say the same.
+                    return Err(Error::Unavailable(format!("weaviate store: DELETE {path}: HTTP {status}: {text}")));
+                }
+                Err(e) => last_error = format!("{url}: {e}"),
+            }
+        }
+        Err(Error::Unavailable(format!("weaviate store unreachable: {last_error}")))
+    }
+
     /// POST a JSON document to the first node that answers; returns the status and body.
     pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> Result<(u16, String)> {
         let mut last_error = String::new();

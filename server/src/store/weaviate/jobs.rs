@@ -339,7 +339,21 @@ fn text(properties: &serde_json::Value, name: &str) -> String {
 
 /// Stores the documents, then the job (its header first): the job exists, with
 /// every document, before the caller acknowledges it.
+///
+/// A write that fails at the write consistency may still have landed on the replicas
+/// that answered, and Weaviate keeps it there (and copies it to the others later). So a
+/// refused create takes back what it wrote (see [`take_back_refused`]): otherwise its
+/// pending documents, of a job that never existed, stay pending for ever.
 pub async fn create(store: &WeaviateStore, job: JobRecord, documents: Vec<NewDocument>) -> Result<JobRecord> {
+    let sequences: Vec<u64> = (0..documents.len() as u64).collect();
+    let written = write_new_job(store, &job, documents).await;
+    if written.is_err() {
+        take_back_refused(store, &job.id, &sequences, true).await;
+    }
+    written
+}
+
+async fn write_new_job(store: &WeaviateStore, job: &JobRecord, documents: Vec<NewDocument>) -> Result<JobRecord> {
     let pending: Vec<pb::BatchObject> =
         documents.iter().enumerate().map(|(i, d)| pending_object(store, &job.id, i as u64, d)).collect();
     store.put("write_pending", pending).await?;
@@ -365,8 +379,25 @@ pub async fn create(store: &WeaviateStore, job: JobRecord, documents: Vec<NewDoc
 }
 
 /// Appends documents to a receiving job; the appending server keeps the lease.
+/// A refused append takes back the pending documents it wrote, as a refused create does:
+/// the job's runner would otherwise index documents its caller was told were refused.
 pub async fn append(store: &WeaviateStore, id: &str, documents: Vec<NewDocument>) -> Result<JobRecord> {
     let mut parts = read(store, id).await?.ok_or_else(|| Error::NotFound(format!("job {id} does not exist")))?;
+    let first = parts.header.next_sequence;
+    let sequences: Vec<u64> = (first..first + documents.len() as u64).collect();
+    let written = write_appended(store, id, &mut parts, documents).await;
+    if written.is_err() {
+        take_back_refused(store, id, &sequences, false).await;
+    }
+    written
+}
+
+async fn write_appended(
+    store: &WeaviateStore,
+    id: &str,
+    parts: &mut JobParts,
+    documents: Vec<NewDocument>,
+) -> Result<JobRecord> {
     let first = parts.header.next_sequence;
     let pending: Vec<pb::BatchObject> =
         documents.iter().enumerate().map(|(i, d)| pending_object(store, id, first + i as u64, d)).collect();
@@ -386,6 +417,45 @@ pub async fn append(store: &WeaviateStore, id: &str, documents: Vec<NewDocument>
         )
         .await?;
     Ok(parts.record(id))
+}
+
+/// Best effort after a refused create or append: deletes, by id, the pending documents
+/// it may have written (and, for a create, the job's parts). The caller was told the ingest
+/// failed, so these documents were never acknowledged; what cannot be deleted now
+/// (the same replicas are still missing) is logged.
+///
+/// A write that timed out may still have landed at the write consistency: then a
+/// created job goes too, and an appended job counts the taken-back documents as done,
+/// though its caller retries them.
+/// Deletes at once while taking back a refused ingest.
+const TAKE_BACK_CALLS: usize = 8;
+
+async fn take_back_refused(store: &WeaviateStore, id: &str, sequences: &[u64], job_too: bool) {
+    let mut objects: Vec<(String, String)> =
+        sequences.iter().map(|sequence| (store.names.pending.clone(), convert::pending_uuid(id, *sequence))).collect();
+    if job_too {
+        objects.extend([HEADER, PROGRESS].map(|part| (store.names.jobs.clone(), convert::job_uuid(id, part))));
+    }
+    // By id, a few at a time: each delete needs only its own shard's replicas, which
+    // just took the write (a batch delete by filter needs every shard's).
+    let level = level_name(store.settings.write_consistency);
+    let paths: Vec<String> = objects
+        .into_iter()
+        .map(|(collection, uuid)| format!("/v1/objects/{collection}/{uuid}?consistency_level={level}"))
+        .collect();
+    let connection = &store.connection;
+    let results: Vec<Result<()>> = futures::stream::iter(paths)
+        .map(|path| async move { connection.delete(&path).await })
+        .buffer_unordered(TAKE_BACK_CALLS)
+        .collect()
+        .await;
+    let failed: Vec<&Error> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    // A delete fails where the refused write failed: a shard missing a replica. Weaviate
+    // writes replicas in two phases and aborts a write that cannot reach the level, so
+    // there is usually nothing there to delete; what stays is the ghost sweep's.
+    if let Some(error) = failed.first() {
+        tracing::debug!(job = id, not_deleted = failed.len(), %error, "taking back a refused ingest");
+    }
 }
 
 /// Changes a job, writing only the part that changed.

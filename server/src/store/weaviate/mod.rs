@@ -268,13 +268,22 @@ impl WeaviateStore {
     /// [`ghosts`]); says so when it found any.
     async fn delete_ghosts(&self) {
         match ghosts::sweep(self).await {
-            Ok(swept) if swept.deleted > 0 => tracing::info!(
-                deleted = swept.deleted,
-                without_document = swept.without_document,
-                "deleted pending documents that came back after their jobs completed \
-                 (Weaviate restored objects deleted while a node was down)"
-            ),
-            Ok(_) => {}
+            Ok(swept) => {
+                if swept.deleted > 0 {
+                    tracing::info!(
+                        deleted = swept.deleted,
+                        without_document = swept.without_document,
+                        "deleted pending documents that came back after their jobs completed \
+                         (Weaviate restored objects deleted while a node was down)"
+                    );
+                }
+                if swept.orphans > 0 {
+                    tracing::info!(
+                        deleted = swept.orphans,
+                        "deleted pending documents of jobs that do not exist (left by refused ingests)"
+                    );
+                }
+            }
             // The next sweep tries again; the counts say what is pending meanwhile.
             Err(error) => tracing::debug!(%error, "looking for ghost pending documents failed"),
         }
