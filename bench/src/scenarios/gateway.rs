@@ -15,6 +15,7 @@ use anyhow::Context;
 use bytes::Bytes;
 use embedwire_bench::{
     closed_loop::{self, Caller, ClosedLoopRun},
+    in_process::{self, CeilingPlan},
     corpus::{Corpus, CorpusOptions, Paragraph},
     cpu::{CpuUse, CpuWindow},
     http_client::HttpConnection,
@@ -28,6 +29,12 @@ use embedwire_bench::{
     wire_count::ByteCounters,
 };
 use embedwire_proto::v1::{self, search_service_client::SearchServiceClient};
+use embedwire_server::model::{
+    files::ModelFiles,
+    onnx::{OnnxModel, OnnxSettings, init_runtime},
+    precision::PrecisionChoice,
+    tokenizer::TextTokenizer,
+};
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
@@ -73,6 +80,14 @@ struct Measured {
     rss: RssSeries,
 }
 
+/// The model alone on the headline query, in process (no HTTP, batcher or search): the most any gateway running it on
+/// these cores could serve. Batch sizes up to the headline's callers, the largest batch they can form.
+struct QueryCeiling {
+    /// Queries per second at the best batch size.
+    rate: f64,
+    batch_size: usize,
+}
+
 /// What the ratios between the gateways need of each.
 struct Gateway {
     cold_start: Duration,
@@ -94,11 +109,33 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let mut measure_alone = |command| runtime.block_on(measure(common, &command, &corpus, (&mut report, &mut runs)));
     let ours = measure_alone(embedwire_command(common, binary))?;
     let baseline = measure_alone(baseline_command(common, python))?;
+    let ceiling = query_ceiling(common)?;
     report.table("gateway_runs.csv", &runs)?;
-    judge(&mut report, &ours, &baseline);
+    judge(&mut report, &ours, &baseline, &ceiling);
     report.setup("quick", f64::from(u8::from(common.quick)), "bool");
     report.setup("documents", documents as f64, "documents");
     report.finish()
+}
+
+/// The model's ceiling on the known query, measured after both gateways ran (alone on the machine, like them).
+fn query_ceiling(common: &Common) -> anyhow::Result<QueryCeiling> {
+    println!("in-process ceiling on the known query");
+    let paths = common.model_paths(PrecisionChoice::default())?;
+    let files = ModelFiles::read(&paths.model_dir)?;
+    let tokenizer = TextTokenizer::from_file(&files.tokenizer_path, files.max_input_tokens)?;
+    let settings = OnnxSettings { intra_op_threads: common.intra_op_threads, spin: false, arena: false };
+    let mut model = OnnxModel::load(init_runtime(&paths.ort_library)?, &files, &paths.graph, settings)?;
+    let query = tokenizer.tokenize(KNOWN_QUERY)?.ids;
+    let plan = CeilingPlan {
+        batch_sizes: vec![1, 4, HEADLINE_CONCURRENCY],
+        time_per_size: common.duration(3.0, 0.3),
+        warmup: common.warmup(1.0, 0.2),
+    };
+    let ceiling = in_process::measure(&mut model, &[query], &plan, |run| {
+        println!("  batch {:>2}: {:>7.1} queries/s", run.batch_size, run.rate());
+    })?;
+    let best = ceiling.best();
+    Ok(QueryCeiling { rate: best.rate(), batch_size: best.batch_size })
 }
 
 /// embedwire-server with the real model; its HTTP layer answers on the same port.
@@ -321,11 +358,20 @@ fn ratio(figure: String, (a, b): (f64, f64), bound: Bound, note: String) -> Row 
 }
 
 /// The targets: embedwire against the baseline, HTTP against gRPC search.
-fn judge(report: &mut Report, ours: &Gateway, baseline: &Gateway) {
+fn judge(report: &mut Report, ours: &Gateway, baseline: &Gateway, ceiling: &QueryCeiling) {
     let (a, b, c) = (&ours.headline, &baseline.headline, HEADLINE_CONCURRENCY);
     let (rate, p95) = ((a.run.rate(), b.run.rate()), (ms(a.run.latency().p95), ms(b.run.latency().p95)));
     let note = format!("{:.1} vs {:.1} req/s", rate.0, rate.1);
     report.figure(ratio(format!("RPS c={c} embedwire / baseline"), rate, Bound::AtLeast(MIN_RPS_RATIO), note));
+    // Where the RPS target stands against the model itself: a gateway that embeds every query cannot pass the model's
+    // in-process rate on the same cores.
+    let text = format!("{:.1} queries/s at batch {}", ceiling.rate, ceiling.batch_size);
+    report.figure(Row::info("model alone on the known query (in-process ceiling)", ceiling.rate, "queries/s", text));
+    let (of_ceiling, bound) = (rate.0 / ceiling.rate.max(1e-9), ceiling.rate / rate.1.max(1e-9));
+    let text = format!("{of_ceiling:.2} x");
+    report.figure(Row::info(format!("embedwire c={c} / the model's ceiling"), of_ceiling, "x", text));
+    let text = format!("{bound:.2} x");
+    report.figure(Row::info("the model's ceiling / baseline RPS: the most RPS ratio possible", bound, "x", text));
     let note = format!("{:.1} vs {:.1} ms", p95.0, p95.1);
     report.figure(ratio(format!("p95 c={c} embedwire / baseline"), p95, Bound::AtMost(MAX_P95_RATIO), note));
     let rss = (mib(a.rss.peak()), mib(b.rss.peak()));
