@@ -5,12 +5,14 @@
 //! - [`files`]: reads a model directory (config files, pooling, max length).
 //! - [`tokenizer`]: texts to token ids with sentence-transformers' truncation.
 //! - [`onnx`]: runs a batch through ONNX Runtime and pools token vectors.
+//! - [`arena_shrink`]: when a run hands ONNX Runtime's arena memory back.
 //! - [`pooling`]: mean / CLS pooling and L2 normalization.
 //! - [`pseudo`]: deterministic hash vectors for the pseudo backend.
 //! - [`cross_encoder`]: scores (query, text) pairs for the rerank service.
 //! - [`pair_tokenizer`]: (query, text) pairs to token ids, cut to the model's limit.
 //! - [`precision`]: fp32 or the int8 graph beside it (`--precision`).
 
+pub mod arena_shrink;
 pub mod cross_encoder;
 pub mod files;
 pub mod onnx;

@@ -5,14 +5,16 @@
 
 use std::path::Path;
 use std::sync::OnceLock;
+use std::time::Instant;
 
 use ort::environment::Environment;
 use ort::ep;
 use ort::session::builder::GraphOptimizationLevel;
-use ort::session::{Session, SessionInputValue};
+use ort::session::{RunOptions, Session, SessionInputValue};
 use ort::value::Tensor;
 
 use super::Pooling;
+use super::arena_shrink::{self, ArenaShrink};
 use super::files::ModelFiles;
 use crate::error::{Error, Result};
 
@@ -72,6 +74,10 @@ pub struct OnnxModel {
     dim: usize,
     /// Pooling for token-vector outputs.
     pooling: Pooling,
+    /// When a run gives the arena's unused memory back (None without the arena).
+    arena_shrink: Option<ArenaShrink>,
+    /// The run options that ask for it.
+    shrink_options: RunOptions,
 }
 
 impl OnnxModel {
@@ -85,7 +91,19 @@ impl OnnxModel {
                 graph.display()
             ))
         })?;
-        Ok(OnnxModel { session, output, takes_token_type_ids, dim: files.hidden_size, pooling: files.pooling })
+        let mut shrink_options = RunOptions::new().map_err(|e| Error::Model(e.to_string()))?;
+        shrink_options
+            .set("memory.enable_memory_arena_shrinkage", "cpu:0")
+            .map_err(|e| Error::Model(format!("run options: {e}")))?;
+        Ok(OnnxModel {
+            session,
+            output,
+            takes_token_type_ids,
+            dim: files.hidden_size,
+            pooling: files.pooling,
+            arena_shrink: settings.arena.then(|| ArenaShrink::new(Instant::now())),
+            shrink_options,
+        })
     }
 
     /// Vector dimension.
@@ -110,7 +128,11 @@ impl OnnxModel {
             inputs.push(("token_type_ids", tensor(shape, vec![0i64; rows * seq_len])?.into()));
         }
         let (output, pooling, dim) = (self.output.clone(), self.pooling, self.dim);
-        let outputs = self.session.run(inputs).map_err(|e| Error::Model(e.to_string()))?;
+        let footprint = arena_shrink::footprint(rows, seq_len, dim);
+        let shrink = self.arena_shrink.as_mut().is_some_and(|arena| arena.before_run(footprint, Instant::now()));
+        let outputs =
+            if shrink { self.session.run_with_options(inputs, &self.shrink_options) } else { self.session.run(inputs) }
+                .map_err(|e| Error::Model(e.to_string()))?;
         let lengths: Vec<usize> = batch.iter().map(|ids| ids.len()).collect();
         match output {
             GraphOutput::TokenVectors(name) => {

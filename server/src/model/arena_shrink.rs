@@ -1,0 +1,96 @@
+//! When to hand ONNX Runtime's arena memory back to the system.
+//!
+//! The arena keeps the peak of the largest batch ever run: after an ingest of long
+//! paragraphs the server holds ~90 MiB more than it needs for queries, for the rest of
+//! its life (gateway bench: 97 MiB healthy, 188 MiB once the ingest's batches ran).
+//! ONNX Runtime frees an arena's unused regions at the end of a run that asks for it
+//! (the run option `memory.enable_memory_arena_shrinkage`). Shrinking after every
+//! batch would cost what running without the arena costs (every batch allocates and
+//! faults its buffers in afresh, measured ~30% slower on long texts), so a run asks
+//! only when it is much smaller than the largest batch since the last shrink, and no
+//! batch near that size ran for [`QUIET`]: the large work is over, not paused
+//! between two batches of an ingest.
+
+use std::time::{Duration, Instant};
+
+/// How long no large batch must have run before a small one shrinks the arena.
+pub const QUIET: Duration = Duration::from_secs(1);
+
+/// A batch this many times smaller than the largest since the last shrink (in
+/// [`footprint`]) counts as small.
+const SMALLER_BY: usize = 4;
+
+/// A batch's relative memory in the arena: its activations grow with tokens x hidden
+/// size, its attention scores with tokens x sequence length.
+pub fn footprint(rows: usize, seq_len: usize, hidden: usize) -> usize {
+    rows * seq_len * (seq_len + hidden)
+}
+
+/// The model thread's record of large batches.
+#[derive(Debug)]
+pub struct ArenaShrink {
+    /// The largest footprint since the last shrink.
+    largest: usize,
+    /// When the last batch comparable to `largest` ran.
+    last_large: Instant,
+}
+
+impl ArenaShrink {
+    pub fn new(now: Instant) -> Self {
+        ArenaShrink { largest: 0, last_large: now }
+    }
+
+    /// Whether the run of a batch of `footprint`, starting `now`, should shrink the
+    /// arena once it ends.
+    pub fn before_run(&mut self, footprint: usize, now: Instant) -> bool {
+        if footprint.saturating_mul(SMALLER_BY) >= self.largest {
+            self.largest = self.largest.max(footprint);
+            self.last_large = now;
+            return false;
+        }
+        if now.duration_since(self.last_large) < QUIET {
+            return false;
+        }
+        self.largest = footprint;
+        self.last_large = now;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const QUERY: usize = 16 * 12 * (12 + 384);
+    const PARAGRAPHS: usize = 4 * 256 * (256 + 384);
+
+    #[test]
+    fn small_batches_alone_never_shrink() {
+        let start = Instant::now();
+        let mut shrink = ArenaShrink::new(start);
+        for second in 0..10 {
+            assert!(!shrink.before_run(QUERY, start + Duration::from_secs(second)));
+        }
+    }
+
+    #[test]
+    fn the_first_small_batch_after_a_quiet_second_shrinks_once() {
+        let start = Instant::now();
+        let mut shrink = ArenaShrink::new(start);
+        assert!(!shrink.before_run(QUERY, start));
+        // An ingest: large batches, queries between them.
+        for ms in (0..3000).step_by(100) {
+            let at = start + Duration::from_millis(ms);
+            assert!(!shrink.before_run(PARAGRAPHS, at));
+            assert!(!shrink.before_run(QUERY, at + Duration::from_millis(50)), "within the ingest, at {ms} ms");
+        }
+        let ended = start + Duration::from_millis(2900);
+        assert!(!shrink.before_run(QUERY, ended + Duration::from_millis(900)));
+        assert!(shrink.before_run(QUERY, ended + QUIET));
+        assert!(!shrink.before_run(QUERY, ended + QUIET * 3), "once: the arena is small since");
+        // The next ingest grows it again, and its end shrinks it again.
+        let next = ended + QUIET * 5;
+        assert!(!shrink.before_run(PARAGRAPHS, next));
+        assert!(shrink.before_run(QUERY, next + QUIET));
+    }
+}
