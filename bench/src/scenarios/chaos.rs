@@ -602,7 +602,7 @@ fn figures(
     let took = jobs.took.as_secs_f64();
     rows.push(Row::info("jobs ended after the last cycle", took, "s", format!("{} in {took:.1} s", jobs.completed)));
     for (index, count, pending, acknowledged) in &probes.indexes {
-        let measured = format!("{count} ({acknowledged} acknowledged into it; {pending} stored, not indexed yet)");
+        let measured = format!("{count} ({acknowledged} acknowledged into it; {pending} pending documents counted by the store)");
         rows.push(Row::info(format!("documents in index {index}"), *count as f64, "docs", measured));
     }
     let lost = probes.lost().len();
