@@ -22,11 +22,12 @@
 //! create could take ([`ORPHAN_AFTER`]); the sweep deletes those as well.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::convert::{self, PropertiesReader};
 use super::{WeaviateStore, jobs};
 use crate::config::Consistency;
+use crate::corpus::unix_now;
 use crate::error::Result;
 use crate::store::{CorpusStore, JobState, NewDocument};
 
@@ -67,7 +68,8 @@ pub async fn sweep(store: &WeaviateStore) -> Result<Swept> {
     if let Some(metadata) = request.metadata.as_mut() {
         metadata.creation_time_unix = true;
     }
-    let orphan_before = unix_millis(SystemTime::now()) - ORPHAN_AFTER.as_millis() as i64;
+    // Weaviate's creation times are in milliseconds.
+    let orphan_before = ((unix_now() - ORPHAN_AFTER.as_secs_f64()) * 1000.0) as i64;
     let mut by_job: BTreeMap<String, Vec<(u64, Option<String>, i64)>> = BTreeMap::new();
     for result in store.query("find_ghosts", request).await? {
         let properties = PropertiesReader::of(&result);
@@ -106,8 +108,4 @@ pub async fn sweep(store: &WeaviateStore) -> Result<Swept> {
         swept.deleted += jobs::delete_pending(store, &job_id, &sequences).await?;
     }
     Ok(swept)
-}
-
-fn unix_millis(time: SystemTime) -> i64 {
-    time.duration_since(UNIX_EPOCH).map_or(0, |since| since.as_millis() as i64)
 }

@@ -340,10 +340,11 @@ fn text(properties: &serde_json::Value, name: &str) -> String {
 /// Stores the documents, then the job (its header first): the job exists, with
 /// every document, before the caller acknowledges it.
 ///
-/// A write that fails at the write consistency may still have landed on the replicas
-/// that answered, and Weaviate keeps it there (and copies it to the others later). So a
-/// refused create takes back what it wrote (see [`take_back_refused`]): otherwise its
-/// pending documents, of a job that never existed, stay pending for ever.
+/// A create can be refused after part of it was stored: with a node just lost, its
+/// pending documents may go whole to shards whose replicas all answer while its job's
+/// write is refused at the write consistency. So a refused create takes back what it
+/// wrote (see [`take_back_refused`]): otherwise its pending documents, of a job that
+/// never existed, stay pending for ever.
 pub async fn create(store: &WeaviateStore, job: JobRecord, documents: Vec<NewDocument>) -> Result<JobRecord> {
     let sequences: Vec<u64> = (0..documents.len() as u64).collect();
     let written = write_new_job(store, &job, documents).await;
@@ -419,6 +420,9 @@ async fn write_appended(
     Ok(parts.record(id))
 }
 
+/// Deletes at once while taking back a refused ingest.
+const TAKE_BACK_CALLS: usize = 8;
+
 /// Best effort after a refused create or append: deletes, by id, the pending documents
 /// it may have written (and, for a create, the job's parts). The caller was told the ingest
 /// failed, so these documents were never acknowledged; what cannot be deleted now
@@ -427,9 +431,6 @@ async fn write_appended(
 /// A write that timed out may still have landed at the write consistency: then a
 /// created job goes too, and an appended job counts the taken-back documents as done,
 /// though its caller retries them.
-/// Deletes at once while taking back a refused ingest.
-const TAKE_BACK_CALLS: usize = 8;
-
 async fn take_back_refused(store: &WeaviateStore, id: &str, sequences: &[u64], job_too: bool) {
     let mut objects: Vec<(String, String)> =
         sequences.iter().map(|sequence| (store.names.pending.clone(), convert::pending_uuid(id, *sequence))).collect();
