@@ -16,6 +16,7 @@
 //!   process and thread, the server's /metrics.
 //! - [`corpus`], [`sentences`], [`ingest`]: inputs, and ingest to completion.
 
+pub mod beir;
 pub mod child_process;
 pub mod closed_loop;
 pub mod corpus;

@@ -53,4 +53,5 @@ scenarios! {
     soak => Soak,
     clients => Clients,
     chaos => Chaos,
+    retrieval => Retrieval,
 }

@@ -282,6 +282,12 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_POSTGRES_MAX_REPLICA_LAG_SECS", default_value_t = 2.0)]
     pub postgres_max_replica_lag_secs: f64,
 
+    /// Embedded store: keep a BM25 keyword index (in <data-dir>/keyword) for keyword
+    /// and hybrid search. false saves its disk and indexing time on a server that
+    /// only searches by vector; keyword and hybrid searches are then refused.
+    #[arg(long, env = "EMBEDWIRE_KEYWORD_INDEX", default_value_t = true, action = clap::ArgAction::Set)]
+    pub keyword_index: bool,
+
     /// Search index: exact (exhaustive SIMD scan) or hnsw (approximate, for large
     /// corpora).
     #[arg(long, env = "EMBEDWIRE_INDEX", value_enum, default_value = "exact")]

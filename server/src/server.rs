@@ -349,6 +349,7 @@ async fn open_store(config: &ServerConfig, model: &ModelInfo) -> Result<Arc<dyn 
                     ..IndexParams::default()
                 },
                 cache_bytes: config.store_cache_mib << 20,
+                keyword_index: config.keyword_index,
             };
             let dim = model.dim;
             let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&settings, &model_name, dim))

@@ -64,6 +64,6 @@ pub use ingest::{Document, IngestReceipt, StreamReceipt};
 pub use jobs::{Job, JobStatus};
 pub use policy::CallStats;
 pub use rerank::{Rank, RerankOptions, Reranked, Truncation};
-pub use search::{ChunkSpan, Condition, Filter, Hit, Query, SearchOptions};
+pub use search::{ChunkSpan, Condition, Filter, Fusion, Hit, Query, SearchMode, SearchOptions};
 /// The gRPC status codes [`Error::code`] returns.
 pub use tonic::Code;

@@ -140,6 +140,52 @@ pub struct SearchOptions {
     /// Rerank with the server's rerank scorer (server default: when it has a
     /// cross-encoder; true without one re-scores with the embedding model).
     pub rerank: Option<bool>,
+    /// How chunks are found (server default: by vector).
+    pub mode: SearchMode,
+    /// The vector side's weight in hybrid mode, 0 to 1 (server default 0.5).
+    pub alpha: Option<f32>,
+    /// How hybrid mode merges its two rankings (server default: reciprocal rank).
+    pub fusion: Option<Fusion>,
+}
+
+/// How a search finds chunks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SearchMode {
+    /// By meaning: the cosine similarity of embeddings.
+    #[default]
+    Vector,
+    /// By words: BM25 over the chunks' text (exact terms, names, codes).
+    Keyword,
+    /// Both rankings, fused.
+    Hybrid,
+}
+
+impl SearchMode {
+    fn to_proto(self) -> pb::SearchMode {
+        match self {
+            SearchMode::Vector => pb::SearchMode::Vector,
+            SearchMode::Keyword => pb::SearchMode::Keyword,
+            SearchMode::Hybrid => pb::SearchMode::Hybrid,
+        }
+    }
+}
+
+/// How hybrid mode merges the vector and keyword rankings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fusion {
+    /// Each side adds weight / (60 + rank).
+    ReciprocalRank,
+    /// Each side's scores scaled to [0, 1], weighted and added.
+    RelativeScore,
+}
+
+impl Fusion {
+    fn to_proto(self) -> pb::Fusion {
+        match self {
+            Fusion::ReciprocalRank => pb::Fusion::ReciprocalRank,
+            Fusion::RelativeScore => pb::Fusion::RelativeScore,
+        }
+    }
 }
 
 /// Where a chunk sits in its document's normalized text.
@@ -164,8 +210,13 @@ impl From<pb::ChunkSpan> for ChunkSpan {
 pub struct Hit {
     pub document_id: String,
     pub chunk: ChunkSpan,
-    /// Cosine similarity to the query.
+    /// Cosine similarity to the query (vector mode), BM25 score (keyword mode) or
+    /// fused score (hybrid mode).
     pub score: f32,
+    /// The cosine similarity, when the vector side found the chunk.
+    pub vector_score: Option<f32>,
+    /// The BM25 score, when the keyword side found the chunk.
+    pub keyword_score: Option<f32>,
     /// The rerank score when the hits were reranked (a cross-encoder's probability,
     /// or a bi-encoder's cosine).
     pub rerank_score: Option<f32>,
@@ -184,6 +235,8 @@ impl Hit {
             document_id: hit.document_id,
             chunk: hit.chunk.map(ChunkSpan::from).unwrap_or_default(),
             score: hit.score,
+            vector_score: hit.vector_score,
+            keyword_score: hit.keyword_score,
             rerank_score: hit.rerank_score,
             text: hit.text,
             metadata: hit.metadata,
@@ -212,6 +265,9 @@ impl Client {
             include_vectors: options.include_vectors,
             vector_dtype: pb::EmbeddingDtype::Float32 as i32,
             rerank: options.rerank,
+            mode: options.mode.to_proto() as i32,
+            alpha: options.alpha,
+            fusion: options.fusion.map_or(pb::Fusion::Unspecified, Fusion::to_proto) as i32,
         };
         let caller = &self.inner.caller;
         let (address, response) = caller

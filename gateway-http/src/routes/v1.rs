@@ -102,6 +102,20 @@ pub struct SearchBody {
     /// rerank when it has a cross-encoder.
     #[serde(default)]
     pub rerank: Option<bool>,
+    /// Extension: how chunks are found: `"vector"` (by meaning, the default),
+    /// `"keyword"` (BM25 over their words) or `"hybrid"` (both, fused). When set, every
+    /// result carries `vector_score` and `keyword_score` from the sides that found it.
+    #[serde(default)]
+    #[schema(example = "hybrid")]
+    pub mode: Option<String>,
+    /// Extension: the vector side's weight in hybrid mode, 0 to 1 (default 0.5).
+    #[serde(default)]
+    pub alpha: Option<f32>,
+    /// Extension: how hybrid mode merges the rankings: `"rrf"` (reciprocal rank, the
+    /// default) or `"relative_score"` (scores scaled to [0, 1], weighted, added).
+    #[serde(default)]
+    #[schema(example = "rrf")]
+    pub fusion: Option<String>,
 }
 
 /// A metadata filter: every `must` condition holds, at least one `should` condition
@@ -140,15 +154,21 @@ pub struct SearchReply {
 pub struct SearchResult {
     /// The document's id.
     pub id: String,
-    /// Cosine similarity (the vectors are L2-normalized); for reranked hits, the
-    /// rerank score, which orders them.
+    /// Cosine similarity (the vectors are L2-normalized); in keyword mode the BM25
+    /// score, in hybrid mode the fused score; for reranked hits, the rerank score,
+    /// which orders them.
     pub score: f32,
     /// Extension, for reranked hits only: the rerank scorer's score (equal to `score`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rerank_score: Option<f32>,
-    /// Extension, for reranked hits only: the cosine similarity the hit was found with.
+    /// Extension, for reranked hits, and for every hit the vector side found when the
+    /// request sets `mode`: the cosine similarity.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vector_score: Option<f32>,
+    /// Extension, when the request sets `mode`: the BM25 score, for hits the keyword
+    /// side found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keyword_score: Option<f32>,
     /// The chunk's text.
     pub text: String,
     pub metadata: HashMap<String, String>,
@@ -223,6 +243,23 @@ pub async fn search<U: Upstream>(
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let citations = body.citations;
+    let mode_named = body.mode.is_some();
+    let mode = match body.mode.as_deref() {
+        None | Some("vector") => wire::SearchMode::Vector,
+        Some("keyword") => wire::SearchMode::Keyword,
+        Some("hybrid") => wire::SearchMode::Hybrid,
+        Some(other) => {
+            return Err(ApiError::invalid("mode", format!("must be \"vector\", \"keyword\" or \"hybrid\", not {other:?}")));
+        }
+    };
+    let fusion = match body.fusion.as_deref() {
+        None => wire::Fusion::Unspecified,
+        Some("rrf") => wire::Fusion::ReciprocalRank,
+        Some("relative_score") => wire::Fusion::RelativeScore,
+        Some(other) => {
+            return Err(ApiError::invalid("fusion", format!("must be \"rrf\" or \"relative_score\", not {other:?}")));
+        }
+    };
     let request = SearchRequest {
         queries: vec![SearchQuery { query: Some(search_query::Query::Text(body.query)) }],
         top_k: Some(body.top_k.unwrap_or(DEFAULT_TOP_K)),
@@ -231,6 +268,9 @@ pub async fn search<U: Upstream>(
         include_text: Some(true),
         include_metadata: Some(true),
         rerank: body.rerank,
+        mode: if mode_named { mode as i32 } else { 0 },
+        alpha: body.alpha,
+        fusion: fusion as i32,
         ..SearchRequest::default()
     };
     let Served { value: reply, origin } =
@@ -248,7 +288,9 @@ pub async fn search<U: Upstream>(
             id: hit.document_id,
             score: hit.rerank_score.unwrap_or(hit.score),
             rerank_score: hit.rerank_score,
-            vector_score: hit.rerank_score.map(|_| hit.score),
+            // A request from before modes answers exactly as it did.
+            vector_score: if mode_named { hit.vector_score } else { hit.rerank_score.and(hit.vector_score) },
+            keyword_score: if mode_named { hit.keyword_score } else { None },
             text: hit.text,
             metadata: hit.metadata,
         })

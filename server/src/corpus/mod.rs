@@ -12,6 +12,7 @@
 
 pub mod chunker;
 pub mod filter;
+pub mod fusion;
 pub mod jobs;
 pub mod search;
 pub mod text;

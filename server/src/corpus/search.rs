@@ -1,16 +1,38 @@
 //! Answers queries: embeds query texts (with live traffic, through the engine), asks
-//! the store for the best chunks, optionally re-scores them with the rerank engine
-//! (cross-encoder or bi-encoder), and cuts the page.
+//! the store for the best chunks (by vector, by keyword, or both, fused), optionally
+//! re-scores them with the rerank engine (cross-encoder or bi-encoder), and cuts the
+//! page.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::Corpus;
 use super::filter::Filter;
+use super::fusion::{self, Fusion, FusedHit};
 use crate::engine::EmbedOptions;
 use crate::error::{Error, Result};
 use crate::rerank::RerankOptions;
-use crate::store::{StoreQuery, StoredHit};
+use crate::store::{KeywordQuery, StoreQuery};
+
+/// How chunks are found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SearchMode {
+    /// By the query's embedding (cosine similarity).
+    #[default]
+    Vector,
+    /// By the query's words (BM25 over each chunk's text).
+    Keyword,
+    /// Both, fused (see [`fusion`]).
+    Hybrid,
+}
+
+/// The vector side's weight in hybrid mode when the request sets none. Measured on
+/// SciFact's train split (`embedwire-bench retrieval`, README's retrieval table).
+pub const DEFAULT_ALPHA: f32 = 0.5;
+
+/// Candidates each side of a hybrid search ranks (more when the page needs more):
+/// a chunk ranked low by one side can still win on the other's.
+pub const HYBRID_CANDIDATES: usize = 50;
 
 /// One query.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +59,10 @@ pub struct SearchParams {
     pub rerank: Option<bool>,
     /// The largest top_k allowed (differs for Search and SearchStream).
     pub max_top_k: usize,
+    pub mode: SearchMode,
+    /// The vector side's weight in hybrid mode (0..1); None: [`DEFAULT_ALPHA`].
+    pub alpha: Option<f32>,
+    pub fusion: Fusion,
 }
 
 /// One matching chunk.
@@ -46,8 +72,13 @@ pub struct Hit {
     pub chunk_index: u32,
     pub start_char: u32,
     pub end_char: u32,
-    /// Cosine similarity to the query.
+    /// By mode: the cosine similarity to the query (vector), the BM25 score
+    /// (keyword), the fused score (hybrid).
     pub score: f32,
+    /// The cosine similarity, when the vector side found the chunk.
+    pub vector_score: Option<f32>,
+    /// The BM25 score, when the keyword side found the chunk.
+    pub keyword_score: Option<f32>,
     /// The rerank score (a cross-encoder's probability, or a bi-encoder's cosine),
     /// when reranked.
     pub rerank_score: Option<f32>,
@@ -60,30 +91,23 @@ impl Corpus {
     /// Runs every query of `params`; one list of hits per query, best first.
     pub async fn search(self: &Arc<Self>, params: SearchParams) -> Result<Vec<Vec<Hit>>> {
         let rerank = self.validate_search(&params)?;
-        let vectors = self.query_vectors(&params.queries).await?;
+        let vectors = if params.mode == SearchMode::Keyword {
+            vec![Vec::new(); params.queries.len()]
+        } else {
+            self.query_vectors(&params.queries).await?
+        };
         let wanted = params.offset + params.top_k;
         // The cross-encoder re-scores a wider pool, from which the final page is cut.
         let pool = if rerank { wanted.max(self.settings.rerank_candidates) } else { wanted };
         let mut results = Vec::with_capacity(vectors.len());
         for (query, vector) in params.queries.iter().zip(&vectors) {
-            let mut candidates = self
-                .store
-                .search(StoreQuery {
-                    vector,
-                    count: pool,
-                    score_threshold: params.score_threshold,
-                    filter: &params.filter,
-                    with_text: rerank || params.include_text,
-                    with_metadata: params.include_metadata,
-                    with_vector: params.include_vectors,
-                })
-                .await?;
+            let mut candidates = self.candidates(&params, query, vector, pool, rerank).await?;
             let mut rerank_scores = None;
             if rerank && !candidates.is_empty() {
-                let texts: Vec<String> = candidates.iter().map(|c| c.text.clone().unwrap_or_default()).collect();
+                let texts: Vec<String> = candidates.iter().map(|c| c.hit.text.clone().unwrap_or_default()).collect();
                 let Query::Text(query_text) = query else { unreachable!("validated: rerank needs text queries") };
                 let reranked = self.reranker.rerank(query_text, &texts, RerankOptions::default()).await?;
-                let mut slots: Vec<Option<StoredHit>> = candidates.into_iter().map(Some).collect();
+                let mut slots: Vec<Option<FusedHit>> = candidates.into_iter().map(Some).collect();
                 candidates = reranked.ranks.iter().map(|r| slots[r.index].take().expect("each index once")).collect();
                 rerank_scores = Some(reranked.ranks.iter().map(|r| r.score).collect::<Vec<f32>>());
             }
@@ -93,20 +117,85 @@ impl Corpus {
                 .skip(params.offset)
                 .take(params.top_k)
                 .map(|(rank, candidate)| Hit {
-                    document_id: candidate.document_id,
-                    chunk_index: candidate.chunk_index,
-                    start_char: candidate.start_char,
-                    end_char: candidate.end_char,
+                    document_id: candidate.hit.document_id,
+                    chunk_index: candidate.hit.chunk_index,
+                    start_char: candidate.hit.start_char,
+                    end_char: candidate.hit.end_char,
                     score: candidate.score,
+                    vector_score: candidate.vector_score,
+                    keyword_score: candidate.keyword_score,
                     rerank_score: rerank_scores.as_ref().map(|scores| scores[rank]),
-                    text: if params.include_text { Some(candidate.text.unwrap_or_default()) } else { None },
-                    metadata: params.include_metadata.then_some(candidate.metadata),
-                    vector: candidate.vector,
+                    text: if params.include_text { Some(candidate.hit.text.unwrap_or_default()) } else { None },
+                    metadata: params.include_metadata.then_some(candidate.hit.metadata),
+                    vector: candidate.hit.vector,
                 })
                 .collect();
             results.push(hits);
         }
         Ok(results)
+    }
+
+    /// The best `pool` chunks for one query by the request's mode, best first, with
+    /// the threshold applied to the mode's score.
+    async fn candidates(
+        &self,
+        params: &SearchParams,
+        query: &Query,
+        vector: &[f32],
+        pool: usize,
+        rerank: bool,
+    ) -> Result<Vec<FusedHit>> {
+        let with_text = rerank || params.include_text;
+        let by_vector = |count: usize, score_threshold: Option<f32>| StoreQuery {
+            vector,
+            count,
+            score_threshold,
+            filter: &params.filter,
+            with_text,
+            with_metadata: params.include_metadata,
+            with_vector: params.include_vectors,
+        };
+        let text = match query {
+            Query::Text(text) => text.as_str(),
+            Query::Vector(_) => "",
+        };
+        let by_keyword = |count: usize| KeywordQuery {
+            text,
+            count,
+            filter: &params.filter,
+            with_text,
+            with_metadata: params.include_metadata,
+            with_vector: params.include_vectors,
+        };
+        let above_threshold = |hit: &FusedHit| params.score_threshold.is_none_or(|threshold| hit.score >= threshold);
+        Ok(match params.mode {
+            SearchMode::Vector => {
+                let hits = self.store.search(by_vector(pool, params.score_threshold)).await?;
+                hits.into_iter()
+                    .map(|hit| FusedHit { score: hit.score, vector_score: Some(hit.score), keyword_score: None, hit })
+                    .collect()
+            }
+            SearchMode::Keyword => {
+                let hits = self.store.keyword_search(by_keyword(pool)).await?;
+                hits.into_iter()
+                    .map(|hit| FusedHit { score: hit.score, vector_score: None, keyword_score: Some(hit.score), hit })
+                    .filter(above_threshold)
+                    .collect()
+            }
+            SearchMode::Hybrid => {
+                let count = pool.max(HYBRID_CANDIDATES);
+                let (by_vector, by_keyword) = futures::future::try_join(
+                    self.store.search(by_vector(count, None)),
+                    self.store.keyword_search(by_keyword(count)),
+                )
+                .await?;
+                let alpha = params.alpha.unwrap_or(DEFAULT_ALPHA);
+                let mut fused = fusion::fuse(by_vector, by_keyword, alpha, params.fusion);
+                fused.retain(above_threshold);
+                fused.truncate(pool);
+                fused
+            }
+        })
     }
 
     /// Checks limits and fields; returns whether to rerank.
@@ -133,17 +222,48 @@ impl Corpus {
         if params.offset > params.max_top_k {
             return Err(Error::invalid("offset", format!("must be at most {}", params.max_top_k)));
         }
-        if let Some(threshold) = params.score_threshold
-            && !(-1.0..=1.0).contains(&threshold)
+        if let Some(threshold) = params.score_threshold {
+            // Cosines lie in [-1, 1]; BM25 and fused scores are not bounded the same way.
+            let valid = match params.mode {
+                SearchMode::Vector => (-1.0..=1.0).contains(&threshold),
+                SearchMode::Keyword | SearchMode::Hybrid => threshold.is_finite(),
+            };
+            if !valid {
+                return Err(Error::invalid(
+                    "score_threshold",
+                    format!("must be between -1 and 1 in vector mode (a finite number otherwise), not {threshold}"),
+                ));
+            }
+        }
+        if let Some(alpha) = params.alpha
+            && !(0.0..=1.0).contains(&alpha)
         {
-            return Err(Error::invalid("score_threshold", format!("must be between -1 and 1, not {threshold}")));
+            return Err(Error::invalid("alpha", format!("must be between 0 and 1, not {alpha}")));
+        }
+        if params.mode != SearchMode::Vector
+            && let Some(index) = params.queries.iter().position(|q| matches!(q, Query::Vector(_)))
+        {
+            return Err(Error::invalid(
+                format!("queries[{index}]"),
+                "is a vector; keyword and hybrid modes need text queries",
+            ));
         }
         params.filter.validate("filter")?;
         let dim = self.engine.info()?.dim;
+        // The model's input limit, in every mode: a query a vector search would refuse
+        // is refused by keyword search too (which reads at most its first 256
+        // distinct terms, so its cost stays bounded below the limit).
+        let max_chars = self.engine.limits().max_input_chars;
         for (index, query) in params.queries.iter().enumerate() {
             match query {
                 Query::Text(text) if text.trim().is_empty() => {
                     return Err(Error::invalid(format!("queries[{index}].text"), "is empty"));
+                }
+                Query::Text(text) if text.len() > max_chars && text.chars().count() > max_chars => {
+                    return Err(Error::invalid(
+                        format!("queries[{index}].text"),
+                        format!("is longer than the limit of {max_chars} characters"),
+                    ));
                 }
                 Query::Vector(vector) if vector.len() != dim => {
                     return Err(Error::invalid(

@@ -138,6 +138,18 @@ pub struct StoreQuery<'a> {
     pub with_vector: bool,
 }
 
+/// One keyword query as the store runs it (BM25 over the chunks' text).
+#[derive(Debug, Clone)]
+pub struct KeywordQuery<'a> {
+    pub text: &'a str,
+    /// Best hits wanted.
+    pub count: usize,
+    pub filter: &'a Filter,
+    pub with_text: bool,
+    pub with_metadata: bool,
+    pub with_vector: bool,
+}
+
 /// One matching chunk, best first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredHit {
@@ -145,7 +157,8 @@ pub struct StoredHit {
     pub chunk_index: u32,
     pub start_char: u32,
     pub end_char: u32,
-    /// Cosine similarity to the query.
+    /// Cosine similarity to the query (a vector search), or the chunk's BM25 score (a
+    /// keyword search: the engine's own, unbounded above).
     pub score: f32,
     /// The chunk's text (when asked for; empty if its document is gone since).
     pub text: Option<String>,
@@ -230,4 +243,8 @@ pub trait CorpusStore: Send + Sync + 'static {
 
     /// The best chunks for one query vector, best first.
     async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>>;
+
+    /// The best chunks for one query's words by BM25, best first; none when the text
+    /// has no indexable word.
+    async fn keyword_search(&self, query: KeywordQuery<'_>) -> Result<Vec<StoredHit>>;
 }

@@ -8,7 +8,8 @@ use embedwire_proto::v1::{
 use embedwire_proto::vectors;
 
 use crate::corpus::filter::{Condition, Filter};
-use crate::corpus::search::{Hit, Query, SearchParams};
+use crate::corpus::fusion::Fusion;
+use crate::corpus::search::{Hit, Query, SearchMode, SearchParams};
 use crate::error::{Error, Result};
 use crate::store::{CountAccuracy, DocumentRecord, IndexStats, JobRecord, JobState, NewDocument};
 
@@ -139,6 +140,18 @@ pub fn search_from_wire(request: pb::SearchRequest, max_top_k: usize) -> Result<
         include_vectors: request.include_vectors,
         rerank: request.rerank,
         max_top_k,
+        mode: match pb::SearchMode::try_from(request.mode) {
+            Ok(pb::SearchMode::Unspecified | pb::SearchMode::Vector) => SearchMode::Vector,
+            Ok(pb::SearchMode::Keyword) => SearchMode::Keyword,
+            Ok(pb::SearchMode::Hybrid) => SearchMode::Hybrid,
+            Err(_) => return Err(Error::invalid("mode", format!("unknown value {}", request.mode))),
+        },
+        alpha: request.alpha,
+        fusion: match pb::Fusion::try_from(request.fusion) {
+            Ok(pb::Fusion::Unspecified | pb::Fusion::ReciprocalRank) => Fusion::ReciprocalRank,
+            Ok(pb::Fusion::RelativeScore) => Fusion::RelativeScore,
+            Err(_) => return Err(Error::invalid("fusion", format!("unknown value {}", request.fusion))),
+        },
     };
     Ok((params, dtype))
 }
@@ -156,6 +169,8 @@ pub fn hit_to_wire(hit: Hit, dtype: EmbeddingDtype) -> SearchHit {
         document_id: hit.document_id,
         chunk: Some(ChunkSpan { index: hit.chunk_index, start_char: hit.start_char, end_char: hit.end_char }),
         score: hit.score,
+        vector_score: hit.vector_score,
+        keyword_score: hit.keyword_score,
         rerank_score: hit.rerank_score,
         text: hit.text.unwrap_or_default(),
         metadata: hit.metadata.unwrap_or_else(BTreeMap::new).into_iter().collect(),

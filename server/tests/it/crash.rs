@@ -1,7 +1,8 @@
 //! Nothing acknowledged is lost: the real binary is killed with SIGKILL again and again
 //! while it indexes a large ingest. After every restart each document the job had
-//! reported processed is stored and searchable, nothing is duplicated, and the job
-//! resumes until every acknowledged document is indexed.
+//! reported processed is stored and searchable (by vector and by keyword), the keyword
+//! index holds exactly the chunks the vector index holds, nothing is duplicated, and
+//! the job resumes until every acknowledged document is indexed.
 
 use crate::common;
 
@@ -10,8 +11,8 @@ use std::time::{Duration, Instant};
 use common::{READY_TIMEOUT, ServerProcess, TempDir, wait_serving};
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
 use embedwire_proto::v1::{
-    Document, GetDocumentsRequest, GetIndexStatsRequest, GetJobRequest, IngestRequest, Job, JobStatus, SearchQuery,
-    SearchRequest, search_query,
+    Document, GetDocumentsRequest, GetIndexStatsRequest, GetJobRequest, IngestRequest, Job, JobStatus, SearchMode,
+    SearchQuery, SearchRequest, SearchStreamRequest, search_query,
 };
 use tonic::transport::Channel;
 
@@ -70,6 +71,42 @@ async fn check_processed_are_searchable(client: &mut SearchServiceClient<Channel
         assert_eq!(hits[0].document_id, format!("doc-{probe}"));
         assert!(hits[0].score > 0.9999);
         assert_ne!(hits[1].document_id, hits[0].document_id, "no duplicate of doc-{probe}");
+    }
+    keyword_index_agrees(client, stats.chunk_count, processed).await;
+}
+
+/// The keyword index holds one chunk per indexed chunk (every text has the word
+/// "document"), and a document's own number finds it first (numbers from 97 on are in
+/// one text only: topics and subjects are smaller).
+pub async fn keyword_index_agrees(client: &mut SearchServiceClient<Channel>, chunks: u64, processed: usize) {
+    let every = SearchRequest {
+        queries: vec![SearchQuery { query: Some(search_query::Query::Text("document".into())) }],
+        top_k: Some(100_000),
+        include_text: Some(false),
+        include_metadata: Some(false),
+        mode: SearchMode::Keyword as i32,
+        ..Default::default()
+    };
+    let mut stream =
+        client.search_stream(SearchStreamRequest { search: Some(every), page_size: 5000 }).await.unwrap().into_inner();
+    let mut found = std::collections::HashSet::new();
+    let mut hits = 0u64;
+    while let Some(page) = stream.message().await.unwrap() {
+        hits += page.hits.len() as u64;
+        found.extend(page.hits.into_iter().map(|h| h.document_id));
+    }
+    assert_eq!(hits, chunks, "the keyword index holds every indexed chunk, once");
+    assert_eq!(found.len() as u64, chunks, "one chunk per document");
+    for probe in (97..processed).step_by((processed / 25).max(1)) {
+        let request = SearchRequest {
+            queries: vec![SearchQuery { query: Some(search_query::Query::Text(probe.to_string())) }],
+            top_k: Some(2),
+            mode: SearchMode::Keyword as i32,
+            ..Default::default()
+        };
+        let hits = client.search(request).await.unwrap().into_inner().results.remove(0).hits;
+        assert_eq!(hits.len(), 1, "only doc-{probe} holds {probe}: {hits:?}");
+        assert_eq!(hits[0].document_id, format!("doc-{probe}"));
     }
 }
 

@@ -16,6 +16,7 @@ mod crash;
 mod custom_model;
 mod embed_rpc;
 mod external_clients;
+mod keyword_index;
 mod lifecycle;
 mod metrics;
 mod precision;

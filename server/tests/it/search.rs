@@ -445,3 +445,8 @@ async fn a_document_that_cannot_be_indexed_fails_its_job_and_nothing_else() {
     assert_eq!(next.status, JobStatus::Completed as i32);
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keyword_and_hybrid_search_on_the_embedded_store() {
+    common::hybrid_contract::keyword_and_hybrid_search(Vec::new(), "embedded").await;
+}

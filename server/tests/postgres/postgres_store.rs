@@ -176,3 +176,8 @@ async fn bad_configuration_is_refused_with_a_clear_message() {
     let stderr = store_contract::refuses_another_dimension(&with_data(postgres_flags("dimension", "dimension"))).await;
     assert!(stderr.contains("dim=8") && stderr.contains("--collection"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keyword_and_hybrid_search() {
+    common::hybrid_contract::keyword_and_hybrid_search(postgres_flags("hybrid", "hybrid"), "postgres").await;
+}

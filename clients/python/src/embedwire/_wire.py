@@ -246,10 +246,17 @@ def search_request(
     include_metadata: bool | None,
     include_vectors: bool,
     rerank: bool | None,
+    mode: str | None = None,
+    alpha: float | None = None,
+    fusion: str | None = None,
 ) -> search_pb2.SearchRequest:
     """A SearchRequest; None leaves an option to the server's default."""
     request = search_pb2.SearchRequest(
-        queries=[_query(q) for q in queries], offset=offset, include_vectors=include_vectors
+        queries=[_query(q) for q in queries],
+        offset=offset,
+        include_vectors=include_vectors,
+        mode=_choice("mode", mode, _MODES),
+        fusion=_choice("fusion", fusion, _FUSIONS),
     )
     for name, value in (
         ("top_k", top_k),
@@ -257,6 +264,7 @@ def search_request(
         ("include_text", include_text),
         ("include_metadata", include_metadata),
         ("rerank", rerank),
+        ("alpha", alpha),
     ):
         if value is not None:
             setattr(request, name, value)
@@ -264,6 +272,24 @@ def search_request(
     if message is not None:
         request.filter.CopyFrom(message)
     return request
+
+
+_MODES = {
+    "vector": search_pb2.SEARCH_MODE_VECTOR,
+    "keyword": search_pb2.SEARCH_MODE_KEYWORD,
+    "hybrid": search_pb2.SEARCH_MODE_HYBRID,
+}
+_FUSIONS = {"rrf": search_pb2.FUSION_RECIPROCAL_RANK, "relative_score": search_pb2.FUSION_RELATIVE_SCORE}
+
+
+def _choice(name: str, value: str | None, choices: Mapping[str, int]) -> int:
+    """The enum value of `value` (0, the server's default, for None); a ValueError
+    naming the field for anything else, before the call leaves."""
+    if value is None:
+        return 0
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, not {value!r}")
+    return choices[value]
 
 
 def _chunk(span: search_pb2.ChunkSpan) -> ChunkSpan:
@@ -279,6 +305,8 @@ def hit(message: search_pb2.SearchHit) -> Hit:
         text=message.text,
         metadata=dict(message.metadata),
         rerank_score=message.rerank_score if message.HasField("rerank_score") else None,
+        vector_score=message.vector_score if message.HasField("vector_score") else None,
+        keyword_score=message.keyword_score if message.HasField("keyword_score") else None,
         vector=np.frombuffer(message.vector, dtype="<f4") if message.vector else None,
     )
 

@@ -311,6 +311,9 @@ class AsyncClient:
         include_metadata: bool | None = None,
         include_vectors: bool = False,
         rerank: bool | None = None,
+        mode: str | None = None,
+        alpha: float | None = None,
+        fusion: str | None = None,
         timeout: float | None = _UNSET,
     ) -> list[Hit] | list[list[Hit]]:
         """Searches the stored documents; see :meth:`embedwire.Client.search`."""
@@ -325,6 +328,9 @@ class AsyncClient:
             include_metadata=include_metadata,
             include_vectors=include_vectors,
             rerank=rerank,
+            mode=mode,
+            alpha=alpha,
+            fusion=fusion,
         )
         results = _wire.hits_per_query(await self._call("Search", request, self._timeout(timeout)))
         return results[0] if single else results

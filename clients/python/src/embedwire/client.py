@@ -416,6 +416,9 @@ class Client:
         include_metadata: bool | None = None,
         include_vectors: bool = False,
         rerank: bool | None = None,
+        mode: str | None = None,
+        alpha: float | None = None,
+        fusion: str | None = None,
         timeout: float | None = _UNSET,
     ) -> list[Hit] | list[list[Hit]]:
         """Searches the stored documents.
@@ -432,6 +435,12 @@ class Client:
                 (server default: both).
             include_vectors: return each hit's vector.
             rerank: re-score with the server's cross-encoder (default: when it has one).
+            mode: ``"vector"`` (by meaning, the default), ``"keyword"`` (BM25 over the
+                chunks' words: exact terms, names, codes) or ``"hybrid"`` (both, fused).
+                ``score_threshold`` then applies to the mode's score (cosine, BM25, fused).
+            alpha: the vector side's weight in hybrid mode, 0 to 1 (server default 0.5).
+            fusion: how hybrid mode merges its rankings: ``"rrf"`` (reciprocal rank, the
+                default) or ``"relative_score"``.
             timeout: deadline in seconds.
 
         Returns:
@@ -449,6 +458,9 @@ class Client:
             include_metadata=include_metadata,
             include_vectors=include_vectors,
             rerank=rerank,
+            mode=mode,
+            alpha=alpha,
+            fusion=fusion,
         )
         results = _wire.hits_per_query(self._call("Search", request, self._timeout(timeout)))
         return results[0] if single else results

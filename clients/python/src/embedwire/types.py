@@ -128,12 +128,15 @@ class Hit:
 
     Attributes:
         document_id: the chunk's document.
-        score: cosine similarity of the chunk to the query.
+        score: cosine similarity of the chunk to the query (vector mode), its BM25
+            score (keyword mode) or the fused score (hybrid mode).
         chunk: the chunk's position in its document.
         text: the chunk's text ("" unless include_text).
         metadata: the document's metadata (empty unless include_metadata).
         rerank_score: the cross-encoder's score when the hits were reranked.
         vector: the chunk's float32 vector when include_vectors, else None.
+        vector_score: the cosine similarity, when the vector side found the chunk.
+        keyword_score: the BM25 score, when the keyword side found the chunk.
     """
 
     document_id: str
@@ -143,6 +146,8 @@ class Hit:
     metadata: Mapping[str, str] = field(default_factory=dict)
     rerank_score: float | None = None
     vector: np.ndarray | None = None
+    vector_score: float | None = None
+    keyword_score: float | None = None
 
 
 class JobStatus(str, enum.Enum):

@@ -1,12 +1,14 @@
 //! The embedded store, the default: everything durable in one redb file in the data
-//! directory ([`redb_file`]), and an in-memory index rebuilt from it at start
-//! ([`view`]: exact SIMD scan or HNSW, plus chunk and metadata lookups). Private to
-//! this server: another server has another index.
+//! directory ([`redb_file`]), an in-memory index rebuilt from it at start
+//! ([`view`]: exact SIMD scan or HNSW, plus chunk and metadata lookups), and a BM25
+//! keyword index on disk beside the file ([`keyword`]). Private to this server:
+//! another server has another index.
 //!
-//! Writes (indexing, deletes) commit to the file first and then update the view, one
-//! at a time under `write_gate`. Searches only take the view's read lock, held for
-//! the index scan alone: never across a disk write.
+//! Writes (indexing, deletes) commit to the file first and then update the view and
+//! the keyword index, one at a time under `write_gate`. Searches only take the view's
+//! read lock, held for the index scan alone: never across a disk write.
 
+pub mod keyword;
 pub mod redb_file;
 pub mod view;
 
@@ -15,11 +17,12 @@ use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 
+use self::keyword::{KeywordChanges, KeywordChunk, KeywordIndex};
 use self::redb_file::{IndexChanges, Store};
 use self::view::IndexView;
 use super::{
-    Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, NewDocument,
-    StoreDescription, StoreHealth, StoreQuery, StoredHit, ViewCounts,
+    Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord,
+    KeywordQuery, NewDocument, StoreDescription, StoreHealth, StoreQuery, StoredHit, ViewCounts,
 };
 use crate::corpus::filter::Filter;
 use crate::corpus::text::ContentHash;
@@ -34,12 +37,19 @@ pub struct EmbeddedSettings {
     pub index_params: IndexParams,
     /// Memory the file may use as page cache.
     pub cache_bytes: usize,
+    /// Whether to keep the keyword index (`--keyword-index`).
+    pub keyword_index: bool,
 }
 
-/// redb file + in-memory index.
+/// The keyword index's directory in the data directory.
+const KEYWORD_DIR: &str = "keyword";
+
+/// redb file + in-memory index + keyword index.
 pub struct EmbeddedStore {
     file: Arc<Store>,
     view: Arc<RwLock<IndexView>>,
+    /// None with `--keyword-index false`.
+    keywords: Option<Arc<KeywordIndex>>,
     /// Serializes file commits with the view updates that follow them, so the view
     /// applies changes in commit order.
     write_gate: tokio::sync::Mutex<()>,
@@ -54,8 +64,28 @@ impl EmbeddedStore {
         let mut view = IndexView::new(settings.index_kind, dim, settings.index_params)?;
         let mut stored = Vec::new();
         file.for_each_document(|id, record, vectors| stored.push((id, record, vectors)))?;
+        let keyword_dir = settings.data_dir.join(KEYWORD_DIR);
+        let keywords = if settings.keyword_index {
+            Some(KeywordIndex::open(&keyword_dir, file.generation()?, |add| {
+                for (id, record, _) in &stored {
+                    add(id, keyword_chunks(record));
+                }
+                Ok(())
+            })?)
+        } else {
+            // Stale from now on: a later start with the index rebuilds it.
+            if keyword_dir.exists() {
+                std::fs::remove_dir_all(&keyword_dir).map_err(|e| Error::Storage(format!("keyword index: {e}")))?;
+            }
+            None
+        };
         view.load(stored)?;
-        tracing::info!(documents = view.document_count(), chunks = view.chunk_count(), "embedded store loaded");
+        tracing::info!(
+            documents = view.document_count(),
+            chunks = view.chunk_count(),
+            keyword_chunks = keywords.as_ref().map(KeywordIndex::chunk_count),
+            "embedded store loaded"
+        );
         let description = StoreDescription {
             kind: "embedded",
             shared: false,
@@ -68,6 +98,7 @@ impl EmbeddedStore {
         Ok(EmbeddedStore {
             file: Arc::new(file),
             view: Arc::new(RwLock::new(view)),
+            keywords: keywords.map(Arc::new),
             write_gate: tokio::sync::Mutex::new(()),
             description,
         })
@@ -81,17 +112,112 @@ impl EmbeddedStore {
             .map_err(|e| Error::Storage(format!("store task: {e}")))?
     }
 
-    /// Follows a commit in the view.
-    fn apply(&self, changes: IndexChanges) {
+    /// Follows a commit in the keyword index, then in the view. A keyword index that
+    /// fails stays at its older generation, so the next start rebuilds it.
+    async fn apply(&self, changes: IndexChanges) {
+        let Some(keywords) = self.keywords.clone() else {
+            return self.apply_to_view(changes);
+        };
+        let (changes, applied) = tokio::task::spawn_blocking(move || {
+            let applied = keywords.apply(KeywordChanges {
+                removed_documents: changes.removed_documents.iter().map(String::as_str).collect(),
+                added: changes.upserted.iter().map(|(id, record, _)| (id.as_str(), keyword_chunks(record))).collect(),
+                generation: changes.generation,
+            });
+            (changes, applied)
+        })
+        .await
+        .expect("the keyword index does not panic");
+        if let Err(error) = applied {
+            tracing::error!(%error, "the keyword index refused a commit; it is rebuilt from the store at the next start");
+        }
+        self.apply_to_view(changes);
+    }
+
+    fn apply_to_view(&self, changes: IndexChanges) {
         let mut view = self.view.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Err(error) = view.apply(changes) {
             tracing::error!(%error, "the index refused committed vectors; it is rebuilt from the store at the next start");
         }
     }
 
+    /// Hits for scored chunks, with metadata and vectors as asked, then texts.
+    async fn hits(&self, scored: Vec<(ChunkId, f32)>, query: HitContent) -> Result<Vec<StoredHit>> {
+        let mut candidates = {
+            let view = self.read_view();
+            scored
+                .into_iter()
+                .filter_map(|(chunk_id, score)| {
+                    let chunk = view.chunk(chunk_id)?;
+                    Some(Candidate {
+                        hit: StoredHit {
+                            document_id: chunk.document.id.clone(),
+                            chunk_index: chunk.index,
+                            start_char: chunk.start_char,
+                            end_char: chunk.end_char,
+                            score,
+                            text: None,
+                            metadata: if query.with_metadata {
+                                chunk.document.metadata.clone()
+                            } else {
+                                Default::default()
+                            },
+                            vector: if query.with_vector { view.index.get(chunk_id).map(|v| v.to_vec()) } else { None },
+                        },
+                        byte_range: (chunk.start_byte, chunk.end_byte),
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        if query.with_text && !candidates.is_empty() {
+            let wanted: Vec<(String, (u32, u32))> =
+                candidates.iter().map(|c| (c.hit.document_id.clone(), c.byte_range)).collect();
+            let texts = self
+                .with_file(move |file| {
+                    let ids: Vec<&str> = wanted.iter().map(|(id, _)| id.as_str()).collect();
+                    let records = file.documents(&ids)?;
+                    Ok(wanted
+                        .iter()
+                        .zip(records)
+                        .map(|((_, (start, end)), record)| {
+                            // A document deleted since the scan has no text any more.
+                            record
+                                .and_then(|r| r.text.get(*start as usize..*end as usize).map(str::to_string))
+                                .unwrap_or_default()
+                        })
+                        .collect::<Vec<_>>())
+                })
+                .await?;
+            for (candidate, text) in candidates.iter_mut().zip(texts) {
+                candidate.hit.text = Some(text);
+            }
+        }
+        Ok(candidates.into_iter().map(|c| c.hit).collect())
+    }
+
     fn read_view(&self) -> std::sync::RwLockReadGuard<'_, IndexView> {
         self.view.read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// A document's chunks as the keyword index takes them.
+fn keyword_chunks(record: &DocumentRecord) -> Vec<KeywordChunk<'_>> {
+    record
+        .chunks
+        .iter()
+        .map(|chunk| KeywordChunk {
+            chunk_id: chunk.chunk_id,
+            text: record.text.get(chunk.start_byte as usize..chunk.end_byte as usize).unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// What a hit carries besides its citation.
+#[derive(Clone, Copy)]
+struct HitContent {
+    with_text: bool,
+    with_metadata: bool,
+    with_vector: bool,
 }
 
 /// A hit before its text is read from the file.
@@ -162,7 +288,7 @@ impl CorpusStore for EmbeddedStore {
         let _gate = self.write_gate.lock().await;
         let id = job_id.to_string();
         let (changes, job) = self.with_file(move |file| file.commit_indexed(&id, documents, &failed)).await?;
-        self.apply(changes);
+        self.apply(changes).await;
         Ok(job)
     }
 
@@ -176,7 +302,7 @@ impl CorpusStore for EmbeddedStore {
         targets.dedup();
         let changes = self.with_file(move |file| file.delete_documents(&targets)).await?;
         let deleted = changes.removed_documents.len();
-        self.apply(changes);
+        self.apply(changes).await;
         Ok(deleted)
     }
 
@@ -205,60 +331,33 @@ impl CorpusStore for EmbeddedStore {
     }
 
     async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>> {
-        let mut candidates = {
+        let scored = {
             let view = self.read_view();
             let filter = query.filter;
             let passes = |id: ChunkId| view.chunk_matches(id, filter);
             let predicate: Option<&(dyn Fn(ChunkId) -> bool + Sync)> =
                 if filter.is_empty() { None } else { Some(&passes) };
-            view.index
-                .search(query.vector, query.count, query.score_threshold, predicate)?
-                .into_iter()
-                .filter_map(|(chunk_id, score)| {
-                    let chunk = view.chunk(chunk_id)?;
-                    Some(Candidate {
-                        hit: StoredHit {
-                            document_id: chunk.document.id.clone(),
-                            chunk_index: chunk.index,
-                            start_char: chunk.start_char,
-                            end_char: chunk.end_char,
-                            score,
-                            text: None,
-                            metadata: if query.with_metadata {
-                                chunk.document.metadata.clone()
-                            } else {
-                                Default::default()
-                            },
-                            vector: if query.with_vector { view.index.get(chunk_id).map(|v| v.to_vec()) } else { None },
-                        },
-                        byte_range: (chunk.start_byte, chunk.end_byte),
-                    })
-                })
-                .collect::<Vec<_>>()
+            view.index.search(query.vector, query.count, query.score_threshold, predicate)?
         };
-        if query.with_text && !candidates.is_empty() {
-            let wanted: Vec<(String, (u32, u32))> =
-                candidates.iter().map(|c| (c.hit.document_id.clone(), c.byte_range)).collect();
-            let texts = self
-                .with_file(move |file| {
-                    let ids: Vec<&str> = wanted.iter().map(|(id, _)| id.as_str()).collect();
-                    let records = file.documents(&ids)?;
-                    Ok(wanted
-                        .iter()
-                        .zip(records)
-                        .map(|((_, (start, end)), record)| {
-                            // A document deleted since the scan has no text any more.
-                            record
-                                .and_then(|r| r.text.get(*start as usize..*end as usize).map(str::to_string))
-                                .unwrap_or_default()
-                        })
-                        .collect::<Vec<_>>())
-                })
-                .await?;
-            for (candidate, text) in candidates.iter_mut().zip(texts) {
-                candidate.hit.text = Some(text);
-            }
-        }
-        Ok(candidates.into_iter().map(|c| c.hit).collect())
+        let content =
+            HitContent { with_text: query.with_text, with_metadata: query.with_metadata, with_vector: query.with_vector };
+        self.hits(scored, content).await
+    }
+
+    async fn keyword_search(&self, query: KeywordQuery<'_>) -> Result<Vec<StoredHit>> {
+        let Some(keywords) = self.keywords.clone() else {
+            return Err(Error::invalid(
+                "mode",
+                "this server keeps no keyword index (--keyword-index false): only vector search is available",
+            ));
+        };
+        let allowed = (!query.filter.is_empty()).then(|| self.read_view().chunk_ids_matching(query.filter));
+        let (text, count) = (query.text.to_string(), query.count);
+        let scored = tokio::task::spawn_blocking(move || keywords.search(&text, count, allowed))
+            .await
+            .map_err(|e| Error::Storage(format!("keyword search task: {e}")))??;
+        let content =
+            HitContent { with_text: query.with_text, with_metadata: query.with_metadata, with_vector: query.with_vector };
+        self.hits(scored, content).await
     }
 }

@@ -29,6 +29,10 @@ const PENDING: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("pendi
 
 const META_MODEL: &str = "model";
 const META_NEXT_CHUNK_ID: &str = "next_chunk_id";
+/// Bumped by every commit that changes searchable documents, in the same transaction:
+/// the keyword index records the generation it applied, and a difference at start
+/// means it missed a commit (see `keyword.rs`).
+const META_GENERATION: &str = "index_generation";
 const META_INDEX_ID: &str = "index_id";
 
 /// The database file inside the data directory.
@@ -43,6 +47,8 @@ pub struct IndexChanges {
     pub upserted: Vec<(String, DocumentRecord, Vec<Vec<f32>>)>,
     /// Ids of documents removed entirely.
     pub removed_documents: Vec<String>,
+    /// The file's index generation after the commit.
+    pub generation: u64,
 }
 
 /// The redb database.
@@ -73,6 +79,19 @@ fn encode_vector(references: u32, vector: &[f32]) -> Vec<u8> {
 fn decode_vector(bytes: &[u8]) -> (u32, Vec<f32>) {
     let references = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"));
     (references, embedwire_proto::vectors::f32_from_le_bytes(&bytes[4..]))
+}
+
+fn read_generation(meta: &impl ReadableTable<&'static str, &'static [u8]>) -> Result<u64> {
+    match meta.get(META_GENERATION).map_err(storage)? {
+        Some(bytes) => Ok(u64::from_le_bytes(bytes.value().try_into().map_err(storage)?)),
+        None => Ok(0),
+    }
+}
+
+fn bump_generation(meta: &mut redb::Table<&'static str, &'static [u8]>) -> Result<u64> {
+    let next = read_generation(meta)? + 1;
+    meta.insert(META_GENERATION, next.to_le_bytes().as_slice()).map_err(storage)?;
+    Ok(next)
 }
 
 impl Store {
@@ -128,6 +147,13 @@ impl Store {
         let meta = txn.open_table(META).map_err(storage)?;
         let id = meta.get(META_INDEX_ID).map_err(storage)?.map(|v| String::from_utf8_lossy(v.value()).into_owned());
         id.ok_or_else(|| Error::Storage("the store has no index id".into()))
+    }
+
+    /// The index generation of the last commit (0 for a file that never had one).
+    pub fn generation(&self) -> Result<u64> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let meta = txn.open_table(META).map_err(storage)?;
+        read_generation(&meta)
     }
 
     /// Stores a new job and its documents in one durable commit.
@@ -275,6 +301,7 @@ impl Store {
                 job.error.get_or_insert_with(|| reason.clone());
             }
             meta.insert(META_NEXT_CHUNK_ID, next_chunk_id.to_le_bytes().as_slice()).map_err(storage)?;
+            changes.generation = bump_generation(&mut meta)?;
             jobs.insert(job.id.as_str(), encode(&job)?.as_slice()).map_err(storage)?;
             job
         };
@@ -287,8 +314,10 @@ impl Store {
         let txn = self.db.begin_write().map_err(storage)?;
         let mut changes = IndexChanges::default();
         {
+            let mut meta = txn.open_table(META).map_err(storage)?;
             let mut stored = txn.open_table(DOCUMENTS).map_err(storage)?;
             let mut vectors = txn.open_table(VECTORS).map_err(storage)?;
+            changes.generation = bump_generation(&mut meta)?;
             for id in ids {
                 let removed = stored.remove(id.as_str()).map_err(storage)?.map(|v| decode::<DocumentRecord>(v.value()));
                 if let Some(record) = removed.transpose()? {

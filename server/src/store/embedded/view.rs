@@ -125,6 +125,15 @@ impl IndexView {
         self.chunks.get(&id).is_some_and(|chunk| filter.matches(&chunk.document.metadata))
     }
 
+    /// Ids of the chunks whose document's metadata match `filter`.
+    pub fn chunk_ids_matching(&self, filter: &Filter) -> std::collections::HashSet<ChunkId> {
+        self.documents
+            .values()
+            .filter(|d| filter.matches(&d.metadata))
+            .flat_map(|d| d.chunk_ids.iter().copied())
+            .collect()
+    }
+
     /// Ids of the documents whose metadata match `filter`.
     pub fn document_ids_matching(&self, filter: &Filter) -> Vec<String> {
         self.documents.values().filter(|d| filter.matches(&d.metadata)).map(|d| d.id.clone()).collect()

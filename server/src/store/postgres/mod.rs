@@ -36,7 +36,7 @@ use self::connection::{Endpoint, PoolSettings, Pools, parse_lsn, sql_error};
 use self::schema::{IndexShape, VectorType};
 use super::{
     Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, NewDocument,
-    StoreDescription, StoreHealth, StoreNode, StoreQuery, StoredHit, ViewCounts,
+    StoreDescription, StoreHealth, StoreNode, KeywordQuery, StoreQuery, StoredHit, ViewCounts,
 };
 use crate::config::{PostgresVector, ServerConfig};
 use crate::corpus::filter::Filter;
@@ -594,4 +594,53 @@ impl CorpusStore for PostgresStore {
         hits.sort_by(|a, b| b.score.total_cmp(&a.score));
         Ok(hits)
     }
+
+    async fn keyword_search(&self, query: KeywordQuery<'_>) -> Result<Vec<StoredHit>> {
+        let filter = sql_filter::translate(query.filter, 3);
+        let mut columns = vec!["doc_id", "chunk_index", "start_char", "end_char", "ts_rank(text_search, q.query, 1)"];
+        let mut optional = |wanted: bool, column: &'static str| {
+            wanted.then(|| {
+                columns.push(column);
+                columns.len() - 1
+            })
+        };
+        let text_at = optional(query.with_text, "text");
+        let metadata_at = optional(query.with_metadata, "metadata");
+        let vector_at = optional(query.with_vector, "embedding::vector");
+        let columns = columns.join(", ");
+        // plainto_tsquery joins the query's words with AND; a keyword search ranks
+        // chunks with ANY of them, so the ANDs become ORs (lexemes are quoted: ' & '
+        // only ever separates them). Only stop words give an empty query: no hits.
+        let sql = format!(
+            "WITH q AS (SELECT replace(plainto_tsquery('english', $1)::text, ' & ', ' | ')::tsquery AS query)
+             SELECT {columns} FROM {}.chunks, q WHERE text_search @@ q.query AND {}
+             ORDER BY 5 DESC LIMIT $2",
+            self.schema, filter.condition
+        );
+        let text = keyword_text(query.text);
+        let limit = query.count as i64;
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&text, &limit];
+        params.extend(filter.params.iter().map(|p| p.as_sql()));
+        let rows = self.query_reader("keyword search", &sql, &params).await?;
+        Ok(rows
+            .iter()
+            .map(|row| StoredHit {
+                document_id: row.get(0),
+                chunk_index: row.get::<_, i32>(1) as u32,
+                start_char: row.get::<_, i32>(2) as u32,
+                end_char: row.get::<_, i32>(3) as u32,
+                score: row.get::<_, f32>(4),
+                text: text_at.map(|i| row.get(i)),
+                metadata: metadata_at.map(|i| row.get::<_, Json<BTreeMap<String, String>>>(i).0).unwrap_or_default(),
+                vector: vector_at.map(|i| row.get::<_, Vector>(i).to_vec()),
+            })
+            .collect())
+    }
+}
+
+/// The part of a query text the keyword search reads: its first words, up to the
+/// embedded store's term bound, so that a 100,000-character query costs what a long
+/// sentence does.
+fn keyword_text(text: &str) -> String {
+    text.split_whitespace().take(crate::store::embedded::keyword::MAX_QUERY_TERMS * 2).collect::<Vec<_>>().join(" ")
 }

@@ -82,6 +82,16 @@ fn migrations(s: &str, shape: &IndexShape) -> Vec<(i32, &'static str, String)> {
                  job_id text NOT NULL REFERENCES {s}.jobs ON DELETE CASCADE, sequence bigint NOT NULL,
                  document jsonb NOT NULL, PRIMARY KEY (job_id, sequence));"
         ),
+    ), (
+        2,
+        "keyword search: each chunk's English tsvector, generated, with a GIN index",
+        // Generated, so every write path (ingest, replace, delete, recovery) keeps it in
+        // step with the text without a line of code; an existing index is filled here.
+        format!(
+            "ALTER TABLE {s}.chunks ADD COLUMN text_search tsvector
+                 GENERATED ALWAYS AS (to_tsvector('english', text)) STORED;
+             CREATE INDEX chunks_text_search ON {s}.chunks USING gin (text_search);"
+        ),
     )]
 }
 

@@ -41,7 +41,7 @@ use self::replicas::ReplicaErrors;
 use self::schema::{Collections, Layout};
 use super::{
     Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, NewDocument,
-    StoreDescription, StoreHealth, StoreNode, StoreQuery, StoredHit, ViewCounts,
+    StoreDescription, StoreHealth, StoreNode, StoreQuery, StoredHit, KeywordQuery, ViewCounts,
 };
 use crate::config::{Consistency, ServerConfig};
 use crate::corpus::filter::Filter;
@@ -113,6 +113,8 @@ pub struct WeaviateStore {
     counts: Arc<Mutex<CountState>>,
     /// Turns replica errors into reasons (job errors show them to users).
     replica_errors: Arc<ReplicaErrors>,
+    /// Whether the chunk collection's text is indexed for BM25 (see [`schema::Ensured`]).
+    keyword_ready: bool,
 }
 
 /// Objects in the three collections that [`IndexStats`] reports.
@@ -192,7 +194,7 @@ impl WeaviateStore {
             )));
         }
         let names = Collections::named(&settings.collection);
-        schema::ensure(&connection, &names, &format!("{model_id} dim={dim}"), layout).await?;
+        let ensured = schema::ensure(&connection, &names, &format!("{model_id} dim={dim}"), layout).await?;
         let mut node_names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
         node_names.sort();
         let description = StoreDescription {
@@ -210,6 +212,7 @@ impl WeaviateStore {
             health: Arc::new(Mutex::new(StoreHealth { healthy: true, detail: String::new(), nodes })),
             counts: Arc::new(Mutex::new(CountState::default())),
             replica_errors: Arc::new(ReplicaErrors::new(layout.replication_factor)),
+            keyword_ready: ensured.keyword_search,
         };
         // The data API must answer too, not only the REST one.
         store
@@ -243,6 +246,7 @@ impl WeaviateStore {
             health: self.health.clone(),
             counts: self.counts.clone(),
             replica_errors: self.replica_errors.clone(),
+            keyword_ready: self.keyword_ready,
         };
         tokio::spawn(async move {
             let mut ticks = 0u32;
@@ -532,6 +536,32 @@ impl WeaviateStore {
     }
 
     /// A plain (non-vector) query of `collection`.
+    /// A lookup of chunks: the citation's properties and those `content` asks for.
+    fn chunk_lookup(&self, filter: &Filter, count: usize, content: HitContent) -> Result<pb::SearchRequest> {
+        if count > MAX_RESULTS {
+            return Err(Error::invalid(
+                "top_k",
+                format!(
+                    "offset plus top_k (and rerank candidates) may be at most {MAX_RESULTS} with the weaviate store"
+                ),
+            ));
+        }
+        let mut properties = vec!["doc_id", "chunk_index", "start_char", "end_char"];
+        if content.with_text {
+            properties.push("text");
+        }
+        if content.with_metadata {
+            properties.push("metadata_json");
+        }
+        Ok(self.lookup(
+            &self.names.chunks,
+            convert::metadata_filter(filter, "filter")?,
+            &properties,
+            count,
+            self.settings.read_consistency,
+        ))
+    }
+
     fn lookup(
         &self,
         collection: &str,
@@ -851,28 +881,9 @@ impl CorpusStore for WeaviateStore {
     }
 
     async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>> {
-        if query.count > MAX_RESULTS {
-            return Err(Error::invalid(
-                "top_k",
-                format!(
-                    "offset plus top_k (and rerank candidates) may be at most {MAX_RESULTS} with the weaviate store"
-                ),
-            ));
-        }
-        let mut properties = vec!["doc_id", "chunk_index", "start_char", "end_char"];
-        if query.with_text {
-            properties.push("text");
-        }
-        if query.with_metadata {
-            properties.push("metadata_json");
-        }
-        let mut request = self.lookup(
-            &self.names.chunks,
-            convert::metadata_filter(query.filter, "filter")?,
-            &properties,
-            query.count,
-            self.settings.read_consistency,
-        );
+        let content =
+            HitContent { with_text: query.with_text, with_metadata: query.with_metadata, with_vector: query.with_vector };
+        let mut request = self.chunk_lookup(query.filter, query.count, content)?;
         request.metadata =
             Some(pb::MetadataRequest { distance: true, vector: query.with_vector, ..Default::default() });
         // `vector_bytes` is deprecated for named vectors; the collection has one unnamed vector.
@@ -888,26 +899,75 @@ impl CorpusStore for WeaviateStore {
         let mut hits: Vec<StoredHit> = results
             .iter()
             .map(|result| {
-                let properties = PropertiesReader::of(result);
+                // Cosine distance is 1 - similarity.
                 let distance = result.metadata.as_ref().map(|m| m.distance).unwrap_or(1.0);
-                StoredHit {
-                    document_id: properties.text("doc_id"),
-                    chunk_index: properties.number("chunk_index") as u32,
-                    start_char: properties.number("start_char") as u32,
-                    end_char: properties.number("end_char") as u32,
-                    score: 1.0 - distance,
-                    text: query.with_text.then(|| properties.text("text")),
-                    metadata: if query.with_metadata {
-                        serde_json::from_str(&properties.text("metadata_json")).unwrap_or_default()
-                    } else {
-                        Default::default()
-                    },
-                    vector: if query.with_vector { convert::result_vector(result) } else { None },
-                }
+                chunk_hit(result, 1.0 - distance, content)
             })
             .filter(|hit| query.score_threshold.is_none_or(|threshold| hit.score >= threshold))
             .collect();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score));
         Ok(hits)
     }
+
+    async fn keyword_search(&self, query: KeywordQuery<'_>) -> Result<Vec<StoredHit>> {
+        if !self.keyword_ready {
+            return Err(Error::invalid(
+                "mode",
+                format!(
+                    "collection {} was created before keyword search (its text is not searchable in Weaviate); \
+                     keyword and hybrid modes need a new collection (--collection), ingested again",
+                    self.names.chunks
+                ),
+            ));
+        }
+        let content =
+            HitContent { with_text: query.with_text, with_metadata: query.with_metadata, with_vector: query.with_vector };
+        let mut request = self.chunk_lookup(query.filter, query.count, content)?;
+        request.metadata = Some(pb::MetadataRequest { score: true, vector: query.with_vector, ..Default::default() });
+        request.bm25_search = Some(pb::Bm25 {
+            query: keyword_text(query.text),
+            properties: vec!["text".to_string()],
+            search_operator: None,
+        });
+        let results = self.query("keyword search", request).await?;
+        let mut hits: Vec<StoredHit> = results
+            .iter()
+            .map(|result| chunk_hit(result, result.metadata.as_ref().map(|m| m.score).unwrap_or(0.0), content))
+            .collect();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        Ok(hits)
+    }
+}
+
+/// What a hit carries besides its citation.
+#[derive(Clone, Copy)]
+struct HitContent {
+    with_text: bool,
+    with_metadata: bool,
+    with_vector: bool,
+}
+
+/// A chunk object as a hit with `score`.
+fn chunk_hit(result: &pb::SearchResult, score: f32, content: HitContent) -> StoredHit {
+    let properties = PropertiesReader::of(result);
+    StoredHit {
+        document_id: properties.text("doc_id"),
+        chunk_index: properties.number("chunk_index") as u32,
+        start_char: properties.number("start_char") as u32,
+        end_char: properties.number("end_char") as u32,
+        score,
+        text: content.with_text.then(|| properties.text("text")),
+        metadata: if content.with_metadata {
+            serde_json::from_str(&properties.text("metadata_json")).unwrap_or_default()
+        } else {
+            Default::default()
+        },
+        vector: if content.with_vector { convert::result_vector(result) } else { None },
+    }
+}
+
+/// The part of a query text the keyword search sends: its first words, so that a
+/// 100,000-character query costs what a long sentence does.
+fn keyword_text(text: &str) -> String {
+    text.split_whitespace().take(crate::store::embedded::keyword::MAX_QUERY_TERMS * 2).collect::<Vec<_>>().join(" ")
 }

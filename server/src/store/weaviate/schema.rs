@@ -54,6 +54,13 @@ fn text(name: &str, filterable: bool) -> Value {
            "indexFilterable": filterable, "indexSearchable": false})
 }
 
+/// A text Weaviate ranks by BM25: split into lower-cased words (Weaviate has no
+/// stemmer), English stop words left out of the ranking (the class's preset).
+fn searchable_text(name: &str) -> Value {
+    json!({"name": name, "dataType": ["text"], "tokenization": "word",
+           "indexFilterable": false, "indexSearchable": true})
+}
+
 fn texts(name: &str) -> Value {
     json!({"name": name, "dataType": ["text[]"], "tokenization": "field",
            "indexFilterable": true, "indexSearchable": false})
@@ -73,7 +80,7 @@ fn model_marker(model: &str) -> String {
 }
 
 fn class(name: &str, description: &str, layout: Layout, vectors: bool, properties: Vec<Value>) -> Value {
-    json!({
+    let mut definition = json!({
         "class": name,
         "description": description,
         "vectorizer": "none",
@@ -93,12 +100,28 @@ fn class(name: &str, description: &str, layout: Layout, vectors: bool, propertie
         },
         "invertedIndexConfig": {"indexTimestamps": false},
         "properties": properties,
-    })
+    });
+    if vectors {
+        // BM25's usual constants (Weaviate's defaults, written down so that they stay).
+        definition["invertedIndexConfig"] =
+            json!({"indexTimestamps": false, "bm25": {"k1": 1.2, "b": 0.75}, "stopwords": {"preset": "en"}});
+    }
+    definition
+}
+
+/// What [`ensure`] found.
+pub struct Ensured {
+    /// Whether the chunks' text is indexed for BM25. A collection created before
+    /// keyword search is not, and Weaviate cannot change that on an existing property:
+    /// it keeps serving vector search, and keyword and hybrid searches are refused
+    /// with a message saying to use a new collection.
+    pub keyword_search: bool,
 }
 
 /// Creates the collections that are missing and checks the chunk collection's model
 /// (`model` names the model id and dimension).
-pub async fn ensure(connection: &Connection, names: &Collections, model: &str, layout: Layout) -> Result<()> {
+pub async fn ensure(connection: &Connection, names: &Collections, model: &str, layout: Layout) -> Result<Ensured> {
+    let mut keyword_search = false;
     let definitions = [
         class(
             &names.chunks,
@@ -113,7 +136,7 @@ pub async fn ensure(connection: &Connection, names: &Collections, model: &str, l
                 number("start_char", false),
                 number("end_char", false),
                 text("hash", true),
-                text("text", false),
+                searchable_text("text"),
                 text("metadata_json", false),
                 texts("meta"),
             ],
@@ -169,10 +192,27 @@ pub async fn ensure(connection: &Connection, names: &Collections, model: &str, l
         };
         if name == names.chunks {
             check_model(&name, &existing, model)?;
+            keyword_search = text_is_searchable(&existing);
+            if !keyword_search {
+                tracing::warn!(
+                    collection = name,
+                    "this collection was created before keyword search: vector search only \
+                     (keyword and hybrid modes need a new --collection)"
+                );
+            }
         }
         wait_on_every_node(connection, &name).await;
     }
-    Ok(())
+    Ok(Ensured { keyword_search })
+}
+
+/// Whether a chunk class's `text` property is indexed for BM25.
+fn text_is_searchable(class: &Value) -> bool {
+    class["properties"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p["name"] == "text" && p["indexSearchable"] == true && p["tokenization"] != "field")
 }
 
 /// Longest wait for every answering node to apply a new collection.

@@ -16,6 +16,19 @@ class JobStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATUS_COMPLETED: _ClassVar[JobStatus]
     JOB_STATUS_FAILED: _ClassVar[JobStatus]
 
+class SearchMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEARCH_MODE_UNSPECIFIED: _ClassVar[SearchMode]
+    SEARCH_MODE_VECTOR: _ClassVar[SearchMode]
+    SEARCH_MODE_KEYWORD: _ClassVar[SearchMode]
+    SEARCH_MODE_HYBRID: _ClassVar[SearchMode]
+
+class Fusion(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FUSION_UNSPECIFIED: _ClassVar[Fusion]
+    FUSION_RECIPROCAL_RANK: _ClassVar[Fusion]
+    FUSION_RELATIVE_SCORE: _ClassVar[Fusion]
+
 class CountAccuracy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     COUNT_ACCURACY_UNSPECIFIED: _ClassVar[CountAccuracy]
@@ -27,6 +40,13 @@ JOB_STATUS_PENDING: JobStatus
 JOB_STATUS_RUNNING: JobStatus
 JOB_STATUS_COMPLETED: JobStatus
 JOB_STATUS_FAILED: JobStatus
+SEARCH_MODE_UNSPECIFIED: SearchMode
+SEARCH_MODE_VECTOR: SearchMode
+SEARCH_MODE_KEYWORD: SearchMode
+SEARCH_MODE_HYBRID: SearchMode
+FUSION_UNSPECIFIED: Fusion
+FUSION_RECIPROCAL_RANK: Fusion
+FUSION_RELATIVE_SCORE: Fusion
 COUNT_ACCURACY_UNSPECIFIED: CountAccuracy
 COUNT_ACCURACY_EXACT: CountAccuracy
 COUNT_ACCURACY_LAST_EXACT: CountAccuracy
@@ -219,7 +239,7 @@ class SearchQuery(_message.Message):
     def __init__(self, text: _Optional[str] = ..., vector: _Optional[bytes] = ...) -> None: ...
 
 class SearchRequest(_message.Message):
-    __slots__ = ("queries", "top_k", "score_threshold", "offset", "filter", "include_text", "include_metadata", "include_vectors", "vector_dtype", "rerank")
+    __slots__ = ("queries", "top_k", "score_threshold", "offset", "filter", "include_text", "include_metadata", "include_vectors", "vector_dtype", "rerank", "mode", "alpha", "fusion")
     QUERIES_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     SCORE_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
@@ -230,6 +250,9 @@ class SearchRequest(_message.Message):
     INCLUDE_VECTORS_FIELD_NUMBER: _ClassVar[int]
     VECTOR_DTYPE_FIELD_NUMBER: _ClassVar[int]
     RERANK_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    FUSION_FIELD_NUMBER: _ClassVar[int]
     queries: _containers.RepeatedCompositeFieldContainer[SearchQuery]
     top_k: int
     score_threshold: float
@@ -240,7 +263,10 @@ class SearchRequest(_message.Message):
     include_vectors: bool
     vector_dtype: _embed_pb2.EmbeddingDtype
     rerank: bool
-    def __init__(self, queries: _Optional[_Iterable[_Union[SearchQuery, _Mapping]]] = ..., top_k: _Optional[int] = ..., score_threshold: _Optional[float] = ..., offset: _Optional[int] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., include_text: _Optional[bool] = ..., include_metadata: _Optional[bool] = ..., include_vectors: _Optional[bool] = ..., vector_dtype: _Optional[_Union[_embed_pb2.EmbeddingDtype, str]] = ..., rerank: _Optional[bool] = ...) -> None: ...
+    mode: SearchMode
+    alpha: float
+    fusion: Fusion
+    def __init__(self, queries: _Optional[_Iterable[_Union[SearchQuery, _Mapping]]] = ..., top_k: _Optional[int] = ..., score_threshold: _Optional[float] = ..., offset: _Optional[int] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., include_text: _Optional[bool] = ..., include_metadata: _Optional[bool] = ..., include_vectors: _Optional[bool] = ..., vector_dtype: _Optional[_Union[_embed_pb2.EmbeddingDtype, str]] = ..., rerank: _Optional[bool] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., alpha: _Optional[float] = ..., fusion: _Optional[_Union[Fusion, str]] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
     __slots__ = ("results", "took_ms")
@@ -257,7 +283,7 @@ class QueryResult(_message.Message):
     def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ...) -> None: ...
 
 class SearchHit(_message.Message):
-    __slots__ = ("document_id", "chunk", "score", "rerank_score", "text", "metadata", "vector", "vector_scale")
+    __slots__ = ("document_id", "chunk", "score", "rerank_score", "text", "metadata", "vector", "vector_scale", "vector_score", "keyword_score")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -273,6 +299,8 @@ class SearchHit(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     VECTOR_FIELD_NUMBER: _ClassVar[int]
     VECTOR_SCALE_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_SCORE_FIELD_NUMBER: _ClassVar[int]
+    KEYWORD_SCORE_FIELD_NUMBER: _ClassVar[int]
     document_id: str
     chunk: ChunkSpan
     score: float
@@ -281,7 +309,9 @@ class SearchHit(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     vector: bytes
     vector_scale: float
-    def __init__(self, document_id: _Optional[str] = ..., chunk: _Optional[_Union[ChunkSpan, _Mapping]] = ..., score: _Optional[float] = ..., rerank_score: _Optional[float] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., vector: _Optional[bytes] = ..., vector_scale: _Optional[float] = ...) -> None: ...
+    vector_score: float
+    keyword_score: float
+    def __init__(self, document_id: _Optional[str] = ..., chunk: _Optional[_Union[ChunkSpan, _Mapping]] = ..., score: _Optional[float] = ..., rerank_score: _Optional[float] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., vector: _Optional[bytes] = ..., vector_scale: _Optional[float] = ..., vector_score: _Optional[float] = ..., keyword_score: _Optional[float] = ...) -> None: ...
 
 class SearchStreamRequest(_message.Message):
     __slots__ = ("search", "page_size")

@@ -150,6 +150,32 @@ pub struct SearchArgs {
     /// Rerank with the server's cross-encoder (true/false; default: the server's choice)
     #[arg(long)]
     pub rerank: Option<bool>,
+    /// How chunks are found: by meaning (vector), by words (keyword: BM25) or both (hybrid)
+    #[arg(long, value_enum, default_value_t = ModeArg::Vector)]
+    pub mode: ModeArg,
+    /// Weight of the vector side in hybrid mode, 0 to 1 (default: the server's, 0.5)
+    #[arg(long)]
+    pub alpha: Option<f32>,
+    /// How hybrid mode merges its rankings (default: the server's, rrf)
+    #[arg(long, value_enum)]
+    pub fusion: Option<FusionArg>,
+}
+
+/// `--mode` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    Vector,
+    Keyword,
+    Hybrid,
+}
+
+/// `--fusion` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FusionArg {
+    /// Reciprocal rank fusion
+    Rrf,
+    /// Scores scaled to [0, 1], weighted, added
+    RelativeScore,
 }
 
 #[derive(Debug, Args)]

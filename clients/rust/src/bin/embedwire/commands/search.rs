@@ -1,10 +1,10 @@
 //! `embedwire search "query"`: the best chunks as a table (rank, score, document
 //! id, chunk, a snippet of its text), or as JSON.
 
-use embedwire_client::{Client, Filter, Hit, SearchOptions};
+use embedwire_client::{Client, Filter, Fusion, Hit, SearchMode, SearchOptions};
 use serde_json::{Value, json};
 
-use crate::cli::SearchArgs;
+use crate::cli::{FusionArg, ModeArg, SearchArgs};
 use crate::commands::print_json;
 use crate::table::{Table, snippet};
 
@@ -19,6 +19,16 @@ pub async fn run(client: &Client, args: SearchArgs, json_output: bool) -> anyhow
         score_threshold: args.threshold,
         filter,
         rerank: args.rerank,
+        mode: match args.mode {
+            ModeArg::Vector => SearchMode::Vector,
+            ModeArg::Keyword => SearchMode::Keyword,
+            ModeArg::Hybrid => SearchMode::Hybrid,
+        },
+        alpha: args.alpha,
+        fusion: args.fusion.map(|fusion| match fusion {
+            FusionArg::Rrf => Fusion::ReciprocalRank,
+            FusionArg::RelativeScore => Fusion::RelativeScore,
+        }),
         ..SearchOptions::default()
     };
     let hits = client.search(args.query.as_str(), &options).await?;
@@ -54,6 +64,8 @@ fn hit_json(rank: usize, hit: &Hit) -> Value {
         "document_id": hit.document_id,
         "chunk": { "index": hit.chunk.index, "start_char": hit.chunk.start_char, "end_char": hit.chunk.end_char },
         "score": hit.score,
+        "vector_score": hit.vector_score,
+        "keyword_score": hit.keyword_score,
         "rerank_score": hit.rerank_score,
         "text": hit.text,
         "metadata": hit.metadata,
