@@ -66,8 +66,14 @@ impl Dataset {
         let mut qrels: HashMap<String, HashMap<String, u32>> = HashMap::new();
         for (number, line) in text.lines().enumerate().skip(1).filter(|(_, l)| !l.trim().is_empty()) {
             let fields: Vec<&str> = line.split('\t').collect();
-            anyhow::ensure!(fields.len() >= 3, "{} line {}: not query-id, corpus-id, score", qrels_path.display(), number + 1);
-            let score: u32 = fields[2].trim().parse().with_context(|| format!("{} line {}", qrels_path.display(), number + 1))?;
+            anyhow::ensure!(
+                fields.len() >= 3,
+                "{} line {}: not query-id, corpus-id, score",
+                qrels_path.display(),
+                number + 1
+            );
+            let score: u32 =
+                fields[2].trim().parse().with_context(|| format!("{} line {}", qrels_path.display(), number + 1))?;
             if score > 0 {
                 qrels.entry(fields[0].to_string()).or_default().insert(fields[1].to_string(), score);
             }

@@ -91,7 +91,7 @@ impl Way {
         if self.mode != SearchMode::Hybrid {
             return mode.to_string();
         }
-        let fusion = if self.fusion == Fusion::RelativeScore { "relative_score" } else { "rrf" };
+        let fusion = if self.fusion == Fusion::ReciprocalRank { "rrf" } else { "relative_score" };
         match self.alpha {
             None => format!("hybrid (default: {fusion})"),
             Some(alpha) => format!("hybrid alpha {alpha:.1} {fusion}"),
@@ -354,8 +354,8 @@ fn write_tables(
 ) -> anyhow::Result<()> {
     let mut table = Table::new("store,mode,alpha,fusion,ndcg_at_10,recall_at_100,mrr_at_10,p50_ms,p99_ms,queries_per_s");
     let fusion_name = |way: &Way| match (way.mode, way.fusion) {
-        (SearchMode::Hybrid, Fusion::RelativeScore) => "relative_score",
-        (SearchMode::Hybrid, _) => "rrf",
+        (SearchMode::Hybrid, Fusion::ReciprocalRank) => "rrf",
+        (SearchMode::Hybrid, _) => "relative_score",
         _ => "",
     };
     for m in measured {

@@ -99,3 +99,31 @@ def test_async_round_trip(pseudo_server: ServerProcess) -> None:
             assert await client.delete_documents(filter={"tag": tag}) == 11
 
     asyncio.run(run())
+
+
+def test_keyword_and_hybrid_modes(pseudo_server: ServerProcess) -> None:
+    from embedwire.errors import InvalidArgumentError
+
+    tag = unique("modes")
+    part = f"QZ-{uuid.uuid4().hex[:6]}"
+    docs = [
+        Document(id=f"{tag}-part", text=f"order gasket {part} for the intake flange", metadata={"tag": tag}),
+        Document(id=f"{tag}-pump", text="the pump moves water with an impeller", metadata={"tag": tag}),
+    ]
+    with Client(pseudo_server.address) as client:
+        client.wait_for_job(client.ingest(docs).job.job_id, timeout=30)
+        keyword = client.search(part, mode="keyword", filter={"tag": tag})
+        assert [h.document_id for h in keyword] == [f"{tag}-part"]
+        assert keyword[0].keyword_score == pytest.approx(keyword[0].score) and keyword[0].vector_score is None
+        for fusion in ("rrf", "relative_score"):
+            hybrid = client.search(part, mode="hybrid", alpha=0.3, fusion=fusion, filter={"tag": tag})
+            assert hybrid[0].document_id == f"{tag}-part", fusion
+            assert hybrid[0].keyword_score is not None and hybrid[0].vector_score is not None
+        plain = client.search(part, filter={"tag": tag})
+        assert all(h.keyword_score is None and h.vector_score == pytest.approx(h.score) for h in plain)
+        with pytest.raises(InvalidArgumentError, match="alpha"):
+            client.search(part, mode="hybrid", alpha=2.0)
+        with pytest.raises(ValueError, match="mode"):
+            client.search(part, mode="fuzzy")
+        with pytest.raises(ValueError, match="fusion"):
+            client.search(part, mode="hybrid", fusion="max")

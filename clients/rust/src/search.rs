@@ -144,7 +144,7 @@ pub struct SearchOptions {
     pub mode: SearchMode,
     /// The vector side's weight in hybrid mode, 0 to 1 (server default 0.5).
     pub alpha: Option<f32>,
-    /// How hybrid mode merges its two rankings (server default: reciprocal rank).
+    /// How hybrid mode merges its two rankings (server default: relative score).
     pub fusion: Option<Fusion>,
 }
 

@@ -111,10 +111,11 @@ pub struct SearchBody {
     /// Extension: the vector side's weight in hybrid mode, 0 to 1 (default 0.5).
     #[serde(default)]
     pub alpha: Option<f32>,
-    /// Extension: how hybrid mode merges the rankings: `"rrf"` (reciprocal rank, the
-    /// default) or `"relative_score"` (scores scaled to [0, 1], weighted, added).
+    /// Extension: how hybrid mode merges the rankings: `"relative_score"` (each side's
+    /// scores scaled to [0, 1], weighted, added: the default) or `"rrf"` (reciprocal
+    /// rank).
     #[serde(default)]
-    #[schema(example = "rrf")]
+    #[schema(example = "relative_score")]
     pub fusion: Option<String>,
 }
 
@@ -249,7 +250,10 @@ pub async fn search<U: Upstream>(
         Some("keyword") => wire::SearchMode::Keyword,
         Some("hybrid") => wire::SearchMode::Hybrid,
         Some(other) => {
-            return Err(ApiError::invalid("mode", format!("must be \"vector\", \"keyword\" or \"hybrid\", not {other:?}")));
+            return Err(ApiError::invalid(
+                "mode",
+                format!("must be \"vector\", \"keyword\" or \"hybrid\", not {other:?}"),
+            ));
         }
     };
     let fusion = match body.fusion.as_deref() {

@@ -282,7 +282,12 @@ async fn bad_requests_get_400_naming_the_field_and_413_over_the_limit() {
     assert_eq!(status, 400);
     assert!(error_message(&body).contains("not valid JSON"), "{body}");
 
-    let cases: [(&str, Value, &str); 9] = [
+    let cases: [(&str, Value, &str); 14] = [
+        ("/v1/search", json!({"query": "x", "mode": "fuzzy"}), "mode"),
+        ("/v1/search", json!({"query": "x", "mode": "hybrid", "fusion": "max"}), "fusion"),
+        ("/v1/search", json!({"query": "x", "mode": "hybrid", "alpha": 1.5}), "alpha"),
+        ("/v1/search", json!({"query": "x", "mode": "hybrid", "alpha": "half"}), "alpha"),
+        ("/v1/search", json!({"query": "x", "mode": "keyword", "alpha": -0.5}), "alpha"),
         ("/v1/search", json!({"top_k": 3}), "query"),
         ("/v1/search", json!({"query": 7}), "query"),
         ("/v1/search", json!({"query": "x", "top_k": "five"}), "top_k"),
@@ -440,4 +445,43 @@ async fn an_overload_refusal_is_a_429_that_says_when_to_retry() {
     }
     assert!(refused > 0, "16 x 32 texts at once over a bound of 64 inputs are refused in part");
     server.process.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_modes_keyword_and_hybrid_with_each_sides_score() {
+    let server = pseudo_server().await;
+    let base = server.url.as_str();
+    let documents = json!([
+        {"id": "part", "text": "Order gasket XJ-4471-B for the intake flange."},
+        {"id": "pump", "text": "The pump moves water with an impeller."},
+        {"id": "valve", "text": "A check valve closes when the flow reverses."},
+    ]);
+    assert_eq!(ingest_and_wait(base, documents).await["status"], "completed");
+    let search = async |body: Value| {
+        let (status, answer) = post(&format!("{base}/v1/search"), &body).await;
+        assert_eq!(status, 200, "{body} -> {answer}");
+        answer["results"].as_array().unwrap().clone()
+    };
+
+    // Without the new fields: the answer's shape as before (no per-side scores).
+    for hit in search(json!({"query": "XJ-4471-B", "top_k": 3})).await {
+        assert_eq!(keys(&hit), ["id", "metadata", "score", "text"], "{hit}");
+    }
+    let keyword = search(json!({"query": "XJ-4471-B", "top_k": 3, "mode": "keyword"})).await;
+    assert_eq!(keyword.len(), 1, "only one document holds the part number: {keyword:?}");
+    assert_eq!(keyword[0]["id"], "part");
+    assert_eq!(keyword[0]["score"], keyword[0]["keyword_score"]);
+    assert!(keyword[0].get("vector_score").is_none(), "{}", keyword[0]);
+    for fusion in ["rrf", "relative_score"] {
+        let body = json!({"query": "XJ-4471-B", "top_k": 3, "mode": "hybrid", "alpha": 0.3, "fusion": fusion});
+        let hybrid = search(body).await;
+        assert_eq!(hybrid.len(), 3, "{fusion}: the vector side finds every document");
+        assert_eq!(hybrid[0]["id"], "part", "{fusion}: {hybrid:?}");
+        assert!(hybrid[0]["keyword_score"].is_number() && hybrid[0]["vector_score"].is_number(), "{}", hybrid[0]);
+        assert!(hybrid[1..].iter().all(|h| h.get("keyword_score").is_none() && h["vector_score"].is_number()));
+    }
+    let vector = search(json!({"query": "XJ-4471-B", "top_k": 3, "mode": "vector"})).await;
+    assert!(vector.iter().all(|h| h["vector_score"] == h["score"] && h.get("keyword_score").is_none()));
+    // Only stop words: no keyword hit, never an error.
+    assert!(search(json!({"query": "the and of", "mode": "keyword"})).await.is_empty());
 }

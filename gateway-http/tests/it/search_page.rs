@@ -3,7 +3,7 @@
 //! steps, typing a query and pressing Search, then the ranked results read back from
 //! the page and compared with the /v1/search answer; on a server with a cross-encoder,
 //! the rerank checkbox's three states and each hit's rerank score beside its vector
-//! score.
+//! score; the mode switch, with a hybrid hit's vector and keyword scores.
 
 use crate::common;
 
@@ -97,7 +97,8 @@ const READ_RESULTS: &str = "const status = document.getElementById('status'); \
     if (status.dataset.done !== 'true') return null; \
     const text = (li, selector) => { const node = li.querySelector(selector); return node ? node.textContent : null; }; \
     return {status: status.textContent, results: Array.from(document.querySelectorAll('#results li.result')).map(li => ({ \
-        score: text(li, '.score'), vector_score: text(li, '.vector-score'), id: text(li, '.doc-id'), \
+        score: text(li, '.score'), vector_score: text(li, '.vector-score'), \
+        keyword_score: text(li, '.keyword-score'), id: text(li, '.doc-id'), \
         text: text(li, '.text'), metadata: text(li, '.metadata')}))};";
 
 impl<'a> Page<'a> {
@@ -171,7 +172,21 @@ async fn a_person_searches_from_the_page() {
     page.on_element("#top-k", "clear", json!({})).await;
     page.on_element("#top-k", "value", json!({"text": "3"})).await;
     let shown = page.search().await;
+    // Hybrid: an exact rare word ("Espresso") and a paraphrase, both sides' scores shown.
+    page.on_element("#mode option[value=hybrid]", "click", json!({})).await;
+    page.on_element("#query", "clear", json!({})).await;
+    let hybrid_query = "Espresso drinks";
+    page.on_element("#query", "value", json!({"text": hybrid_query})).await;
+    let hybrid = page.search().await;
     page.close().await;
+
+    let request = json!({"query": hybrid_query, "top_k": 3, "mode": "hybrid"});
+    let (_, api) = post(&format!("{}/v1/search", server.url), &request).await;
+    let (on_page, from_api) = (&hybrid["results"][0], &api["results"][0]);
+    assert_eq!((&on_page["id"], &from_api["id"]), (&json!("coffee"), &json!("coffee")), "{hybrid} {api}");
+    assert!((shown_score(&on_page["score"]) - from_api["score"].as_f64().unwrap()).abs() < 1e-4, "{on_page}");
+    assert!((shown_score(&on_page["vector_score"]) - from_api["vector_score"].as_f64().unwrap()).abs() < 1e-4);
+    assert!((shown_score(&on_page["keyword_score"]) - from_api["keyword_score"].as_f64().unwrap()).abs() < 1e-4);
 
     let shown_results = shown["results"].as_array().unwrap();
     assert_eq!(shown["status"].as_str().unwrap().split(" results").next(), Some("3"), "{shown}");

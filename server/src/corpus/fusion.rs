@@ -11,10 +11,12 @@ use crate::store::StoredHit;
 pub enum Fusion {
     /// Reciprocal rank fusion: each side adds weight / (RRF_K + rank). Uses ranks
     /// only, so BM25's unbounded scores and cosines mix without calibration.
-    #[default]
     ReciprocalRank,
     /// Each side's scores scaled to [0, 1] over its candidates (min-max), then
-    /// weighted and added (Weaviate's relativeScoreFusion).
+    /// weighted and added (Weaviate's relativeScoreFusion). The default: it keeps how
+    /// far ahead a side's best hits are, which ranks alone lose (SciFact train:
+    /// nDCG@10 0.730 against RRF's 0.712 at alpha 0.5).
+    #[default]
     RelativeScore,
 }
 
@@ -133,7 +135,8 @@ mod tests {
 
     #[test]
     fn relative_scores_are_scaled_to_the_unit_range() {
-        let fused = fuse(vec![hit("a", 0.9), hit("b", 0.5)], vec![hit("a", 20.0), hit("c", 10.0)], 0.5, Fusion::RelativeScore);
+        let fused =
+            fuse(vec![hit("a", 0.9), hit("b", 0.5)], vec![hit("a", 20.0), hit("c", 10.0)], 0.5, Fusion::RelativeScore);
         assert_eq!(order(&fused), ["a", "b", "c"]);
         assert!((fused[0].score - 1.0).abs() < 1e-6, "{}", fused[0].score);
         assert!(fused[1].score.abs() < 1e-6 && fused[2].score.abs() < 1e-6);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::Corpus;
 use super::filter::Filter;
-use super::fusion::{self, Fusion, FusedHit};
+use super::fusion::{self, FusedHit, Fusion};
 use crate::engine::EmbedOptions;
 use crate::error::{Error, Result};
 use crate::rerank::RerankOptions;
@@ -31,7 +31,8 @@ pub enum SearchMode {
 pub const DEFAULT_ALPHA: f32 = 0.5;
 
 /// Candidates each side of a hybrid search ranks (more when the page needs more):
-/// a chunk ranked low by one side can still win on the other's.
+/// a chunk ranked low by one side can still win on the other's. On SciFact's train
+/// split (top_k 10) 50 and 100 give the same nDCG@10 (0.7205).
 pub const HYBRID_CANDIDATES: usize = 50;
 
 /// One query.

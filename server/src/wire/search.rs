@@ -148,7 +148,8 @@ pub fn search_from_wire(request: pb::SearchRequest, max_top_k: usize) -> Result<
         },
         alpha: request.alpha,
         fusion: match pb::Fusion::try_from(request.fusion) {
-            Ok(pb::Fusion::Unspecified | pb::Fusion::ReciprocalRank) => Fusion::ReciprocalRank,
+            Ok(pb::Fusion::Unspecified) => Fusion::default(),
+            Ok(pb::Fusion::ReciprocalRank) => Fusion::ReciprocalRank,
             Ok(pb::Fusion::RelativeScore) => Fusion::RelativeScore,
             Err(_) => return Err(Error::invalid("fusion", format!("unknown value {}", request.fusion))),
         },

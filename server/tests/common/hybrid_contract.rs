@@ -37,15 +37,26 @@ fn catalogue() -> Vec<Document> {
             "parts",
         ),
         document("pump-a", "The centrifugal pump moves water by spinning an impeller inside a volute casing.", "pumps"),
-        document("pump-b", "Priming the pump removes trapped air so that suction can draw water into the inlet.", "pumps"),
+        document(
+            "pump-b",
+            "Priming the pump removes trapped air so that suction can draw water into the inlet.",
+            "pumps",
+        ),
         document("valve-a", "A check valve lets fluid flow one way and closes when the flow reverses.", "valves"),
-        document("valve-b", "Gate valves open fully to give an unobstructed path; they are not for throttling.", "valves"),
+        document(
+            "valve-b",
+            "Gate valves open fully to give an unobstructed path; they are not for throttling.",
+            "valves",
+        ),
         document("seal-a", "Mechanical seals keep the pumped liquid from leaking along the rotating shaft.", "parts"),
     ];
     for i in 0..30 {
         documents.push(document(
             &format!("note-{i}"),
-            &format!("Maintenance note {i}: inspect the pump housing, the valves and the seals every {} hours.", 100 + i),
+            &format!(
+                "Maintenance note {i}: inspect the pump housing, the valves and the seals every {} hours.",
+                100 + i
+            ),
             "notes",
         ));
     }
@@ -86,7 +97,10 @@ pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
     // keyword score, hybrid hits the sides that found them.
     let keyword = search(&mut client, request(PART, SearchMode::Keyword)).await.unwrap().remove(0).hits;
     assert_eq!(ids(&keyword), ["manual-valve"], "{kind}: only one chunk holds the token");
-    assert!(keyword[0].keyword_score.is_some_and(|s| s > 0.0) && keyword[0].vector_score.is_none(), "{kind}: {keyword:?}");
+    assert!(
+        keyword[0].keyword_score.is_some_and(|s| s > 0.0) && keyword[0].vector_score.is_none(),
+        "{kind}: {keyword:?}"
+    );
     assert_eq!(keyword[0].score, keyword[0].keyword_score.unwrap());
     let question = format!("which part number is {PART}");
     let hybrid = search(&mut client, request(&question, SearchMode::Hybrid)).await.unwrap().remove(0).hits;
@@ -121,7 +135,10 @@ pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
         let mut filtered = request("pump valves seals", mode);
         filtered.filter = Some(Filter { must: vec![condition_equals("shelf", "valves")], ..Default::default() });
         let hits = search(&mut client, filtered).await.unwrap().remove(0).hits;
-        assert!(!hits.is_empty() && hits.iter().all(|h| h.document_id.starts_with("valve-")), "{kind} {mode:?}: {hits:?}");
+        assert!(
+            !hits.is_empty() && hits.iter().all(|h| h.document_id.starts_with("valve-")),
+            "{kind} {mode:?}: {hits:?}"
+        );
 
         let mut page = request("maintenance note inspect pump housing", mode);
         page.top_k = Some(6);
@@ -140,11 +157,8 @@ pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
         assert_eq!(results[0].hits[0].document_id, "manual-valve", "{kind} {mode:?}");
         assert_eq!(results[1].hits[0].document_id, "valve-b", "{kind} {mode:?}");
 
-        let mut stream = client
-            .search_stream(SearchStreamRequest { search: Some(two), page_size: 2 })
-            .await
-            .unwrap()
-            .into_inner();
+        let mut stream =
+            client.search_stream(SearchStreamRequest { search: Some(two), page_size: 2 }).await.unwrap().into_inner();
         let mut streamed: Vec<Vec<String>> = vec![Vec::new(), Vec::new()];
         while let Some(page) = stream.message().await.unwrap() {
             streamed[page.query_index as usize].extend(page.hits.into_iter().map(|h| h.document_id));
@@ -157,7 +171,10 @@ pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
     // The threshold applies to the mode's score: BM25 in keyword mode.
     let mut high = request(PART, SearchMode::Keyword);
     high.score_threshold = Some(keyword[0].score + 1.0);
-    assert!(search(&mut client, high).await.unwrap()[0].hits.is_empty(), "{kind}: the BM25 score is below the threshold");
+    assert!(
+        search(&mut client, high).await.unwrap()[0].hits.is_empty(),
+        "{kind}: the BM25 score is below the threshold"
+    );
 
     // Bad input names the field.
     let refused = |result: Result<_, tonic::Status>, field: &str| {
@@ -202,7 +219,8 @@ pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
     ingest_and_wait(&mut client, vec![replaced]).await;
     let after = search(&mut client, request(PART, SearchMode::Keyword)).await.unwrap().remove(0).hits;
     assert!(after.is_empty(), "{kind}: the replaced text is gone from the keyword index: {after:?}");
-    let before = search(&mut client, request("gate valves throttling", SearchMode::Keyword)).await.unwrap().remove(0).hits;
+    let before =
+        search(&mut client, request("gate valves throttling", SearchMode::Keyword)).await.unwrap().remove(0).hits;
     assert_eq!(before[0].document_id, "valve-b");
     client.delete_documents(DeleteDocumentsRequest { ids: vec!["valve-b".into()], filter: None }).await.unwrap();
     for mode in [SearchMode::Keyword, SearchMode::Hybrid] {

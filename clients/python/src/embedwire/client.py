@@ -439,8 +439,8 @@ class Client:
                 chunks' words: exact terms, names, codes) or ``"hybrid"`` (both, fused).
                 ``score_threshold`` then applies to the mode's score (cosine, BM25, fused).
             alpha: the vector side's weight in hybrid mode, 0 to 1 (server default 0.5).
-            fusion: how hybrid mode merges its rankings: ``"rrf"`` (reciprocal rank, the
-                default) or ``"relative_score"``.
+            fusion: how hybrid mode merges its rankings: ``"relative_score"`` (the
+                default) or ``"rrf"`` (reciprocal rank).
             timeout: deadline in seconds.
 
         Returns:

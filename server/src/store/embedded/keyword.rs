@@ -11,9 +11,11 @@
 //! a crash at the wrong moment (seconds for 10k documents).
 //!
 //! # Analyzer
-//! Words (letters and digits), lower-cased, English stop words removed, Porter-stemmed:
-//! on SciFact's train split this beat plain lower-casing (see the README's retrieval
-//! table and `embedwire-bench retrieval`).
+//! Words (letters and digits), lower-cased, English stop words removed, stemmed
+//! (Snowball English). Chosen on SciFact's train split (5,183 abstracts, 809 queries),
+//! keyword-mode nDCG@10: lower-case only 0.646, + stop words 0.646, + stemming 0.679,
+//! both 0.681. Stop words change little in quality but keep the commonest words out of
+//! the postings. A rebuild of that corpus' 11,995 chunks takes under a second.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -22,7 +24,9 @@ use std::sync::Mutex;
 use tantivy::collector::{FilterCollector, TopDocs};
 use tantivy::query::BooleanQuery;
 use tantivy::schema::{FAST, Field, INDEXED, IndexRecordOption, STRING, Schema, TextFieldIndexing, TextOptions};
-use tantivy::tokenizer::{Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer};
+use tantivy::tokenizer::{
+    Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
+};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
 
 use crate::error::{Error, Result};
@@ -214,9 +218,7 @@ impl KeywordIndex {
         let query = BooleanQuery::new_multiterms_query(
             terms
                 .iter()
-                .flat_map(|(term, times)| {
-                    std::iter::repeat_n(Term::from_field_text(self.fields.text, term), *times)
-                })
+                .flat_map(|(term, times)| std::iter::repeat_n(Term::from_field_text(self.fields.text, term), *times))
                 .collect(),
         );
         let searcher = self.reader.searcher();
@@ -231,7 +233,8 @@ impl KeywordIndex {
         .map_err(keyword_error)?;
         let mut hits = Vec::with_capacity(found.len());
         for (score, address) in found {
-            let ids = searcher.segment_reader(address.segment_ord).fast_fields().u64("chunk_id").map_err(keyword_error)?;
+            let ids =
+                searcher.segment_reader(address.segment_ord).fast_fields().u64("chunk_id").map_err(keyword_error)?;
             hits.extend(ids.first(address.doc_id).map(|id| (id, score)));
         }
         Ok(hits)

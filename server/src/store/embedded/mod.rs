@@ -21,8 +21,8 @@ use self::keyword::{KeywordChanges, KeywordChunk, KeywordIndex};
 use self::redb_file::{IndexChanges, Store};
 use self::view::IndexView;
 use super::{
-    Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord,
-    KeywordQuery, NewDocument, StoreDescription, StoreHealth, StoreQuery, StoredHit, ViewCounts,
+    Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, KeywordQuery,
+    NewDocument, StoreDescription, StoreHealth, StoreQuery, StoredHit, ViewCounts,
 };
 use crate::corpus::filter::Filter;
 use crate::corpus::text::ContentHash;
@@ -339,8 +339,11 @@ impl CorpusStore for EmbeddedStore {
                 if filter.is_empty() { None } else { Some(&passes) };
             view.index.search(query.vector, query.count, query.score_threshold, predicate)?
         };
-        let content =
-            HitContent { with_text: query.with_text, with_metadata: query.with_metadata, with_vector: query.with_vector };
+        let content = HitContent {
+            with_text: query.with_text,
+            with_metadata: query.with_metadata,
+            with_vector: query.with_vector,
+        };
         self.hits(scored, content).await
     }
 
@@ -356,8 +359,11 @@ impl CorpusStore for EmbeddedStore {
         let scored = tokio::task::spawn_blocking(move || keywords.search(&text, count, allowed))
             .await
             .map_err(|e| Error::Storage(format!("keyword search task: {e}")))??;
-        let content =
-            HitContent { with_text: query.with_text, with_metadata: query.with_metadata, with_vector: query.with_vector };
+        let content = HitContent {
+            with_text: query.with_text,
+            with_metadata: query.with_metadata,
+            with_vector: query.with_vector,
+        };
         self.hits(scored, content).await
     }
 }

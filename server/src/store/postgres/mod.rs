@@ -35,8 +35,8 @@ use tokio_postgres::{Row, Transaction};
 use self::connection::{Endpoint, PoolSettings, Pools, parse_lsn, sql_error};
 use self::schema::{IndexShape, VectorType};
 use super::{
-    Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, NewDocument,
-    StoreDescription, StoreHealth, StoreNode, KeywordQuery, StoreQuery, StoredHit, ViewCounts,
+    Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, KeywordQuery,
+    NewDocument, StoreDescription, StoreHealth, StoreNode, StoreQuery, StoredHit, ViewCounts,
 };
 use crate::config::{PostgresVector, ServerConfig};
 use crate::corpus::filter::Filter;

@@ -54,11 +54,12 @@ pub fn quoted(schema: &str) -> String {
 fn migrations(s: &str, shape: &IndexShape) -> Vec<(i32, &'static str, String)> {
     let (vector, dim) = (shape.vector.sql(), shape.dim);
     let (m, ef) = (shape.hnsw_m, shape.hnsw_ef_construction);
-    vec![(
-        1,
-        "documents, chunks with an HNSW index, jobs, pending documents",
-        format!(
-            "CREATE TABLE {s}.settings (key text PRIMARY KEY, value text NOT NULL);
+    vec![
+        (
+            1,
+            "documents, chunks with an HNSW index, jobs, pending documents",
+            format!(
+                "CREATE TABLE {s}.settings (key text PRIMARY KEY, value text NOT NULL);
              CREATE TABLE {s}.documents (
                  doc_id text PRIMARY KEY, text text NOT NULL, metadata jsonb NOT NULL,
                  chunks jsonb NOT NULL, indexed_at double precision NOT NULL);
@@ -81,18 +82,20 @@ fn migrations(s: &str, shape: &IndexShape) -> Vec<(i32, &'static str, String)> {
              CREATE TABLE {s}.pending (
                  job_id text NOT NULL REFERENCES {s}.jobs ON DELETE CASCADE, sequence bigint NOT NULL,
                  document jsonb NOT NULL, PRIMARY KEY (job_id, sequence));"
+            ),
         ),
-    ), (
-        2,
-        "keyword search: each chunk's English tsvector, generated, with a GIN index",
-        // Generated, so every write path (ingest, replace, delete, recovery) keeps it in
-        // step with the text without a line of code; an existing index is filled here.
-        format!(
-            "ALTER TABLE {s}.chunks ADD COLUMN text_search tsvector
+        (
+            2,
+            "keyword search: each chunk's English tsvector, generated, with a GIN index",
+            // Generated, so every write path (ingest, replace, delete, recovery) keeps it in
+            // step with the text without a line of code; an existing index is filled here.
+            format!(
+                "ALTER TABLE {s}.chunks ADD COLUMN text_search tsvector
                  GENERATED ALWAYS AS (to_tsvector('english', text)) STORED;
              CREATE INDEX chunks_text_search ON {s}.chunks USING gin (text_search);"
+            ),
         ),
-    )]
+    ]
 }
 
 /// Creates the extension, the schema and the tables as needed and checks that the

@@ -40,8 +40,8 @@ use self::convert::{PropertiesBuilder, PropertiesReader};
 use self::replicas::ReplicaErrors;
 use self::schema::{Collections, Layout};
 use super::{
-    Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, NewDocument,
-    StoreDescription, StoreHealth, StoreNode, StoreQuery, StoredHit, KeywordQuery, ViewCounts,
+    Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, KeywordQuery,
+    NewDocument, StoreDescription, StoreHealth, StoreNode, StoreQuery, StoredHit, ViewCounts,
 };
 use crate::config::{Consistency, ServerConfig};
 use crate::corpus::filter::Filter;
@@ -881,8 +881,11 @@ impl CorpusStore for WeaviateStore {
     }
 
     async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>> {
-        let content =
-            HitContent { with_text: query.with_text, with_metadata: query.with_metadata, with_vector: query.with_vector };
+        let content = HitContent {
+            with_text: query.with_text,
+            with_metadata: query.with_metadata,
+            with_vector: query.with_vector,
+        };
         let mut request = self.chunk_lookup(query.filter, query.count, content)?;
         request.metadata =
             Some(pb::MetadataRequest { distance: true, vector: query.with_vector, ..Default::default() });
@@ -920,8 +923,11 @@ impl CorpusStore for WeaviateStore {
                 ),
             ));
         }
-        let content =
-            HitContent { with_text: query.with_text, with_metadata: query.with_metadata, with_vector: query.with_vector };
+        let content = HitContent {
+            with_text: query.with_text,
+            with_metadata: query.with_metadata,
+            with_vector: query.with_vector,
+        };
         let mut request = self.chunk_lookup(query.filter, query.count, content)?;
         request.metadata = Some(pb::MetadataRequest { score: true, vector: query.with_vector, ..Default::default() });
         request.bm25_search = Some(pb::Bm25 {

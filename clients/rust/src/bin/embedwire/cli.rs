@@ -156,7 +156,7 @@ pub struct SearchArgs {
     /// Weight of the vector side in hybrid mode, 0 to 1 (default: the server's, 0.5)
     #[arg(long)]
     pub alpha: Option<f32>,
-    /// How hybrid mode merges its rankings (default: the server's, rrf)
+    /// How hybrid mode merges its rankings (default: the server's, relative-score)
     #[arg(long, value_enum)]
     pub fusion: Option<FusionArg>,
 }
