@@ -364,3 +364,21 @@ fn chaos_postgres_loses_nothing_across_kills() {
 fn chaos_weaviate_loses_nothing_across_kills() {
     chaos_loses_nothing("weaviate");
 }
+
+#[test]
+fn retrieval_measures_each_mode_against_its_yardsticks() {
+    let run = Run::scenario("retrieval", &["--quick-queries", "15", "--quick-documents", "120"]);
+    run.prints(["vector nDCG@10 - exact", "keyword nDCG@10 - plain BM25", "hybrid nDCG@10 - best single mode"]);
+    run.prints(["hybrid p50 / vector p50", "ingest with keyword index / without"]);
+    let header = "store,mode,alpha,fusion,ndcg_at_10,recall_at_100,mrr_at_10,p50_ms,p99_ms,queries_per_s";
+    let rows = run.csv("retrieval.csv", header);
+    let modes: Vec<&str> = rows.iter().map(|r| r[1].as_str()).collect();
+    assert_eq!(modes[..3], ["vector", "keyword", "hybrid"], "{rows:?}");
+    for row in &rows {
+        let ndcg: f64 = row[4].parse().unwrap();
+        assert!((0.0..=1.0).contains(&ndcg) && ndcg > 0.2, "a mode that finds nothing relevant: {row:?}");
+    }
+    assert_eq!(rows.iter().filter(|r| r[0] == "yardstick").count(), 2);
+    assert_eq!(run.csv("retrieval_ingest.csv", "server,documents,documents_per_s,completed_s").len(), 2);
+    assert!(std::fs::metadata(run.dir.join("retrieval.png")).map_or(0, |m| m.len()) > 1000, "the plot");
+}

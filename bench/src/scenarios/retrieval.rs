@@ -35,6 +35,7 @@ use tonic::transport::Channel;
 
 const DEFAULT_DATASET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/scifact-train");
 const BM25_BASELINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/retrieval/bm25_baseline.py");
+const PLOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/retrieval/plot.py");
 /// Chunks asked per query when measuring quality: enough for 100 distinct documents at a few chunks each.
 const QUALITY_TOP_K: u32 = 300;
 /// What a user asks, for the latency figures.
@@ -70,6 +71,10 @@ pub struct Args {
     /// --quick: documents of the slice.
     #[arg(long, default_value_t = 400)]
     pub quick_documents: usize,
+    /// Also measure hybrid + rerank, with the server's scorer (its cross-encoder when started with
+    /// `--server-arg --rerank-model-dir=DIR`, else the embedding model as a bi-encoder).
+    #[arg(long)]
+    pub rerank: bool,
 }
 
 /// One way of searching.
@@ -79,6 +84,7 @@ struct Way {
     /// None: the server's default.
     alpha: Option<f32>,
     fusion: Fusion,
+    rerank: bool,
 }
 
 impl Way {
@@ -91,6 +97,9 @@ impl Way {
         if self.mode != SearchMode::Hybrid {
             return mode.to_string();
         }
+        if self.rerank {
+            return "hybrid+rerank".to_string();
+        }
         let fusion = if self.fusion == Fusion::ReciprocalRank { "rrf" } else { "relative_score" };
         match self.alpha {
             None => format!("hybrid (default: {fusion})"),
@@ -99,9 +108,9 @@ impl Way {
     }
 }
 
-const VECTOR: Way = Way { mode: SearchMode::Vector, alpha: None, fusion: Fusion::Unspecified };
-const KEYWORD: Way = Way { mode: SearchMode::Keyword, alpha: None, fusion: Fusion::Unspecified };
-const HYBRID: Way = Way { mode: SearchMode::Hybrid, alpha: None, fusion: Fusion::Unspecified };
+const VECTOR: Way = Way { mode: SearchMode::Vector, alpha: None, fusion: Fusion::Unspecified, rerank: false };
+const KEYWORD: Way = Way { mode: SearchMode::Keyword, alpha: None, fusion: Fusion::Unspecified, rerank: false };
+const HYBRID: Way = Way { mode: SearchMode::Hybrid, alpha: None, fusion: Fusion::Unspecified, rerank: false };
 
 /// What one way of searching one store gave.
 struct Measured {
@@ -141,7 +150,10 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             "weaviate" => Some(StoreCluster::start(StoreKind::Weaviate(3))?.0),
             _ => None,
         };
-        let ways = if position == 0 && !common.quick { tuning_grid() } else { vec![VECTOR, KEYWORD, HYBRID] };
+        let mut ways = if position == 0 && !common.quick { tuning_grid() } else { vec![VECTOR, KEYWORD, HYBRID] };
+        if args.rerank {
+            ways.push(Way { rerank: true, ..HYBRID });
+        }
         let result = runtime.block_on(measure_store(common, &binary, store, cluster.as_ref(), &dataset, &ways, exact.is_none()));
         if let Some(cluster) = cluster {
             cluster.stop()?;
@@ -154,6 +166,9 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let exact = exact.context("no exact baseline")?;
     println!("exact whole-document cosine ranking (Embed, outside the server): nDCG@10 {:.4}", exact.ndcg_at_10);
     write_tables(&mut report, &measured, &ingest_rows, exact, bm25)?;
+    let python = embedwire_bench::corpus::python_or_venv(None)?;
+    let plotted = std::process::Command::new(python).arg(PLOT).arg(report.dir()).status()?;
+    anyhow::ensure!(plotted.success(), "bench/retrieval/plot.py failed: {plotted}");
     report.figures(judge(&measured, &ingest_rows, exact, bm25));
     report.finish()
 }
@@ -163,7 +178,7 @@ fn tuning_grid() -> Vec<Way> {
     let mut ways = vec![VECTOR, KEYWORD, HYBRID];
     for fusion in [Fusion::ReciprocalRank, Fusion::RelativeScore] {
         for alpha in [0.3, 0.4, 0.5, 0.6, 0.7, 0.8] {
-            ways.push(Way { mode: SearchMode::Hybrid, alpha: Some(alpha), fusion });
+            ways.push(Way { mode: SearchMode::Hybrid, alpha: Some(alpha), fusion, rerank: false });
         }
     }
     ways
@@ -214,9 +229,9 @@ async fn measure_store(
             without_runs.push(ingest::ingest(other.clone(), slice, ("d", first), INGEST_BATCH).await?);
         }
     }
-    let mut ingests = vec![IngestRow { label: format!("{store}, keyword index"), run: IngestRun::combine(&with_runs) }];
+    let mut ingests = vec![IngestRow { label: format!("{store} with keyword index"), run: IngestRun::combine(&with_runs) }];
     if let Some(process) = without {
-        ingests.push(IngestRow { label: format!("{store}, no keyword index"), run: IngestRun::combine(&without_runs) });
+        ingests.push(IngestRow { label: format!("{store} without keyword index"), run: IngestRun::combine(&without_runs) });
         process.stop().await?;
     }
     for row in &ingests {
@@ -251,7 +266,7 @@ fn search_request(text: &str, way: Way, top_k: u32, with_text: bool) -> SearchRe
         top_k: Some(top_k),
         include_text: Some(with_text),
         include_metadata: Some(false),
-        rerank: Some(false),
+        rerank: Some(way.rerank),
         mode: way.mode as i32,
         alpha: way.alpha,
         fusion: way.fusion as i32,
@@ -459,7 +474,7 @@ fn judge(measured: &[Measured], ingests: &[IngestRow], exact: Quality, bm25: Qua
         }
     }
     if let [with, without, ..] = ingests
-        && without.label.contains("no keyword")
+        && without.label.contains("without keyword")
     {
         let ratio = with.run.rate() / without.run.rate().max(1e-9);
         rows.push(

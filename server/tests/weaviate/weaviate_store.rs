@@ -78,3 +78,51 @@ async fn bad_configuration_is_refused_with_a_clear_message() {
 async fn keyword_and_hybrid_search() {
     common::hybrid_contract::keyword_and_hybrid_search(weaviate_flags("hybrid"), "weaviate").await;
 }
+
+/// A collection made before keyword search (its chunk text not indexed for BM25) keeps
+/// serving vector search; keyword and hybrid searches are refused with a message that
+/// names the collection and says what to do. Weaviate cannot index an existing
+/// property afterwards, so this is the only honest answer short of a re-ingest.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collection_from_before_keyword_search_refuses_keyword_modes_clearly() {
+    use embedwire_proto::v1::{Document, SearchMode, SearchRequest};
+    let flags = weaviate_flags("legacy");
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    // The classes as this server version creates them, then the chunk class made again
+    // the way older versions made it (its text not searchable).
+    drop(common::InProcessServer::start(&[common::ONNX, &flag_refs].concat()).await);
+    let http = reqwest::Client::new();
+    let base = &cluster().http_urls()[0];
+    let mut class: serde_json::Value =
+        http.get(format!("{base}/v1/schema/Legacy")).send().await.unwrap().json().await.unwrap();
+    for property in class["properties"].as_array_mut().unwrap() {
+        if property["name"] == "text" {
+            property["tokenization"] = "field".into();
+            property["indexSearchable"] = false.into();
+        }
+    }
+    let deleted = http.delete(format!("{base}/v1/schema/Legacy")).send().await.unwrap();
+    assert!(deleted.status().is_success(), "{}", deleted.text().await.unwrap());
+    let created = http.post(format!("{base}/v1/schema")).json(&class).send().await.unwrap();
+    assert!(created.status().is_success(), "{}", created.text().await.unwrap());
+
+    let server = common::InProcessServer::start(&[common::ONNX, &flag_refs].concat()).await;
+    let mut client = store_contract::search_client(&server.address).await;
+    let document =
+        Document { id: "old".into(), text: "Old collections still search by meaning.".into(), ..Default::default() };
+    store_contract::ingest_and_wait(&mut client, vec![document]).await;
+    let request = |mode: SearchMode| SearchRequest {
+        queries: vec![store_contract::text_query("searching by meaning")],
+        mode: mode as i32,
+        ..Default::default()
+    };
+    let hits = client.search(request(SearchMode::Vector)).await.unwrap().into_inner().results.remove(0).hits;
+    assert_eq!(hits[0].document_id, "old");
+    for mode in [SearchMode::Keyword, SearchMode::Hybrid] {
+        let status = client.search(request(mode)).await.expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        let message = status.message();
+        assert!(message.contains("Legacy") && message.contains("before keyword search"), "{message}");
+        assert!(message.contains("--collection"), "says what to do: {message}");
+    }
+}
