@@ -88,6 +88,7 @@ bench: setup
 ## embedwire-bench overload, embedwire-bench soak (10 min), embedwire-bench index at 1M vectors (~20 min) and
 ## embedwire-bench store (~20 min: embedded store vs Weaviate 1 and 3 nodes and PostgreSQL, 10k documents)
 ## and embedwire-bench chaos, 100 SIGKILL-and-restart cycles under ingest per store (bench/results/chaos/)
+## and embedwire-bench retrieval, search quality on SciFact's train split per store and mode (~40 min)
 bench-long: setup
 	./target/release/embedwire-bench search
 	./target/release/embedwire-bench overload
@@ -97,3 +98,4 @@ bench-long: setup
 	./target/release/embedwire-bench chaos --store embedded --cycles 100
 	./target/release/embedwire-bench chaos --store postgres --cycles 100
 	./target/release/embedwire-bench chaos --store weaviate --cycles 100
+	./target/release/embedwire-bench retrieval

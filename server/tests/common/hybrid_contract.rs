@@ -168,6 +168,16 @@ pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
         assert_eq!(streamed, answered, "{kind} {mode:?}: the stream answers as Search");
     }
 
+    // Rerank (the embedding model as a bi-encoder here) reorders the fused or keyword
+    // candidates by its score.
+    for mode in [SearchMode::Keyword, SearchMode::Hybrid] {
+        let mut reranked = request("pump water impeller", mode);
+        reranked.rerank = Some(true);
+        let hits = search(&mut client, reranked).await.unwrap().remove(0).hits;
+        assert!(!hits.is_empty() && hits.iter().all(|h| h.rerank_score.is_some()), "{kind} {mode:?}: {hits:?}");
+        assert!(hits.windows(2).all(|w| w[0].rerank_score >= w[1].rerank_score), "{kind} {mode:?}: rerank order");
+    }
+
     // The threshold applies to the mode's score: BM25 in keyword mode.
     let mut high = request(PART, SearchMode::Keyword);
     high.score_threshold = Some(keyword[0].score + 1.0);
