@@ -12,7 +12,7 @@
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use anyhow::Context;
@@ -483,6 +483,5 @@ fn judge(measured: &[Measured], ingests: &[IngestRow], exact: Quality, bm25: Qua
                 .with_note(format!("{:.1} vs {:.1} documents/s", with.run.rate(), without.run.rate())),
         );
     }
-    let _ = Duration::ZERO;
     rows
 }
