@@ -150,6 +150,33 @@ pub struct KeywordQuery<'a> {
     pub with_vector: bool,
 }
 
+/// What a hit carries besides its citation and score.
+#[derive(Debug, Clone, Copy)]
+pub struct HitContent {
+    pub with_text: bool,
+    pub with_metadata: bool,
+    pub with_vector: bool,
+}
+
+impl StoreQuery<'_> {
+    pub fn content(&self) -> HitContent {
+        HitContent { with_text: self.with_text, with_metadata: self.with_metadata, with_vector: self.with_vector }
+    }
+}
+
+impl KeywordQuery<'_> {
+    pub fn content(&self) -> HitContent {
+        HitContent { with_text: self.with_text, with_metadata: self.with_metadata, with_vector: self.with_vector }
+    }
+
+    /// The part of the text a store's own keyword engine is sent: its first words, so
+    /// that a 100,000-character query costs what a long sentence does (the embedded
+    /// store bounds its distinct terms the same way).
+    pub fn leading_words(&self) -> String {
+        self.text.split_whitespace().take(embedded::keyword::MAX_QUERY_TERMS * 2).collect::<Vec<_>>().join(" ")
+    }
+}
+
 /// One matching chunk, best first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredHit {

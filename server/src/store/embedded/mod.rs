@@ -20,6 +20,7 @@ use async_trait::async_trait;
 use self::keyword::{KeywordChanges, KeywordChunk, KeywordIndex};
 use self::redb_file::{IndexChanges, Store};
 use self::view::IndexView;
+use super::HitContent;
 use super::{
     Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, KeywordQuery,
     NewDocument, StoreDescription, StoreHealth, StoreQuery, StoredHit, ViewCounts,
@@ -212,14 +213,6 @@ fn keyword_chunks(record: &DocumentRecord) -> Vec<KeywordChunk<'_>> {
         .collect()
 }
 
-/// What a hit carries besides its citation.
-#[derive(Clone, Copy)]
-struct HitContent {
-    with_text: bool,
-    with_metadata: bool,
-    with_vector: bool,
-}
-
 /// A hit before its text is read from the file.
 struct Candidate {
     hit: StoredHit,
@@ -339,12 +332,7 @@ impl CorpusStore for EmbeddedStore {
                 if filter.is_empty() { None } else { Some(&passes) };
             view.index.search(query.vector, query.count, query.score_threshold, predicate)?
         };
-        let content = HitContent {
-            with_text: query.with_text,
-            with_metadata: query.with_metadata,
-            with_vector: query.with_vector,
-        };
-        self.hits(scored, content).await
+        self.hits(scored, query.content()).await
     }
 
     async fn keyword_search(&self, query: KeywordQuery<'_>) -> Result<Vec<StoredHit>> {
@@ -359,11 +347,6 @@ impl CorpusStore for EmbeddedStore {
         let scored = tokio::task::spawn_blocking(move || keywords.search(&text, count, allowed))
             .await
             .map_err(|e| Error::Storage(format!("keyword search task: {e}")))??;
-        let content = HitContent {
-            with_text: query.with_text,
-            with_metadata: query.with_metadata,
-            with_vector: query.with_vector,
-        };
-        self.hits(scored, content).await
+        self.hits(scored, query.content()).await
     }
 }

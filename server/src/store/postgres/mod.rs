@@ -34,6 +34,7 @@ use tokio_postgres::{Row, Transaction};
 
 use self::connection::{Endpoint, PoolSettings, Pools, parse_lsn, sql_error};
 use self::schema::{IndexShape, VectorType};
+use super::HitContent;
 use super::{
     Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, KeywordQuery,
     NewDocument, StoreDescription, StoreHealth, StoreNode, StoreQuery, StoredHit, ViewCounts,
@@ -551,43 +552,20 @@ impl CorpusStore for PostgresStore {
 
     async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>> {
         let filter = sql_filter::translate(query.filter, 3);
-        let mut columns = vec!["doc_id", "chunk_index", "start_char", "end_char", "(embedding <=> $1)::float8"];
-        let mut optional = |wanted: bool, column: &'static str| {
-            wanted.then(|| {
-                columns.push(column);
-                columns.len() - 1
-            })
-        };
-        let text_at = optional(query.with_text, "text");
-        let metadata_at = optional(query.with_metadata, "metadata");
-        let vector_at = optional(query.with_vector, "embedding::vector");
-        let columns = columns.join(", ");
+        let columns = ChunkColumns::new("(embedding <=> $1)::float8", query.content());
         let sql = format!(
-            "SELECT {columns} FROM {}.chunks WHERE {} ORDER BY embedding <=> $1 LIMIT $2",
-            self.schema, filter.condition
+            "SELECT {} FROM {}.chunks WHERE {} ORDER BY embedding <=> $1 LIMIT $2",
+            columns.sql, self.schema, filter.condition
         );
         let vector = self.query_vector(query.vector);
         let limit = query.count as i64;
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![vector.as_ref(), &limit];
         params.extend(filter.params.iter().map(|p| p.as_sql()));
         let rows = self.query_reader("search", &sql, &params).await?;
+        // Cosine distance is 1 - similarity.
         let mut hits: Vec<StoredHit> = rows
             .iter()
-            .map(|row| {
-                StoredHit {
-                    document_id: row.get(0),
-                    chunk_index: row.get::<_, i32>(1) as u32,
-                    start_char: row.get::<_, i32>(2) as u32,
-                    end_char: row.get::<_, i32>(3) as u32,
-                    // Cosine distance is 1 - similarity.
-                    score: (1.0 - row.get::<_, f64>(4)) as f32,
-                    text: text_at.map(|i| row.get(i)),
-                    metadata: metadata_at
-                        .map(|i| row.get::<_, Json<BTreeMap<String, String>>>(i).0)
-                        .unwrap_or_default(),
-                    vector: vector_at.map(|i| row.get::<_, Vector>(i).to_vec()),
-                }
-            })
+            .map(|row| columns.hit(row, (1.0 - row.get::<_, f64>(4)) as f32))
             .filter(|hit| query.score_threshold.is_none_or(|threshold| hit.score >= threshold))
             .collect();
         // Iterative scans in relaxed order may return hits slightly out of order.
@@ -597,50 +575,59 @@ impl CorpusStore for PostgresStore {
 
     async fn keyword_search(&self, query: KeywordQuery<'_>) -> Result<Vec<StoredHit>> {
         let filter = sql_filter::translate(query.filter, 3);
-        let mut columns = vec!["doc_id", "chunk_index", "start_char", "end_char", "ts_rank(text_search, q.query, 1)"];
+        let columns = ChunkColumns::new("ts_rank(text_search, q.query, 1)", query.content());
+        // plainto_tsquery joins the query's words with AND; a keyword search ranks
+        // chunks with ANY of them, so the ANDs become ORs (lexemes are quoted: ' & '
+        // only ever separates them). Only stop words give an empty query: no hits.
+        let sql = format!(
+            "WITH q AS (SELECT replace(plainto_tsquery('english', $1)::text, ' & ', ' | ')::tsquery AS query)
+             SELECT {} FROM {}.chunks, q WHERE text_search @@ q.query AND {}
+             ORDER BY 5 DESC LIMIT $2",
+            columns.sql, self.schema, filter.condition
+        );
+        let text = query.leading_words();
+        let limit = query.count as i64;
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&text, &limit];
+        params.extend(filter.params.iter().map(|p| p.as_sql()));
+        let rows = self.query_reader("keyword search", &sql, &params).await?;
+        Ok(rows.iter().map(|row| columns.hit(row, row.get::<_, f32>(4))).collect())
+    }
+}
+
+/// The columns of a chunk search: the citation, the score (5th), then what the hit
+/// carries, wherever each landed.
+struct ChunkColumns {
+    sql: String,
+    text_at: Option<usize>,
+    metadata_at: Option<usize>,
+    vector_at: Option<usize>,
+}
+
+impl ChunkColumns {
+    fn new(score: &'static str, content: HitContent) -> Self {
+        let mut columns = vec!["doc_id", "chunk_index", "start_char", "end_char", score];
         let mut optional = |wanted: bool, column: &'static str| {
             wanted.then(|| {
                 columns.push(column);
                 columns.len() - 1
             })
         };
-        let text_at = optional(query.with_text, "text");
-        let metadata_at = optional(query.with_metadata, "metadata");
-        let vector_at = optional(query.with_vector, "embedding::vector");
-        let columns = columns.join(", ");
-        // plainto_tsquery joins the query's words with AND; a keyword search ranks
-        // chunks with ANY of them, so the ANDs become ORs (lexemes are quoted: ' & '
-        // only ever separates them). Only stop words give an empty query: no hits.
-        let sql = format!(
-            "WITH q AS (SELECT replace(plainto_tsquery('english', $1)::text, ' & ', ' | ')::tsquery AS query)
-             SELECT {columns} FROM {}.chunks, q WHERE text_search @@ q.query AND {}
-             ORDER BY 5 DESC LIMIT $2",
-            self.schema, filter.condition
-        );
-        let text = keyword_text(query.text);
-        let limit = query.count as i64;
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&text, &limit];
-        params.extend(filter.params.iter().map(|p| p.as_sql()));
-        let rows = self.query_reader("keyword search", &sql, &params).await?;
-        Ok(rows
-            .iter()
-            .map(|row| StoredHit {
-                document_id: row.get(0),
-                chunk_index: row.get::<_, i32>(1) as u32,
-                start_char: row.get::<_, i32>(2) as u32,
-                end_char: row.get::<_, i32>(3) as u32,
-                score: row.get::<_, f32>(4),
-                text: text_at.map(|i| row.get(i)),
-                metadata: metadata_at.map(|i| row.get::<_, Json<BTreeMap<String, String>>>(i).0).unwrap_or_default(),
-                vector: vector_at.map(|i| row.get::<_, Vector>(i).to_vec()),
-            })
-            .collect())
+        let text_at = optional(content.with_text, "text");
+        let metadata_at = optional(content.with_metadata, "metadata");
+        let vector_at = optional(content.with_vector, "embedding::vector");
+        ChunkColumns { sql: columns.join(", "), text_at, metadata_at, vector_at }
     }
-}
 
-/// The part of a query text the keyword search reads: its first words, up to the
-/// embedded store's term bound, so that a 100,000-character query costs what a long
-/// sentence does.
-fn keyword_text(text: &str) -> String {
-    text.split_whitespace().take(crate::store::embedded::keyword::MAX_QUERY_TERMS * 2).collect::<Vec<_>>().join(" ")
+    fn hit(&self, row: &tokio_postgres::Row, score: f32) -> StoredHit {
+        StoredHit {
+            document_id: row.get(0),
+            chunk_index: row.get::<_, i32>(1) as u32,
+            start_char: row.get::<_, i32>(2) as u32,
+            end_char: row.get::<_, i32>(3) as u32,
+            score,
+            text: self.text_at.map(|i| row.get(i)),
+            metadata: self.metadata_at.map(|i| row.get::<_, Json<BTreeMap<String, String>>>(i).0).unwrap_or_default(),
+            vector: self.vector_at.map(|i| row.get::<_, Vector>(i).to_vec()),
+        }
+    }
 }

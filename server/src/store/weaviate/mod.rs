@@ -39,6 +39,7 @@ use self::client::Connection;
 use self::convert::{PropertiesBuilder, PropertiesReader};
 use self::replicas::ReplicaErrors;
 use self::schema::{Collections, Layout};
+use super::HitContent;
 use super::{
     Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, KeywordQuery,
     NewDocument, StoreDescription, StoreHealth, StoreNode, StoreQuery, StoredHit, ViewCounts,
@@ -881,11 +882,7 @@ impl CorpusStore for WeaviateStore {
     }
 
     async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>> {
-        let content = HitContent {
-            with_text: query.with_text,
-            with_metadata: query.with_metadata,
-            with_vector: query.with_vector,
-        };
+        let content = query.content();
         let mut request = self.chunk_lookup(query.filter, query.count, content)?;
         request.metadata =
             Some(pb::MetadataRequest { distance: true, vector: query.with_vector, ..Default::default() });
@@ -923,15 +920,11 @@ impl CorpusStore for WeaviateStore {
                 ),
             ));
         }
-        let content = HitContent {
-            with_text: query.with_text,
-            with_metadata: query.with_metadata,
-            with_vector: query.with_vector,
-        };
+        let content = query.content();
         let mut request = self.chunk_lookup(query.filter, query.count, content)?;
         request.metadata = Some(pb::MetadataRequest { score: true, vector: query.with_vector, ..Default::default() });
         request.bm25_search = Some(pb::Bm25 {
-            query: keyword_text(query.text),
+            query: query.leading_words(),
             properties: vec!["text".to_string()],
             search_operator: None,
         });
@@ -943,14 +936,6 @@ impl CorpusStore for WeaviateStore {
         hits.sort_by(|a, b| b.score.total_cmp(&a.score));
         Ok(hits)
     }
-}
-
-/// What a hit carries besides its citation.
-#[derive(Clone, Copy)]
-struct HitContent {
-    with_text: bool,
-    with_metadata: bool,
-    with_vector: bool,
 }
 
 /// A chunk object as a hit with `score`.
@@ -970,10 +955,4 @@ fn chunk_hit(result: &pb::SearchResult, score: f32, content: HitContent) -> Stor
         },
         vector: if content.with_vector { convert::result_vector(result) } else { None },
     }
-}
-
-/// The part of a query text the keyword search sends: its first words, so that a
-/// 100,000-character query costs what a long sentence does.
-fn keyword_text(text: &str) -> String {
-    text.split_whitespace().take(crate::store::embedded::keyword::MAX_QUERY_TERMS * 2).collect::<Vec<_>>().join(" ")
 }
