@@ -133,10 +133,10 @@ async fn servers_starting_together_migrate_once() {
     let args = [&["--backend", "pseudo"][..], &flags].concat();
     let servers = futures::future::join_all((0..4).map(|_| InProcessServer::start(&args))).await;
     let cluster = PostgresCluster::shared_store();
-    // Each migration once: versions 1 (the tables) and 2 (keyword search).
+    // Each migration once: versions 1 (the tables), 2 (tsvectors) and 3 (BM25 postings).
     assert_eq!(
         cluster.sql("migrate", "SELECT string_agg(version::text, ',' ORDER BY version) FROM together.migrations"),
-        "1,2"
+        "1,2,3"
     );
     assert_eq!(cluster.sql("migrate", "SELECT value FROM together.settings WHERE key = 'vector'"), "halfvec");
     for server in servers {
@@ -184,4 +184,84 @@ async fn bad_configuration_is_refused_with_a_clear_message() {
 #[tokio::test(flavor = "multi_thread")]
 async fn keyword_and_hybrid_search() {
     common::hybrid_contract::keyword_and_hybrid_search(postgres_flags("hybrid", "hybrid"), "postgres").await;
+}
+
+/// The postings (one row per chunk and lexeme) follow every write: after ingest,
+/// replace and delete they are exactly the chunks' lexemes.
+fn assert_postings_match_chunks(cluster: &PostgresCluster, db: &str, schema: &str, when: &str) {
+    let postings = cluster.sql(
+        db,
+        &format!(
+            "SELECT count(*) FROM (SELECT term, doc_id, chunk_index FROM {schema}.chunk_terms
+             EXCEPT SELECT t.lexeme, c.doc_id, c.chunk_index FROM {schema}.chunks c, unnest(c.text_search) t) extra"
+        ),
+    );
+    assert_eq!(postings, "0", "{when}: postings of no chunk's lexeme");
+    let (rows, lexemes) = (
+        cluster.sql(db, &format!("SELECT count(*) FROM {schema}.chunk_terms")),
+        cluster.sql(db, &format!("SELECT coalesce(sum(length(text_search)), 0) FROM {schema}.chunks")),
+    );
+    assert_eq!(rows, lexemes, "{when}: one posting per chunk and lexeme");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keyword_scores_are_bm25_and_the_postings_follow_every_write() {
+    let cluster = PostgresCluster::shared_store();
+    let flags = postgres_flags("bm25", "bm25");
+    let server = InProcessServer::start(&[ONNX, &flags.iter().map(String::as_str).collect::<Vec<_>>()].concat()).await;
+    let mut client = search_client(&server.address).await;
+    let document = |id: &str, text: &str| Document { id: id.into(), text: text.into(), metadata: Default::default() };
+    let job = ingest_and_wait(
+        &mut client,
+        vec![
+            document("a", "The valve leaks. Replace the valve seal before the pump runs again."),
+            document("b", "A pump moves water through pipes; one valve controls the flow."),
+            document("c", "Seals wear out in cold weather and need inspection every spring."),
+            document("d", "Nothing here mentions the part at all, only the weather."),
+        ],
+    )
+    .await;
+    assert_eq!(job.status, JobStatus::Completed as i32, "{job:?}");
+    assert_postings_match_chunks(&cluster, "bm25", "bm25", "after ingest");
+
+    // The server's score of each chunk for "valve seal", against BM25 (k1 1.2, b 0.75,
+    // Lucene's IDF) computed here from the chunks' own tsvectors, not the postings.
+    let keyword = |text: &str| SearchRequest {
+        queries: vec![text_query(text)],
+        top_k: Some(10),
+        mode: embedwire_proto::v1::SearchMode::Keyword as i32,
+        ..Default::default()
+    };
+    let hits = client.search(keyword("valve seals")).await.unwrap().into_inner().results.remove(0).hits;
+    let expected = cluster.sql(
+        "bm25",
+        "WITH stats AS (SELECT count(*)::float8 AS n,
+                               avg((SELECT sum(coalesce(array_length(positions, 1), 1)) FROM unnest(text_search)))::float8 AS avgdl
+                        FROM bm25.chunks),
+              terms AS (SELECT lexeme FROM unnest(to_tsvector('english', 'valve seals'))),
+              df AS (SELECT lexeme, (SELECT count(*) FROM bm25.chunks WHERE text_search @@ lexeme::tsquery)::float8 AS df FROM terms),
+              per_chunk AS (
+                SELECT c.doc_id,
+                       sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) * t.tf * 2.2
+                           / (t.tf + 1.2 * (0.25 + 0.75 * t.len / stats.avgdl))) AS score
+                FROM bm25.chunks c, stats, df,
+                     LATERAL (SELECT coalesce(array_length(u.positions, 1), 1)::float8 AS tf,
+                                     (SELECT sum(coalesce(array_length(positions, 1), 1)) FROM unnest(c.text_search))::float8 AS len
+                              FROM unnest(c.text_search) u WHERE u.lexeme = df.lexeme) t
+                GROUP BY c.doc_id)
+         SELECT string_agg(doc_id || '=' || round(score::numeric, 4), ',' ORDER BY score DESC, doc_id) FROM per_chunk",
+    );
+    let answered =
+        hits.iter().map(|h| format!("{}={:.4}", h.document_id, h.keyword_score.unwrap())).collect::<Vec<_>>().join(",");
+    assert_eq!(answered, expected, "the server's BM25 against the formula");
+    assert_eq!(hits[0].document_id, "a", "two matches of valve and one of seal");
+
+    // Replace and delete: the postings go with their chunks.
+    let job = ingest_and_wait(&mut client, vec![document("a", "Now about gaskets only.")]).await;
+    assert_eq!(job.status, JobStatus::Completed as i32, "{job:?}");
+    client.delete_documents(DeleteDocumentsRequest { ids: vec!["b".into()], filter: None }).await.unwrap();
+    assert_postings_match_chunks(&cluster, "bm25", "bm25", "after replace and delete");
+    let hits = client.search(keyword("valve")).await.unwrap().into_inner().results.remove(0).hits;
+    assert!(hits.is_empty(), "no chunk holds valve any more: {hits:?}");
+    server.stop().await.unwrap();
 }

@@ -9,12 +9,14 @@
 //! - [`schema`]: the tables of an index and their versioned migrations.
 //! - [`sql_filter`]: metadata filters as SQL with bound parameters.
 //! - [`jobs`]: job rows, leases, pending documents.
+//! - [`bm25`]: keyword search, BM25 over a postings table.
 //!
 //! Writes go to the primary in transactions, chunk and document rows by binary COPY.
 //! Searches and document reads go to a replica when one is usable (see
 //! [`connection`]), else to the primary. Searches use the HNSW index with iterative
 //! scans, so a filtered search still returns top_k hits.
 
+mod bm25;
 pub mod connection;
 pub mod jobs;
 pub mod schema;
@@ -103,6 +105,8 @@ pub struct PostgresStore {
     embedding_type: Type,
     health: Arc<Mutex<StoreHealth>>,
     counts: Arc<Mutex<ViewCounts>>,
+    /// The chunk count and mean length keyword searches rank with.
+    keyword_corpus: bm25::CorpusCache,
 }
 
 impl PostgresStore {
@@ -156,6 +160,7 @@ impl PostgresStore {
             embedding_type,
             health: Arc::new(Mutex::new(StoreHealth { healthy: true, detail: String::new(), nodes })),
             counts: Arc::new(Mutex::new(ViewCounts::default())),
+            keyword_corpus: bm25::CorpusCache::default(),
         });
         // Before the server serves: a replica is reported missing only once a check failed.
         store.refresh_health().await;
@@ -244,6 +249,17 @@ impl PostgresStore {
         }
         self.pools.observe(operation, started, result.is_ok());
         result
+    }
+
+    /// The figures of the whole index BM25 ranks with, read again when they are old.
+    async fn keyword_corpus(&self) -> Result<bm25::CorpusFigures> {
+        if let Some(figures) = self.keyword_corpus.fresh() {
+            return Ok(figures);
+        }
+        let rows = self.query_reader("keyword corpus", &bm25::corpus_sql(&self.schema), &[]).await?;
+        let figures = bm25::CorpusFigures { chunks: rows[0].get(0), mean_length: rows[0].get(1) };
+        self.keyword_corpus.store(figures);
+        Ok(figures)
     }
 
     async fn refresh_counts(&self) -> Result<IndexStats> {
@@ -574,23 +590,17 @@ impl CorpusStore for PostgresStore {
     }
 
     async fn keyword_search(&self, query: KeywordQuery<'_>) -> Result<Vec<StoredHit>> {
-        let filter = sql_filter::translate(query.filter, 3);
-        let columns = ChunkColumns::new("ts_rank(text_search, q.query, 1)", query.content());
-        // plainto_tsquery joins the query's words with AND; a keyword search ranks
-        // chunks with ANY of them, so the ANDs become ORs (lexemes are quoted: ' & '
-        // only ever separates them). Only stop words give an empty query: no hits.
-        let sql = format!(
-            "WITH q AS (SELECT replace(plainto_tsquery('english', $1)::text, ' & ', ' | ')::tsquery AS query)
-             SELECT {} FROM {}.chunks, q WHERE text_search @@ q.query AND {}
-             ORDER BY 5 DESC LIMIT $2",
-            columns.sql, self.schema, filter.condition
-        );
+        let filter = sql_filter::translate(query.filter, 5);
+        let condition = (!query.filter.is_empty()).then_some(filter.condition.as_str());
+        let columns = ChunkColumns::new("scored.score", query.content());
+        let sql = bm25::search_sql(&self.schema, &columns.sql, condition);
+        let corpus = self.keyword_corpus().await?;
         let text = query.leading_words();
         let limit = query.count as i64;
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&text, &limit];
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&text, &limit, &corpus.chunks, &corpus.mean_length];
         params.extend(filter.params.iter().map(|p| p.as_sql()));
         let rows = self.query_reader("keyword search", &sql, &params).await?;
-        Ok(rows.iter().map(|row| columns.hit(row, row.get::<_, f32>(4))).collect())
+        Ok(rows.iter().map(|row| columns.hit(row, row.get::<_, f64>(4) as f32)).collect())
     }
 }
 

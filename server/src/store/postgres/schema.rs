@@ -95,6 +95,41 @@ fn migrations(s: &str, shape: &IndexShape) -> Vec<(i32, &'static str, String)> {
              CREATE INDEX chunks_text_search ON {s}.chunks USING gin (text_search);"
             ),
         ),
+        (
+            3,
+            "keyword search by BM25: each chunk's length in lexemes and a postings table kept by a trigger",
+            // See `bm25`. The postings are written by a statement trigger on every insert of
+            // chunks (COPY included) and go with their chunk by the cascading key, so every
+            // write path keeps them in step; chunks are never updated in place. The GIN
+            // index of migration 2 served ts_rank, which nothing runs any more.
+            format!(
+                "CREATE FUNCTION {s}.keyword_length(v tsvector) RETURNS integer
+                     LANGUAGE sql IMMUTABLE PARALLEL SAFE
+                     AS $$ SELECT coalesce(sum(coalesce(array_length(positions, 1), 1)), 0)::integer FROM unnest(v) $$;
+             ALTER TABLE {s}.chunks ADD COLUMN keyword_length integer
+                 GENERATED ALWAYS AS ({s}.keyword_length(to_tsvector('english', text))) STORED;
+             CREATE INDEX chunks_keyword_length ON {s}.chunks (keyword_length);
+             DROP INDEX {s}.chunks_text_search;
+             CREATE TABLE {s}.chunk_terms (
+                 term text NOT NULL, doc_id text NOT NULL, chunk_index integer NOT NULL,
+                 frequency real NOT NULL, chunk_length real NOT NULL,
+                 FOREIGN KEY (doc_id, chunk_index) REFERENCES {s}.chunks ON DELETE CASCADE);
+             CREATE FUNCTION {s}.index_chunk_terms() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                     INSERT INTO {s}.chunk_terms (term, doc_id, chunk_index, frequency, chunk_length)
+                     SELECT t.lexeme, c.doc_id, c.chunk_index, coalesce(array_length(t.positions, 1), 1), c.keyword_length
+                     FROM inserted c, unnest(c.text_search) t;
+                     RETURN NULL;
+                 END $$;
+             CREATE TRIGGER chunks_index_terms AFTER INSERT ON {s}.chunks
+                 REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION {s}.index_chunk_terms();
+             INSERT INTO {s}.chunk_terms (term, doc_id, chunk_index, frequency, chunk_length)
+                 SELECT t.lexeme, c.doc_id, c.chunk_index, coalesce(array_length(t.positions, 1), 1), c.keyword_length
+                 FROM {s}.chunks c, unnest(c.text_search) t;
+             CREATE INDEX chunk_terms_term ON {s}.chunk_terms (term) INCLUDE (doc_id, chunk_index, frequency, chunk_length);
+             CREATE INDEX chunk_terms_chunk ON {s}.chunk_terms (doc_id, chunk_index);"
+            ),
+        ),
     ]
 }
 

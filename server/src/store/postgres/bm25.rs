@@ -1,0 +1,95 @@
+//! Keyword search as BM25 over a postings table, in plain SQL.
+//!
+//! Core PostgreSQL ranks a `tsquery` with `ts_rank`, which must read the tsvector of
+//! every matching chunk: a query of a few ordinary words matches most of the index,
+//! so that cost grows with the index (39 ms a query on SciFact's 11,995 chunks), and
+//! `ts_rank` is not BM25 (nDCG@10 0.603 there, against 0.664 for BM25).
+//!
+//! Migration 3 ([`super::schema`]) keeps one `chunk_terms` row per (chunk, lexeme)
+//! with the lexeme's count in the chunk and the chunk's length, written by a trigger
+//! on every insert of chunks and removed with them by a cascading foreign key, so no
+//! write path has to remember it. A search reads only the postings of the query's
+//! lexemes through an index-only scan and sums BM25 per chunk (3.6 ms a query on the
+//! same index, same k1 and b as the embedded store's tantivy and Weaviate).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// BM25's term-frequency saturation and length normalisation: Lucene's and
+/// Weaviate's defaults, as the other stores use.
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+/// The corpus figures (chunk count, mean length) are read again after this long.
+const CORPUS_MAX_AGE: Duration = Duration::from_secs(5);
+/// Below this many chunks they are read for every search: cheap there, and a small
+/// index changes proportionally fast (a first ingest).
+const ALWAYS_FRESH_BELOW: f64 = 10_000.0;
+
+/// What BM25 needs to know about the whole index.
+#[derive(Debug, Clone, Copy)]
+pub struct CorpusFigures {
+    pub chunks: f64,
+    pub mean_length: f64,
+}
+
+/// The SQL that reads [`CorpusFigures`]: an index-only scan of `chunks_keyword_length`.
+pub fn corpus_sql(schema: &str) -> String {
+    format!("SELECT count(*)::float8, coalesce(avg(keyword_length), 0)::float8 FROM {schema}.chunks")
+}
+
+/// The last corpus figures read, and when.
+#[derive(Default)]
+pub struct CorpusCache(Mutex<Option<(Instant, CorpusFigures)>>);
+
+impl CorpusCache {
+    /// The cached figures while they are recent enough to rank with.
+    pub fn fresh(&self) -> Option<CorpusFigures> {
+        let cached = *self.0.lock().expect("lock");
+        cached
+            .filter(|(read_at, figures)| figures.chunks >= ALWAYS_FRESH_BELOW && read_at.elapsed() < CORPUS_MAX_AGE)
+            .map(|(_, figures)| figures)
+    }
+
+    pub fn store(&self, figures: CorpusFigures) {
+        *self.0.lock().expect("lock") = Some((Instant::now(), figures));
+    }
+}
+
+/// The keyword search: `$1` the query text, `$2` the hits wanted, `$3` the chunk
+/// count, `$4` the mean chunk length; a filter's parameters from `$5` on, its
+/// condition over the chunk's columns in `filter` (None: no filter). `columns` name
+/// the chunk's columns with the score as `scored.score`.
+pub fn search_sql(schema: &str, columns: &str, filter: Option<&str>) -> String {
+    // The query's lexemes (the same English configuration as the chunks'), each with
+    // its IDF. MATERIALIZED: otherwise the planner counts a term's postings again for
+    // every posting it sums. A chunk count read a moment ago may be below a term's
+    // count: the greater of the two keeps the IDF positive.
+    let idf = format!(
+        "WITH terms AS MATERIALIZED (
+             SELECT term, ln(1 + (greatest($3::float8, n) - n + 0.5) / (n + 0.5)) AS idf
+             FROM (SELECT q.term, (SELECT count(*) FROM {schema}.chunk_terms p WHERE p.term = q.term)::float8 AS n
+                   FROM (SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector('english', $1))) q) counted
+             WHERE n > 0)"
+    );
+    let sum = format!(
+        "SELECT p.doc_id, p.chunk_index,
+                sum(terms.idf * p.frequency * {k1_plus_1}
+                    / (p.frequency + {K1} * (1 - {B} + {B} * p.chunk_length / greatest($4::float8, 1)))) AS score
+         FROM terms JOIN {schema}.chunk_terms p ON p.term = terms.term
+         GROUP BY p.doc_id, p.chunk_index",
+        k1_plus_1 = K1 + 1.0
+    );
+    let order = "ORDER BY scored.score DESC, scored.doc_id, scored.chunk_index";
+    match filter {
+        // Without a filter the best chunks are known before any chunk row is read.
+        None => format!(
+            "{idf}, scored AS ({sum} ORDER BY score DESC, doc_id, chunk_index LIMIT $2)
+             SELECT {columns} FROM scored JOIN {schema}.chunks c USING (doc_id, chunk_index) {order}"
+        ),
+        Some(condition) => format!(
+            "{idf}, scored AS ({sum})
+             SELECT {columns} FROM scored JOIN {schema}.chunks c USING (doc_id, chunk_index)
+             WHERE {condition} {order} LIMIT $2"
+        ),
+    }
+}
