@@ -146,6 +146,12 @@ pub struct SearchOptions {
     pub alpha: Option<f32>,
     /// How hybrid mode merges its two rankings (server default: relative score).
     pub fusion: Option<Fusion>,
+    /// Rank documents, each with at most this many of its best chunks (1 to 100),
+    /// one after the other: `top_k` and `offset` then count documents. None: rank
+    /// chunks.
+    pub group_by_document: Option<u32>,
+    /// Mark each hit's words that match the query's, in [`Hit::highlights`].
+    pub highlight: bool,
 }
 
 /// How a search finds chunks.
@@ -226,6 +232,9 @@ pub struct Hit {
     pub metadata: HashMap<String, String>,
     /// The chunk's vector (only with `include_vectors`).
     pub vector: Option<Vec<f32>>,
+    /// The chunk's words that match the query's (only with `highlight`), as
+    /// (start, end) offsets in the document's text in code points, like `chunk`.
+    pub highlights: Vec<(u32, u32)>,
 }
 
 impl Hit {
@@ -241,6 +250,7 @@ impl Hit {
             text: hit.text,
             metadata: hit.metadata,
             vector,
+            highlights: hit.highlights.iter().map(|span| (span.start_char, span.end_char)).collect(),
         }
     }
 }
@@ -268,6 +278,10 @@ impl Client {
             mode: options.mode.to_proto() as i32,
             alpha: options.alpha,
             fusion: options.fusion.map_or(pb::Fusion::Unspecified, Fusion::to_proto) as i32,
+            group_by: if options.group_by_document.is_some() { pb::GroupBy::Document } else { pb::GroupBy::Unspecified }
+                as i32,
+            group_size: options.group_by_document,
+            highlight: options.highlight,
         };
         let caller = &self.inner.caller;
         let (address, response) = caller

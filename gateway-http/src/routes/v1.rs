@@ -117,6 +117,19 @@ pub struct SearchBody {
     #[serde(default)]
     #[schema(example = "relative_score")]
     pub fusion: Option<String>,
+    /// Extension: `"document"` ranks documents, each by its best chunk: `top_k` counts
+    /// documents and each brings its best `group_size` chunks, one after the other;
+    /// `"none"` (the default) ranks chunks.
+    #[serde(default)]
+    #[schema(example = "document")]
+    pub group_by: Option<String>,
+    /// Extension: chunks per document when grouped, 1 to 100 (default 1).
+    #[serde(default)]
+    pub group_size: Option<u32>,
+    /// Extension: mark each result's words that match the query's (lower-cased,
+    /// stemmed, stop words left out) in `highlights`.
+    #[serde(default)]
+    pub highlight: bool,
 }
 
 /// A metadata filter: every `must` condition holds, at least one `should` condition
@@ -176,6 +189,18 @@ pub struct SearchResult {
     /// Extension, when `citations` is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub citation: Option<Citation>,
+    /// Extension, when `highlight` is set: the words of `text` that match the query's,
+    /// in order, as offsets in the document (like `citation`: subtract its
+    /// `start_char` to mark them in `text`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub highlights: Option<Vec<Highlight>>,
+}
+
+/// A stretch of a document's text, in Unicode code points.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Highlight {
+    pub start_char: u32,
+    pub end_char: u32,
 }
 
 /// Where a result's text sits in its document.
@@ -264,6 +289,14 @@ pub async fn search<U: Upstream>(
             return Err(ApiError::invalid("fusion", format!("must be \"rrf\" or \"relative_score\", not {other:?}")));
         }
     };
+    let group_by = match body.group_by.as_deref() {
+        None | Some("none") => wire::GroupBy::Unspecified,
+        Some("document") => wire::GroupBy::Document,
+        Some(other) => {
+            return Err(ApiError::invalid("group_by", format!("must be \"document\" or \"none\", not {other:?}")));
+        }
+    };
+    let highlight = body.highlight;
     let request = SearchRequest {
         queries: vec![SearchQuery { query: Some(search_query::Query::Text(body.query)) }],
         top_k: Some(body.top_k.unwrap_or(DEFAULT_TOP_K)),
@@ -275,6 +308,9 @@ pub async fn search<U: Upstream>(
         mode: if mode_named { mode as i32 } else { 0 },
         alpha: body.alpha,
         fusion: fusion as i32,
+        group_by: group_by as i32,
+        group_size: body.group_size,
+        highlight,
         ..SearchRequest::default()
     };
     let Served { value: reply, origin } =
@@ -295,6 +331,9 @@ pub async fn search<U: Upstream>(
             // A request from before modes answers exactly as it did.
             vector_score: if mode_named { hit.vector_score } else { hit.rerank_score.and(hit.vector_score) },
             keyword_score: if mode_named { hit.keyword_score } else { None },
+            highlights: highlight.then(|| {
+                hit.highlights.iter().map(|h| Highlight { start_char: h.start_char, end_char: h.end_char }).collect()
+            }),
             text: hit.text,
             metadata: hit.metadata,
         })

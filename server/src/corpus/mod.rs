@@ -9,10 +9,15 @@
 //! - [`filter`]: metadata filters.
 //! - [`jobs`]: the ingestion jobs and the background runner that indexes them.
 //! - [`search`]: queries: embed, ask the store, rerank, resolve hits.
+//! - [`fusion`]: hybrid search's merge of the vector and keyword rankings.
+//! - [`grouping`]: hits grouped by document.
+//! - [`highlight`]: the words of a hit that match the query's.
 
 pub mod chunker;
 pub mod filter;
 pub mod fusion;
+pub mod grouping;
+pub mod highlight;
 pub mod jobs;
 pub mod search;
 pub mod text;

@@ -1,7 +1,8 @@
 //! Answers queries: embeds query texts (with live traffic, through the engine), asks
 //! the store for the best chunks (by vector, by keyword, or both, fused), optionally
 //! re-scores them with the rerank engine (cross-encoder or bi-encoder), and cuts the
-//! page.
+//! page: of chunks, or of documents when grouped ([`super::grouping`]), with the
+//! matching words marked when asked ([`super::highlight`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,6 +10,8 @@ use std::sync::Arc;
 use super::Corpus;
 use super::filter::Filter;
 use super::fusion::{self, FusedHit, Fusion};
+use super::grouping;
+use super::highlight::QueryWords;
 use crate::engine::EmbedOptions;
 use crate::error::{Error, Result};
 use crate::rerank::RerankOptions;
@@ -32,7 +35,8 @@ pub const DEFAULT_ALPHA: f32 = 0.5;
 
 /// Candidates each side of a hybrid search ranks (more when the page needs more):
 /// a chunk ranked low by one side can still win on the other's. On SciFact's train
-/// split (top_k 10) 50 and 100 give the same nDCG@10 (0.7205).
+/// split (top_k 10) 50 and 100 give the same nDCG@10 (0.7205). See [`fusion::fuse`]'s
+/// depth.
 pub const HYBRID_CANDIDATES: usize = 50;
 
 /// One query.
@@ -64,6 +68,10 @@ pub struct SearchParams {
     /// The vector side's weight in hybrid mode (0..1); None: [`DEFAULT_ALPHA`].
     pub alpha: Option<f32>,
     pub fusion: Fusion,
+    /// Grouped by document, each bringing at most this many chunks; None: not grouped.
+    pub group_size: Option<usize>,
+    /// Mark each hit's words that match a text query's.
+    pub highlight: bool,
 }
 
 /// One matching chunk.
@@ -86,10 +94,51 @@ pub struct Hit {
     pub text: Option<String>,
     pub metadata: Option<BTreeMap<String, String>>,
     pub vector: Option<Vec<f32>>,
+    /// The words of the chunk that match the query's, in code points of the document,
+    /// when asked for.
+    pub highlights: Vec<(u32, u32)>,
+}
+
+/// A candidate in its final order, with its rerank score when reranked.
+struct Ranked {
+    candidate: FusedHit,
+    rerank_score: Option<f32>,
+}
+
+impl Ranked {
+    fn into_hit(self, params: &SearchParams, words: Option<&QueryWords>) -> Hit {
+        let hit = self.candidate.hit;
+        let highlights = match (words, &hit.text) {
+            (Some(words), Some(text)) => words.spans(text, hit.start_char),
+            _ => Vec::new(),
+        };
+        Hit {
+            document_id: hit.document_id,
+            chunk_index: hit.chunk_index,
+            start_char: hit.start_char,
+            end_char: hit.end_char,
+            score: self.candidate.score,
+            vector_score: self.candidate.vector_score,
+            keyword_score: self.candidate.keyword_score,
+            rerank_score: self.rerank_score,
+            text: if params.include_text { Some(hit.text.unwrap_or_default()) } else { None },
+            metadata: params.include_metadata.then_some(hit.metadata),
+            vector: hit.vector,
+            highlights,
+        }
+    }
+}
+
+/// The best chunks of one query, and whether the store has no more to give (it
+/// returned fewer than asked).
+struct Candidates {
+    hits: Vec<FusedHit>,
+    exhausted: bool,
 }
 
 impl Corpus {
-    /// Runs every query of `params`; one list of hits per query, best first.
+    /// Runs every query of `params`; one list of hits per query, best first (grouped:
+    /// documents best first, each document's hits one after the other).
     pub async fn search(self: &Arc<Self>, params: SearchParams) -> Result<Vec<Vec<Hit>>> {
         let rerank = self.validate_search(&params)?;
         let vectors = if params.mode == SearchMode::Keyword {
@@ -97,43 +146,83 @@ impl Corpus {
         } else {
             self.query_vectors(&params.queries).await?
         };
+        let mut results = Vec::with_capacity(vectors.len());
+        for (query, vector) in params.queries.iter().zip(&vectors) {
+            let ranked = match params.group_size {
+                None => self.ranked_chunks(&params, query, vector, rerank).await?,
+                Some(group_size) => self.ranked_documents(&params, query, vector, group_size, rerank).await?,
+            };
+            let words = match query {
+                Query::Text(text) if params.highlight => Some(QueryWords::of(text)),
+                _ => None,
+            };
+            results.push(ranked.into_iter().map(|ranked| ranked.into_hit(&params, words.as_ref())).collect());
+        }
+        Ok(results)
+    }
+
+    /// The page of chunks, best first.
+    async fn ranked_chunks(
+        &self,
+        params: &SearchParams,
+        query: &Query,
+        vector: &[f32],
+        rerank: bool,
+    ) -> Result<Vec<Ranked>> {
         let wanted = params.offset + params.top_k;
         // The cross-encoder re-scores a wider pool, from which the final page is cut.
         let pool = if rerank { wanted.max(self.settings.rerank_candidates) } else { wanted };
-        let mut results = Vec::with_capacity(vectors.len());
-        for (query, vector) in params.queries.iter().zip(&vectors) {
-            let mut candidates = self.candidates(&params, query, vector, pool, rerank).await?;
-            let mut rerank_scores = None;
-            if rerank && !candidates.is_empty() {
-                let texts: Vec<String> = candidates.iter().map(|c| c.hit.text.clone().unwrap_or_default()).collect();
-                let Query::Text(query_text) = query else { unreachable!("validated: rerank needs text queries") };
-                let reranked = self.reranker.rerank(query_text, &texts, RerankOptions::default()).await?;
-                let mut slots: Vec<Option<FusedHit>> = candidates.into_iter().map(Some).collect();
-                candidates = reranked.ranks.iter().map(|r| slots[r.index].take().expect("each index once")).collect();
-                rerank_scores = Some(reranked.ranks.iter().map(|r| r.score).collect::<Vec<f32>>());
-            }
-            let hits = candidates
-                .into_iter()
-                .enumerate()
-                .skip(params.offset)
-                .take(params.top_k)
-                .map(|(rank, candidate)| Hit {
-                    document_id: candidate.hit.document_id,
-                    chunk_index: candidate.hit.chunk_index,
-                    start_char: candidate.hit.start_char,
-                    end_char: candidate.hit.end_char,
-                    score: candidate.score,
-                    vector_score: candidate.vector_score,
-                    keyword_score: candidate.keyword_score,
-                    rerank_score: rerank_scores.as_ref().map(|scores| scores[rank]),
-                    text: if params.include_text { Some(candidate.hit.text.unwrap_or_default()) } else { None },
-                    metadata: params.include_metadata.then_some(candidate.hit.metadata),
-                    vector: candidate.hit.vector,
-                })
-                .collect();
-            results.push(hits);
+        let candidates = self.candidates(params, query, vector, pool, rerank).await?;
+        let ranked = self.reranked(query, candidates.hits, rerank).await?;
+        Ok(ranked.into_iter().skip(params.offset).take(params.top_k).collect())
+    }
+
+    /// The page of documents, each with its best `group_size` chunks. Asks the store
+    /// for more chunks until they hold enough documents or the store has no more, so
+    /// a page is never short while the index holds more matching documents (up to
+    /// [`grouping::MAX_GROUPED_CANDIDATES`] chunks deep).
+    async fn ranked_documents(
+        &self,
+        params: &SearchParams,
+        query: &Query,
+        vector: &[f32],
+        group_size: usize,
+        rerank: bool,
+    ) -> Result<Vec<Ranked>> {
+        let documents = params.offset + params.top_k;
+        let mut pool = grouping::first_candidates(documents, group_size);
+        if rerank {
+            pool = pool.max(self.settings.rerank_candidates).min(grouping::MAX_GROUPED_CANDIDATES);
         }
-        Ok(results)
+        loop {
+            let candidates = self.candidates(params, query, vector, pool, rerank).await?;
+            let exhausted = candidates.exhausted;
+            let ranked = self.reranked(query, candidates.hits, rerank).await?;
+            let groups = grouping::group_by_document(ranked, |r| r.candidate.hit.document_id.as_str(), group_size);
+            match grouping::more_candidates(pool) {
+                Some(more) if groups.len() < documents && !exhausted => pool = more,
+                _ => return Ok(groups.into_iter().skip(params.offset).take(params.top_k).flatten().collect()),
+            }
+        }
+    }
+
+    /// `candidates` in the rerank scorer's order with its scores, or as they are.
+    async fn reranked(&self, query: &Query, candidates: Vec<FusedHit>, rerank: bool) -> Result<Vec<Ranked>> {
+        if !rerank || candidates.is_empty() {
+            return Ok(candidates.into_iter().map(|candidate| Ranked { candidate, rerank_score: None }).collect());
+        }
+        let texts: Vec<String> = candidates.iter().map(|c| c.hit.text.clone().unwrap_or_default()).collect();
+        let Query::Text(query_text) = query else { unreachable!("validated: rerank needs text queries") };
+        let reranked = self.reranker.rerank(query_text, &texts, RerankOptions::default()).await?;
+        let mut slots: Vec<Option<FusedHit>> = candidates.into_iter().map(Some).collect();
+        Ok(reranked
+            .ranks
+            .iter()
+            .map(|rank| Ranked {
+                candidate: slots[rank.index].take().expect("each index once"),
+                rerank_score: Some(rank.score),
+            })
+            .collect())
     }
 
     /// The best `pool` chunks for one query by the request's mode, best first, with
@@ -145,8 +234,8 @@ impl Corpus {
         vector: &[f32],
         pool: usize,
         rerank: bool,
-    ) -> Result<Vec<FusedHit>> {
-        let with_text = rerank || params.include_text;
+    ) -> Result<Candidates> {
+        let with_text = rerank || params.include_text || params.highlight;
         let by_vector = |count: usize, score_threshold: Option<f32>| StoreQuery {
             vector,
             count,
@@ -172,29 +261,40 @@ impl Corpus {
         Ok(match params.mode {
             SearchMode::Vector => {
                 let hits = self.store.search(by_vector(pool, params.score_threshold)).await?;
-                hits.into_iter()
+                let exhausted = hits.len() < pool;
+                let hits = hits
+                    .into_iter()
                     .map(|hit| FusedHit { score: hit.score, vector_score: Some(hit.score), keyword_score: None, hit })
-                    .collect()
+                    .collect();
+                Candidates { hits, exhausted }
             }
             SearchMode::Keyword => {
                 let hits = self.store.keyword_search(by_keyword(pool)).await?;
-                hits.into_iter()
+                let exhausted = hits.len() < pool;
+                let hits = hits
+                    .into_iter()
                     .map(|hit| FusedHit { score: hit.score, vector_score: None, keyword_score: Some(hit.score), hit })
                     .filter(above_threshold)
-                    .collect()
+                    .collect();
+                Candidates { hits, exhausted }
             }
             SearchMode::Hybrid => {
-                let count = pool.max(HYBRID_CANDIDATES);
+                // Each side's ranking counts to a depth set by the page's size, never by
+                // its offset or a grouped search's growing pool: pages of one ranking
+                // agree. Past it, the vector side (which reaches every chunk) goes on.
+                let depth = HYBRID_CANDIDATES.max(params.top_k * params.group_size.unwrap_or(1));
+                let count = pool.max(depth);
                 let (by_vector, by_keyword) = futures::future::try_join(
                     self.store.search(by_vector(count, None)),
-                    self.store.keyword_search(by_keyword(count)),
+                    self.store.keyword_search(by_keyword(depth)),
                 )
                 .await?;
+                let exhausted = by_vector.len() < count;
                 let alpha = params.alpha.unwrap_or(DEFAULT_ALPHA);
-                let mut fused = fusion::fuse(by_vector, by_keyword, alpha, params.fusion);
+                let mut fused = fusion::fuse(by_vector, by_keyword, alpha, params.fusion, depth);
                 fused.retain(above_threshold);
                 fused.truncate(pool);
-                fused
+                Candidates { hits: fused, exhausted }
             }
         })
     }
@@ -235,6 +335,14 @@ impl Corpus {
                     format!("must be between -1 and 1 in vector mode (a finite number otherwise), not {threshold}"),
                 ));
             }
+        }
+        if let Some(size) = params.group_size
+            && !(1..=grouping::MAX_GROUP_SIZE).contains(&size)
+        {
+            return Err(Error::invalid(
+                "group_size",
+                format!("must be between 1 and {}, not {size}", grouping::MAX_GROUP_SIZE),
+            ));
         }
         if let Some(alpha) = params.alpha
             && !(0.0..=1.0).contains(&alpha)

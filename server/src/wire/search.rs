@@ -153,6 +153,15 @@ pub fn search_from_wire(request: pb::SearchRequest, max_top_k: usize) -> Result<
             Ok(pb::Fusion::RelativeScore) => Fusion::RelativeScore,
             Err(_) => return Err(Error::invalid("fusion", format!("unknown value {}", request.fusion))),
         },
+        group_size: match pb::GroupBy::try_from(request.group_by) {
+            Ok(pb::GroupBy::Unspecified | pb::GroupBy::None) if request.group_size.is_some() => {
+                return Err(Error::invalid("group_size", "needs group_by GROUP_BY_DOCUMENT"));
+            }
+            Ok(pb::GroupBy::Unspecified | pb::GroupBy::None) => None,
+            Ok(pb::GroupBy::Document) => Some(request.group_size.map_or(1, |size| size as usize)),
+            Err(_) => return Err(Error::invalid("group_by", format!("unknown value {}", request.group_by))),
+        },
+        highlight: request.highlight,
     };
     Ok((params, dtype))
 }
@@ -177,6 +186,11 @@ pub fn hit_to_wire(hit: Hit, dtype: EmbeddingDtype) -> SearchHit {
         metadata: hit.metadata.unwrap_or_else(BTreeMap::new).into_iter().collect(),
         vector,
         vector_scale,
+        highlights: hit
+            .highlights
+            .into_iter()
+            .map(|(start_char, end_char)| pb::TextSpan { start_char, end_char })
+            .collect(),
     }
 }
 

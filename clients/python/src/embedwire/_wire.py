@@ -249,6 +249,9 @@ def search_request(
     mode: str | None = None,
     alpha: float | None = None,
     fusion: str | None = None,
+    group_by: str | None = None,
+    group_size: int | None = None,
+    highlight: bool = False,
 ) -> search_pb2.SearchRequest:
     """A SearchRequest; None leaves an option to the server's default."""
     request = search_pb2.SearchRequest(
@@ -257,6 +260,8 @@ def search_request(
         include_vectors=include_vectors,
         mode=_choice("mode", mode, _MODES),
         fusion=_choice("fusion", fusion, _FUSIONS),
+        group_by=_choice("group_by", group_by, _GROUP_BY),
+        highlight=highlight,
     )
     for name, value in (
         ("top_k", top_k),
@@ -265,6 +270,7 @@ def search_request(
         ("include_metadata", include_metadata),
         ("rerank", rerank),
         ("alpha", alpha),
+        ("group_size", group_size),
     ):
         if value is not None:
             setattr(request, name, value)
@@ -279,6 +285,7 @@ _MODES = {
     "keyword": search_pb2.SEARCH_MODE_KEYWORD,
     "hybrid": search_pb2.SEARCH_MODE_HYBRID,
 }
+_GROUP_BY = {"none": search_pb2.GROUP_BY_NONE, "document": search_pb2.GROUP_BY_DOCUMENT}
 _FUSIONS = {"rrf": search_pb2.FUSION_RECIPROCAL_RANK, "relative_score": search_pb2.FUSION_RELATIVE_SCORE}
 
 
@@ -308,6 +315,7 @@ def hit(message: search_pb2.SearchHit) -> Hit:
         vector_score=message.vector_score if message.HasField("vector_score") else None,
         keyword_score=message.keyword_score if message.HasField("keyword_score") else None,
         vector=np.frombuffer(message.vector, dtype="<f4") if message.vector else None,
+        highlights=tuple((span.start_char, span.end_char) for span in message.highlights),
     )
 
 

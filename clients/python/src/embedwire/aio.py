@@ -314,6 +314,9 @@ class AsyncClient:
         mode: str | None = None,
         alpha: float | None = None,
         fusion: str | None = None,
+        group_by: str | None = None,
+        group_size: int | None = None,
+        highlight: bool = False,
         timeout: float | None = _UNSET,
     ) -> list[Hit] | list[list[Hit]]:
         """Searches the stored documents; see :meth:`embedwire.Client.search`."""
@@ -331,6 +334,9 @@ class AsyncClient:
             mode=mode,
             alpha=alpha,
             fusion=fusion,
+            group_by=group_by,
+            group_size=group_size,
+            highlight=highlight,
         )
         results = _wire.hits_per_query(await self._call("Search", request, self._timeout(timeout)))
         return results[0] if single else results

@@ -419,6 +419,9 @@ class Client:
         mode: str | None = None,
         alpha: float | None = None,
         fusion: str | None = None,
+        group_by: str | None = None,
+        group_size: int | None = None,
+        highlight: bool = False,
         timeout: float | None = _UNSET,
     ) -> list[Hit] | list[list[Hit]]:
         """Searches the stored documents.
@@ -441,6 +444,11 @@ class Client:
             alpha: the vector side's weight in hybrid mode, 0 to 1 (server default 0.5).
             fusion: how hybrid mode merges its rankings: ``"relative_score"`` (the
                 default) or ``"rrf"`` (reciprocal rank).
+            group_by: ``"document"`` ranks documents, each by its best chunk: ``top_k``
+                and ``offset`` count documents, and each document's hits (at most
+                ``group_size``, default 1) follow one another. ``"none"``: chunks.
+            group_size: chunks per document when grouped, 1 to 100.
+            highlight: set each hit's ``highlights``: its words that match the query's.
             timeout: deadline in seconds.
 
         Returns:
@@ -461,6 +469,9 @@ class Client:
             mode=mode,
             alpha=alpha,
             fusion=fusion,
+            group_by=group_by,
+            group_size=group_size,
+            highlight=highlight,
         )
         results = _wire.hits_per_query(self._call("Search", request, self._timeout(timeout)))
         return results[0] if single else results

@@ -137,6 +137,9 @@ class Hit:
         vector: the chunk's float32 vector when include_vectors, else None.
         vector_score: the cosine similarity, when the vector side found the chunk.
         keyword_score: the BM25 score, when the keyword side found the chunk.
+        highlights: with highlight, the chunk's words that match the query's, as
+            (start, end) offsets in code points of the document, like ``chunk``:
+            ``text[start - chunk.start_char:end - chunk.start_char]`` is the word.
     """
 
     document_id: str
@@ -148,6 +151,7 @@ class Hit:
     vector: np.ndarray | None = None
     vector_score: float | None = None
     keyword_score: float | None = None
+    highlights: tuple[tuple[int, int], ...] = ()
 
 
 class JobStatus(str, enum.Enum):

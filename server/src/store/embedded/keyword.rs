@@ -86,8 +86,9 @@ fn schema() -> (Schema, Fields) {
     (builder.build(), Fields { chunk_id, document_id, text })
 }
 
-/// The analyzer, for the index and for queries alike.
-fn analyzer() -> TextAnalyzer {
+/// The analyzer, for the index and for queries alike (and for highlights, whatever
+/// the store).
+pub fn analyzer() -> TextAnalyzer {
     TextAnalyzer::builder(SimpleTokenizer::default())
         .filter(RemoveLongFilter::limit(40))
         .filter(LowerCaser)

@@ -29,6 +29,12 @@ class Fusion(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FUSION_RECIPROCAL_RANK: _ClassVar[Fusion]
     FUSION_RELATIVE_SCORE: _ClassVar[Fusion]
 
+class GroupBy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GROUP_BY_UNSPECIFIED: _ClassVar[GroupBy]
+    GROUP_BY_NONE: _ClassVar[GroupBy]
+    GROUP_BY_DOCUMENT: _ClassVar[GroupBy]
+
 class CountAccuracy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     COUNT_ACCURACY_UNSPECIFIED: _ClassVar[CountAccuracy]
@@ -47,6 +53,9 @@ SEARCH_MODE_HYBRID: SearchMode
 FUSION_UNSPECIFIED: Fusion
 FUSION_RECIPROCAL_RANK: Fusion
 FUSION_RELATIVE_SCORE: Fusion
+GROUP_BY_UNSPECIFIED: GroupBy
+GROUP_BY_NONE: GroupBy
+GROUP_BY_DOCUMENT: GroupBy
 COUNT_ACCURACY_UNSPECIFIED: CountAccuracy
 COUNT_ACCURACY_EXACT: CountAccuracy
 COUNT_ACCURACY_LAST_EXACT: CountAccuracy
@@ -239,7 +248,7 @@ class SearchQuery(_message.Message):
     def __init__(self, text: _Optional[str] = ..., vector: _Optional[bytes] = ...) -> None: ...
 
 class SearchRequest(_message.Message):
-    __slots__ = ("queries", "top_k", "score_threshold", "offset", "filter", "include_text", "include_metadata", "include_vectors", "vector_dtype", "rerank", "mode", "alpha", "fusion")
+    __slots__ = ("queries", "top_k", "score_threshold", "offset", "filter", "include_text", "include_metadata", "include_vectors", "vector_dtype", "rerank", "mode", "alpha", "fusion", "group_by", "group_size", "highlight")
     QUERIES_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     SCORE_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
@@ -253,6 +262,9 @@ class SearchRequest(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     ALPHA_FIELD_NUMBER: _ClassVar[int]
     FUSION_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
+    HIGHLIGHT_FIELD_NUMBER: _ClassVar[int]
     queries: _containers.RepeatedCompositeFieldContainer[SearchQuery]
     top_k: int
     score_threshold: float
@@ -266,7 +278,10 @@ class SearchRequest(_message.Message):
     mode: SearchMode
     alpha: float
     fusion: Fusion
-    def __init__(self, queries: _Optional[_Iterable[_Union[SearchQuery, _Mapping]]] = ..., top_k: _Optional[int] = ..., score_threshold: _Optional[float] = ..., offset: _Optional[int] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., include_text: _Optional[bool] = ..., include_metadata: _Optional[bool] = ..., include_vectors: _Optional[bool] = ..., vector_dtype: _Optional[_Union[_embed_pb2.EmbeddingDtype, str]] = ..., rerank: _Optional[bool] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., alpha: _Optional[float] = ..., fusion: _Optional[_Union[Fusion, str]] = ...) -> None: ...
+    group_by: GroupBy
+    group_size: int
+    highlight: bool
+    def __init__(self, queries: _Optional[_Iterable[_Union[SearchQuery, _Mapping]]] = ..., top_k: _Optional[int] = ..., score_threshold: _Optional[float] = ..., offset: _Optional[int] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., include_text: _Optional[bool] = ..., include_metadata: _Optional[bool] = ..., include_vectors: _Optional[bool] = ..., vector_dtype: _Optional[_Union[_embed_pb2.EmbeddingDtype, str]] = ..., rerank: _Optional[bool] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., alpha: _Optional[float] = ..., fusion: _Optional[_Union[Fusion, str]] = ..., group_by: _Optional[_Union[GroupBy, str]] = ..., group_size: _Optional[int] = ..., highlight: _Optional[bool] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
     __slots__ = ("results", "took_ms")
@@ -283,7 +298,7 @@ class QueryResult(_message.Message):
     def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ...) -> None: ...
 
 class SearchHit(_message.Message):
-    __slots__ = ("document_id", "chunk", "score", "rerank_score", "text", "metadata", "vector", "vector_scale", "vector_score", "keyword_score")
+    __slots__ = ("document_id", "chunk", "score", "rerank_score", "text", "metadata", "vector", "vector_scale", "vector_score", "keyword_score", "highlights")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -301,6 +316,7 @@ class SearchHit(_message.Message):
     VECTOR_SCALE_FIELD_NUMBER: _ClassVar[int]
     VECTOR_SCORE_FIELD_NUMBER: _ClassVar[int]
     KEYWORD_SCORE_FIELD_NUMBER: _ClassVar[int]
+    HIGHLIGHTS_FIELD_NUMBER: _ClassVar[int]
     document_id: str
     chunk: ChunkSpan
     score: float
@@ -311,7 +327,16 @@ class SearchHit(_message.Message):
     vector_scale: float
     vector_score: float
     keyword_score: float
-    def __init__(self, document_id: _Optional[str] = ..., chunk: _Optional[_Union[ChunkSpan, _Mapping]] = ..., score: _Optional[float] = ..., rerank_score: _Optional[float] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., vector: _Optional[bytes] = ..., vector_scale: _Optional[float] = ..., vector_score: _Optional[float] = ..., keyword_score: _Optional[float] = ...) -> None: ...
+    highlights: _containers.RepeatedCompositeFieldContainer[TextSpan]
+    def __init__(self, document_id: _Optional[str] = ..., chunk: _Optional[_Union[ChunkSpan, _Mapping]] = ..., score: _Optional[float] = ..., rerank_score: _Optional[float] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., vector: _Optional[bytes] = ..., vector_scale: _Optional[float] = ..., vector_score: _Optional[float] = ..., keyword_score: _Optional[float] = ..., highlights: _Optional[_Iterable[_Union[TextSpan, _Mapping]]] = ...) -> None: ...
+
+class TextSpan(_message.Message):
+    __slots__ = ("start_char", "end_char")
+    START_CHAR_FIELD_NUMBER: _ClassVar[int]
+    END_CHAR_FIELD_NUMBER: _ClassVar[int]
+    start_char: int
+    end_char: int
+    def __init__(self, start_char: _Optional[int] = ..., end_char: _Optional[int] = ...) -> None: ...
 
 class SearchStreamRequest(_message.Message):
     __slots__ = ("search", "page_size")

@@ -159,6 +159,22 @@ pub struct SearchArgs {
     /// How hybrid mode merges its rankings (default: the server's, relative-score)
     #[arg(long, value_enum)]
     pub fusion: Option<FusionArg>,
+    /// Rank documents instead of chunks: --top-k counts documents
+    #[arg(long, value_enum)]
+    pub group_by: Option<GroupByArg>,
+    /// Chunks shown per document with --group-by document, 1 to 100
+    #[arg(long, requires = "group_by")]
+    pub group_size: Option<u32>,
+    /// Mark the words that match the query's, [like this]
+    #[arg(long)]
+    pub highlight: bool,
+}
+
+/// `--group-by` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GroupByArg {
+    /// One entry per document, by its best chunk
+    Document,
 }
 
 /// `--mode` values.

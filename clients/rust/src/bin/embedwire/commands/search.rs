@@ -1,10 +1,11 @@
-//! `embedwire search "query"`: the best chunks as a table (rank, score, document
-//! id, chunk, a snippet of its text), or as JSON.
+//! `embedwire search "query"`: the best chunks (or documents, with `--group-by
+//! document`) as a table (rank, score, document id, chunk, a snippet of its text,
+//! matching words [marked] with `--highlight`), or as JSON.
 
 use embedwire_client::{Client, Filter, Fusion, Hit, SearchMode, SearchOptions};
 use serde_json::{Value, json};
 
-use crate::cli::{FusionArg, ModeArg, SearchArgs};
+use crate::cli::{FusionArg, GroupByArg, ModeArg, SearchArgs};
 use crate::commands::print_json;
 use crate::table::{Table, snippet};
 
@@ -29,6 +30,8 @@ pub async fn run(client: &Client, args: SearchArgs, json_output: bool) -> anyhow
             FusionArg::Rrf => Fusion::ReciprocalRank,
             FusionArg::RelativeScore => Fusion::RelativeScore,
         }),
+        group_by_document: args.group_by.map(|GroupByArg::Document| args.group_size.unwrap_or(1)),
+        highlight: args.highlight,
         ..SearchOptions::default()
     };
     let hits = client.search(args.query.as_str(), &options).await?;
@@ -46,16 +49,42 @@ pub async fn run(client: &Client, args: SearchArgs, json_output: bool) -> anyhow
     }
     header.extend(["ID", "CHUNK", "TEXT"]);
     let mut table = Table::new(&header);
-    for (rank, hit) in hits.iter().enumerate() {
-        let mut row = vec![(rank + 1).to_string(), format!("{:.4}", hit.score)];
+    // Grouped, a document's chunks follow one another and share its rank.
+    let mut rank = 0;
+    for (position, hit) in hits.iter().enumerate() {
+        if args.group_by.is_none() || position == 0 || hits[position - 1].document_id != hit.document_id {
+            rank += 1;
+        }
+        let mut row = vec![rank.to_string(), format!("{:.4}", hit.score)];
         if reranked {
             row.push(hit.rerank_score.map(|score| format!("{score:.4}")).unwrap_or_default());
         }
-        row.extend([hit.document_id.clone(), hit.chunk.index.to_string(), snippet(&hit.text, SNIPPET_CHARS)]);
+        let text = if args.highlight { marked(hit) } else { hit.text.clone() };
+        row.extend([hit.document_id.clone(), hit.chunk.index.to_string(), snippet(&text, SNIPPET_CHARS)]);
         table.push(row);
     }
     print!("{}", table.render());
     Ok(())
+}
+
+/// The hit's text with its highlighted words in [brackets].
+fn marked(hit: &Hit) -> String {
+    let mut text = String::with_capacity(hit.text.len() + 2 * hit.highlights.len());
+    let mut spans = hit.highlights.iter().map(|&(from, to)| (from - hit.chunk.start_char, to - hit.chunk.start_char));
+    let mut span = spans.next();
+    for (at, c) in (0u32..).zip(hit.text.chars()) {
+        if span.is_some_and(|(from, _)| from == at) {
+            text.push('[');
+        }
+        text.push(c);
+        if let Some((_, to)) = span
+            && to == at + 1
+        {
+            text.push(']');
+            span = spans.next();
+        }
+    }
+    text
 }
 
 fn hit_json(rank: usize, hit: &Hit) -> Value {
@@ -69,5 +98,6 @@ fn hit_json(rank: usize, hit: &Hit) -> Value {
         "rerank_score": hit.rerank_score,
         "text": hit.text,
         "metadata": hit.metadata,
+        "highlights": hit.highlights.iter().map(|&(start_char, end_char)| json!({"start_char": start_char, "end_char": end_char})).collect::<Vec<_>>(),
     })
 }
