@@ -69,9 +69,9 @@ use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use embedwire_proto::v1::rerank_service_client::RerankServiceClient;
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
 use embedwire_proto::v1::{
-    EmbedRequest, EmbedResponse, GetDocumentsRequest, GetIndexStatsRequest, GetIndexStatsResponse, GetJobRequest,
-    GetJobResponse, InfoRequest, InfoResponse, IngestRequest, IngestResponse, RerankRequest, RerankResponse,
-    SearchRequest, SearchResponse, StoreInfo,
+    EmbedRequest, EmbedResponse, GetDocumentsRequest, GetDocumentsResponse, GetIndexStatsRequest,
+    GetIndexStatsResponse, GetJobRequest, GetJobResponse, InfoRequest, InfoResponse, IngestRequest, IngestResponse,
+    RerankRequest, RerankResponse, SearchRequest, SearchResponse, StoreInfo,
 };
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -854,6 +854,17 @@ impl Upstream for GrpcUpstream {
         if response.get_ref().results.iter().any(|result| !result.hits.is_empty()) {
             self.saw_data(index);
         }
+        Ok(self.served(index, response))
+    }
+
+    async fn get_documents(&self, request: GetDocumentsRequest) -> Result<Served<GetDocumentsResponse>, Status> {
+        let (index, response) = self
+            .call(self.stateful(), Retry::Idempotent, |channel| {
+                let request = self.request(request.clone());
+                let mut client = self.search_client(channel);
+                async move { client.get_documents(request).await }
+            })
+            .await?;
         Ok(self.served(index, response))
     }
 

@@ -10,9 +10,9 @@ use embedwire_proto::v1::embed_service_server::EmbedService;
 use embedwire_proto::v1::rerank_service_server::RerankService;
 use embedwire_proto::v1::search_service_server::SearchService;
 use embedwire_proto::v1::{
-    EmbedRequest, EmbedResponse, GetIndexStatsRequest, GetIndexStatsResponse, GetJobRequest, GetJobResponse,
-    InfoRequest, InfoResponse, IngestRequest, IngestResponse, RerankRequest, RerankResponse, SearchRequest,
-    SearchResponse,
+    EmbedRequest, EmbedResponse, GetDocumentsRequest, GetDocumentsResponse, GetIndexStatsRequest,
+    GetIndexStatsResponse, GetJobRequest, GetJobResponse, InfoRequest, InfoResponse, IngestRequest, IngestResponse,
+    RerankRequest, RerankResponse, SearchRequest, SearchResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -85,6 +85,11 @@ impl<E: EmbedService, S: SearchService, R: RerankService> Upstream for InProcess
 
     async fn search(&self, request: SearchRequest) -> Result<Served<SearchResponse>, Status> {
         let response = self.search.search(Request::new(request)).await?;
+        Ok(self.served(response).await)
+    }
+
+    async fn get_documents(&self, request: GetDocumentsRequest) -> Result<Served<GetDocumentsResponse>, Status> {
+        let response = self.search.get_documents(Request::new(request)).await?;
         Ok(self.served(response).await)
     }
 

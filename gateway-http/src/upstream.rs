@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue};
 use embedwire_proto::v1::{
-    CountAccuracy, EmbedRequest, EmbedResponse, GetIndexStatsResponse, GetJobResponse, InfoResponse, IngestRequest,
-    IngestResponse, RerankRequest, RerankResponse, SearchRequest, SearchResponse, StoreInfo,
+    CountAccuracy, EmbedRequest, EmbedResponse, GetDocumentsRequest, GetDocumentsResponse, GetIndexStatsResponse,
+    GetJobResponse, InfoResponse, IngestRequest, IngestResponse, RerankRequest, RerankResponse, SearchRequest,
+    SearchResponse, StoreInfo,
 };
 use serde::Serialize;
 use tonic::Status;
@@ -272,6 +273,11 @@ pub trait Upstream: Send + Sync + 'static {
     fn get_job(&self, job_id: String) -> impl Future<Output = Result<Served<GetJobResponse>, Status>> + Send;
     /// `SearchService/Search`.
     fn search(&self, request: SearchRequest) -> impl Future<Output = Result<Served<SearchResponse>, Status>> + Send;
+    /// `SearchService/GetDocuments`, from the upstream searches go to.
+    fn get_documents(
+        &self,
+        request: GetDocumentsRequest,
+    ) -> impl Future<Output = Result<Served<GetDocumentsResponse>, Status>> + Send;
     /// `SearchService/GetIndexStats`.
     fn index_stats(&self) -> impl Future<Output = Result<Served<GetIndexStatsResponse>, Status>> + Send;
     /// Readiness, the index that answers and whether data went missing.

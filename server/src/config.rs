@@ -313,6 +313,15 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_CHUNK_OVERLAP_TOKENS", default_value_t = 32)]
     pub chunk_overlap_tokens: usize,
 
+    /// How many tokens short of --chunk-tokens a chunk may end so that it ends at a
+    /// sentence boundary (and its overlap begins at one); 0 (the default) cuts between
+    /// words only. Off by default: on SciFact's train split it raised vector nDCG@10
+    /// (+0.004 at 16) but lowered hybrid's (-0.002 at 16, -0.006 at 40). Applies to
+    /// documents ingested from then on: stored chunks stay as they are until their
+    /// document is ingested again.
+    #[arg(long, env = "EMBEDWIRE_CHUNK_SENTENCE_TOLERANCE_TOKENS", default_value_t = 0)]
+    pub chunk_sentence_tolerance_tokens: usize,
+
     /// Page cache of the document store, in MiB. Small: vectors are in memory anyway,
     /// and pages the store reads again come from the operating system's file cache,
     /// which the kernel can reclaim (a 3000-document ingest held 12 MiB less with 16

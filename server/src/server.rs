@@ -405,7 +405,11 @@ async fn follow_store_health(
 
 fn corpus_settings(config: &ServerConfig) -> CorpusSettings {
     CorpusSettings {
-        chunking: ChunkSettings { max_tokens: config.chunk_tokens, overlap_tokens: config.chunk_overlap_tokens },
+        chunking: ChunkSettings {
+            max_tokens: config.chunk_tokens,
+            overlap_tokens: config.chunk_overlap_tokens,
+            sentence_tolerance: config.chunk_sentence_tolerance_tokens,
+        },
         max_documents_per_request: config.max_documents_per_request,
         max_metadata_bytes: config.max_metadata_bytes,
         max_top_k: config.max_top_k,

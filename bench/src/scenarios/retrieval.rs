@@ -75,6 +75,10 @@ pub struct Args {
     /// `--server-arg --rerank-model-dir=DIR`, else the embedding model as a bi-encoder).
     #[arg(long)]
     pub rerank: bool,
+    /// Only vector, keyword and hybrid at the server's defaults: no tuning grid and no ingest without the keyword
+    /// index (a quicker comparison of server settings, e.g. `--server-arg=--chunk-sentence-tolerance-tokens=0`).
+    #[arg(long)]
+    pub basic: bool,
 }
 
 /// One way of searching.
@@ -150,11 +154,21 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             "weaviate" => Some(StoreCluster::start(StoreKind::Weaviate(3))?.0),
             _ => None,
         };
-        let mut ways = if position == 0 && !common.quick { tuning_grid() } else { vec![VECTOR, KEYWORD, HYBRID] };
+        let mut ways =
+            if position == 0 && !common.quick && !args.basic { tuning_grid() } else { vec![VECTOR, KEYWORD, HYBRID] };
         if args.rerank {
             ways.push(Way { rerank: true, ..HYBRID });
         }
-        let result = runtime.block_on(measure_store(common, &binary, store, cluster.as_ref(), &dataset, &ways, exact.is_none()));
+        let result = runtime.block_on(measure_store(
+            common,
+            &binary,
+            store,
+            cluster.as_ref(),
+            &dataset,
+            &ways,
+            exact.is_none(),
+            !args.basic,
+        ));
         if let Some(cluster) = cluster {
             cluster.stop()?;
         }
@@ -199,6 +213,7 @@ async fn measure_store(
     dataset: &Dataset,
     ways: &[Way],
     with_exact: bool,
+    compare_ingest: bool,
 ) -> anyhow::Result<(Vec<Measured>, Vec<IngestRow>, Option<Quality>)> {
     let mut settings = common.clone();
     settings.server_args = [cluster.map(|c| c.server_args()).unwrap_or_default(), common.server_args.clone()].concat();
@@ -206,7 +221,7 @@ async fn measure_store(
     let channel = server.connect().await?;
     // The embedded store also ingests on a server without the keyword index, in turns with the measured one, so that
     // the machine's load hits both alike.
-    let without = if store == "embedded" {
+    let without = if store == "embedded" && compare_ingest {
         let command = settings.server_command(binary.to_path_buf(), vec![("--keyword-index", "false".into())]);
         Some(ServerProcess::start(&command).await?.0)
     } else {

@@ -127,3 +127,31 @@ def test_keyword_and_hybrid_modes(pseudo_server: ServerProcess) -> None:
             client.search(part, mode="fuzzy")
         with pytest.raises(ValueError, match="fusion"):
             client.search(part, mode="hybrid", fusion="max")
+
+
+def test_grouped_by_document_with_highlights(pseudo_server: ServerProcess) -> None:
+    tag = unique("grouped")
+    word = f"zq{uuid.uuid4().hex[:6]}"
+    # A long document (several chunks, each naming the word) and two short ones.
+    long_text = " ".join(f"Step {i}: the {word} valve is checked again." for i in range(120))
+    docs = [
+        Document(id=f"{tag}-long", text=long_text, metadata={"tag": tag}),
+        Document(id=f"{tag}-a", text=f"A short note on the {word} valve.", metadata={"tag": tag}),
+        Document(id=f"{tag}-b", text=f"Another {word} remark.", metadata={"tag": tag}),
+    ]
+    with Client(pseudo_server.address) as client:
+        client.wait_for_job(client.ingest(docs).job.job_id, timeout=30)
+        chunks = client.search(word, mode="keyword", top_k=10, filter={"tag": tag})
+        assert sum(h.document_id == f"{tag}-long" for h in chunks) > 1, [h.document_id for h in chunks]
+        grouped = client.search(word, mode="keyword", top_k=3, group_by="document", filter={"tag": tag})
+        assert sorted(h.document_id for h in grouped) == sorted(d.id for d in docs)
+        two = client.search(
+            word, mode="hybrid", top_k=1, group_by="document", group_size=2, highlight=True, filter={"tag": tag}
+        )
+        assert len({h.document_id for h in two}) == 1 and len(two) <= 2
+        for hit in two:
+            assert hit.highlights, hit
+            for start, end in hit.highlights:
+                assert hit.text[start - hit.chunk.start_char : end - hit.chunk.start_char].lower() == word
+        with pytest.raises(ValueError, match="group_by"):
+            client.search(word, group_by="page")

@@ -22,6 +22,7 @@ use crate::upstream::Upstream;
         v1::ingest,
         v1::get_job,
         v1::search,
+        v1::get_document,
         embed::embed,
         openai::embeddings,
         rerank::tei,

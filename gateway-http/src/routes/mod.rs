@@ -39,6 +39,7 @@ pub fn router_with_metrics<U: Upstream>(
         .route("/v1/ingest", post(v1::ingest::<U>))
         .route("/v1/jobs/{job_id}", get(v1::get_job::<U>))
         .route("/v1/search", post(v1::search::<U>))
+        .route("/v1/documents/{id}", get(v1::get_document::<U>))
         .route("/v1/embeddings", post(openai::embeddings::<U>))
         .route("/embed", post(embed::embed::<U>))
         .route("/rerank", post(rerank::tei::<U>))

@@ -343,6 +343,52 @@ pub async fn search<U: Upstream>(
     Ok(response)
 }
 
+/// `GET /v1/documents/{id}` answer: a stored document.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DocumentBody {
+    pub id: String,
+    /// The text as stored (normalized); chunk and highlight offsets count in it.
+    pub text: String,
+    pub metadata: HashMap<String, String>,
+    /// Its chunks, in order.
+    pub chunks: Vec<Citation>,
+    /// When this version was indexed, in Unix seconds.
+    pub indexed_at: f64,
+}
+
+/// Extension: one stored document, as search results cite it (the search page
+/// shows its first line as the result's title).
+#[utoipa::path(get, path = "/v1/documents/{id}", params(("id" = String, Path)),
+    responses(
+        (status = 200, body = DocumentBody, headers(
+            ("x-embedwire-index" = String, description = "The index that answered"),
+            ("x-embedwire-upstream" = String, description = "The upstream that holds it: its address, or in-process"))),
+        (status = 404, body = crate::error::ErrorDetail)))]
+pub async fn get_document<U: Upstream>(
+    State(state): State<AppState<U>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let request = wire::GetDocumentsRequest { ids: vec![id.clone()] };
+    let Served { value: reply, origin } = state.upstream.get_documents(request).await?;
+    let document =
+        reply.documents.into_iter().next().ok_or_else(|| ApiError::not_found(format!("id: no document {id:?}")))?;
+    let chunks = document
+        .chunks
+        .into_iter()
+        .map(|c| Citation { chunk_index: c.index, start_char: c.start_char, end_char: c.end_char })
+        .collect();
+    let body = DocumentBody {
+        id: document.id,
+        text: document.text,
+        metadata: document.metadata,
+        chunks,
+        indexed_at: document.indexed_at,
+    };
+    let mut response = json_response(&body);
+    origin.write_headers(response.headers_mut());
+    Ok(response)
+}
+
 /// The job in the contract's shape.
 pub fn job_body(job: Job) -> JobBody {
     let status = match job.status() {

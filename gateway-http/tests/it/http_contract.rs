@@ -282,8 +282,11 @@ async fn bad_requests_get_400_naming_the_field_and_413_over_the_limit() {
     assert_eq!(status, 400);
     assert!(error_message(&body).contains("not valid JSON"), "{body}");
 
-    let cases: [(&str, Value, &str); 14] = [
+    let cases: [(&str, Value, &str); 17] = [
         ("/v1/search", json!({"query": "x", "mode": "fuzzy"}), "mode"),
+        ("/v1/search", json!({"query": "x", "group_by": "page"}), "group_by"),
+        ("/v1/search", json!({"query": "x", "group_by": "document", "group_size": 0}), "group_size"),
+        ("/v1/search", json!({"query": "x", "group_size": 2}), "group_size"),
         ("/v1/search", json!({"query": "x", "mode": "hybrid", "fusion": "max"}), "fusion"),
         ("/v1/search", json!({"query": "x", "mode": "hybrid", "alpha": 1.5}), "alpha"),
         ("/v1/search", json!({"query": "x", "mode": "hybrid", "alpha": "half"}), "alpha"),
@@ -484,4 +487,49 @@ async fn search_modes_keyword_and_hybrid_with_each_sides_score() {
     assert!(vector.iter().all(|h| h["vector_score"] == h["score"] && h.get("keyword_score").is_none()));
     // Only stop words: no keyword hit, never an error.
     assert!(search(json!({"query": "the and of", "mode": "keyword"})).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_grouped_by_document_with_highlights() {
+    let server = start_server(&["--backend", "pseudo", "--chunk-tokens", "16", "--chunk-overlap-tokens", "4"]).await;
+    let base = server.url.as_str();
+    // "manual" has three paragraphs on the pump; with 16-token chunks it has several.
+    let manual = "The pump needs priming before its first start. Prime the pump through the top port. \
+                  A pump that runs dry overheats its seal. Pumps are checked every spring.";
+    let documents = json!([
+        {"id": "manual", "text": manual},
+        {"id": "note", "text": "A note: the garden pump is small."},
+        {"id": "other", "text": "Nothing about it here at all."},
+    ]);
+    assert_eq!(ingest_and_wait(base, documents).await["status"], "completed");
+    let search = async |body: Value| {
+        let (status, answer) = post(&format!("{base}/v1/search"), &body).await;
+        assert_eq!(status, 200, "{body} -> {answer}");
+        answer["results"].as_array().unwrap().clone()
+    };
+    let chunks = search(json!({"query": "pumps", "top_k": 10, "mode": "keyword"})).await;
+    assert!(chunks.iter().filter(|h| h["id"] == "manual").count() > 1, "several chunks of the manual: {chunks:?}");
+
+    let grouped = search(json!({"query": "pumps", "top_k": 2, "mode": "keyword", "group_by": "document"})).await;
+    let ids: Vec<&str> = grouped.iter().map(|h| h["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 2, "{grouped:?}");
+    assert_ne!(ids[0], ids[1], "one result per document: {grouped:?}");
+    let two = json!({"query": "pumps", "top_k": 1, "mode": "hybrid", "group_by": "document", "group_size": 2,
+                     "highlight": true, "citations": true});
+    let two = search(two).await;
+    assert_eq!(two.len(), 2, "{two:?}");
+    assert!(two.iter().all(|h| h["id"] == two[0]["id"]), "the best document's two best chunks: {two:?}");
+    for hit in &two {
+        let start = hit["citation"]["start_char"].as_u64().unwrap();
+        let text: Vec<char> = hit["text"].as_str().unwrap().chars().collect();
+        let marks = hit["highlights"].as_array().unwrap();
+        assert!(!marks.is_empty(), "{hit}");
+        for mark in marks {
+            let (from, to) = (mark["start_char"].as_u64().unwrap() - start, mark["end_char"].as_u64().unwrap() - start);
+            let word: String = text[from as usize..to as usize].iter().collect();
+            assert!(word.eq_ignore_ascii_case("pump") || word.eq_ignore_ascii_case("pumps"), "{word:?} in {hit}");
+        }
+    }
+    // Without highlight, no highlights field: the answer's shape as before.
+    assert!(grouped.iter().all(|h| h.get("highlights").is_none()));
 }

@@ -309,3 +309,63 @@ async fn reranked_hits_show_the_rerank_score_beside_the_vector_score() {
         "{hits}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_entry_per_document_with_its_title_highlights_and_more_passages_by_keyboard() {
+    // Small chunks, so that the manual has several passages about the pump.
+    let server = start_server(&["--backend", "pseudo", "--chunk-tokens", "16", "--chunk-overlap-tokens", "4"]).await;
+    let manual = "Pump manual for the garden station. \
+                  The pump needs priming before its first start. Prime the pump through the top port. \
+                  A pump that runs dry overheats its seal. Pumps are checked every spring.";
+    let documents = json!([
+        {"id": "manual", "text": manual},
+        {"id": "note", "text": "Short note. The garden hose is green and long; a pump is kept elsewhere."},
+        {"id": "other", "text": "Nothing about it here at all."},
+    ]);
+    assert_eq!(ingest_and_wait(&server.url, documents).await["status"], "completed");
+
+    let driver = Driver::start().await;
+    let page = Page::open(&driver, &format!("{}/", server.url)).await;
+    page.on_element("#mode option[value=keyword]", "click", json!({})).await;
+    // Keyboard only: type the query and press Enter in the field.
+    page.on_element("#query", "value", json!({"text": "pumps\u{E007}"})).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let read = "const status = document.getElementById('status'); if (status.dataset.done !== 'true') return null; \
+        return {status: status.textContent, results: Array.from(document.querySelectorAll('#results li.result')).map(li => ({ \
+          id: li.dataset.id, title: li.querySelector('.title').textContent, \
+          marks: Array.from(li.querySelectorAll(':scope > .text mark')).map(m => m.textContent), \
+          more: li.querySelector('details.more summary') ? li.querySelector('details.more summary').textContent : null, \
+          hidden_passages: li.querySelectorAll('details.more .passage').length}))};";
+    let shown = loop {
+        let value = page.script(read).await;
+        if !value.is_null() {
+            break value;
+        }
+        assert!(Instant::now() < deadline, "the page never showed results");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let results = shown["results"].as_array().unwrap();
+    let ids: Vec<&str> = results.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["manual", "note"], "one entry per document, the manual first: {shown}");
+    assert!(shown["status"].as_str().unwrap().starts_with("2 results"), "{shown}");
+    assert_eq!(results[0]["title"], "Pump manual for the garden station.", "its first sentence: {shown}");
+    assert_eq!(results[1]["title"], "Short note.");
+    for result in results {
+        let marks = result["marks"].as_array().unwrap();
+        assert!(!marks.is_empty(), "the matched words are marked: {result}");
+        assert!(
+            marks.iter().all(|m| ["pump", "pumps"].contains(&m.as_str().unwrap().to_lowercase().as_str())),
+            "{result}"
+        );
+    }
+    // The manual's other passages wait behind "2 more passages", which opens from the
+    // keyboard (Enter on the focused summary).
+    assert_eq!(results[0]["more"], "2 more passages", "{shown}");
+    assert_eq!(results[0]["hidden_passages"], 2);
+    assert!(results[1]["more"].is_null(), "one passage, nothing more: {shown}");
+    let open = "return document.querySelector('li.result details.more').open;";
+    assert_eq!(page.script(open).await, json!(false));
+    page.on_element("li.result details.more summary", "value", json!({"text": "\u{E007}"})).await;
+    assert_eq!(page.script(open).await, json!(true), "Enter on the summary opens the passages");
+    page.close().await;
+}

@@ -1,7 +1,13 @@
 //! Splits a document into chunks the model can embed whole: windows of at most
 //! `max_tokens` tokens that overlap by `overlap_tokens`, so a passage cut at a chunk
-//! border is still whole in the neighbouring chunk. Cuts fall between words when a
-//! word boundary is near, so a chunk does not end in the middle of a word.
+//! border is still whole in the neighbouring chunk.
+//!
+//! A window ends at a sentence boundary when one lies within `sentence_tolerance`
+//! tokens of its limit, else between words (a chunk does not end in the middle of a
+//! word), and the next window's overlap begins at a sentence start when one lies in
+//! it: passages read as whole sentences. A sentence ends at `.`, `!` or `?` (closing
+//! quotes and brackets after it included) followed by whitespace and a character that
+//! is not a lower-case letter, so "e.g. the" and "3.5" do not end one.
 
 /// Chunking settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -10,6 +16,9 @@ pub struct ChunkSettings {
     pub max_tokens: usize,
     /// Tokens shared by consecutive chunks.
     pub overlap_tokens: usize,
+    /// How many tokens short of `max_tokens` a chunk may end to end at a sentence
+    /// boundary (0: cut between words only).
+    pub sentence_tolerance: usize,
 }
 
 /// Where a chunk sits in its document's text.
@@ -30,24 +39,61 @@ pub fn chunk_spans(text: &str, tokens: &[(usize, usize)], settings: ChunkSetting
     let overlap = settings.overlap_tokens.min(window - 1);
     let mut spans = Vec::new();
     let mut first = 0;
+    // A sentence end may pull a cut back by at most half a window.
+    let tolerance = settings.sentence_tolerance.min(window / 2);
     while first < tokens.len() {
         let mut end = (first + window).min(tokens.len());
         if end < tokens.len() {
-            end = word_boundary_before(text, tokens, first, end);
+            end = sentence_boundary_before(text, tokens, end, tolerance)
+                .unwrap_or_else(|| word_boundary_before(text, tokens, first, end));
         }
         let (start_byte, end_byte) = (tokens[first].0, tokens[end - 1].1);
         spans.push(ChunkSpan { start_byte, end_byte, start_char: 0, end_char: 0 });
         if end == tokens.len() {
             break;
         }
-        // Step forward by the window minus the overlap, but always make progress.
-        first = (end - overlap).max(first + 1);
-        while first < end && !starts_word(text, tokens, first) {
-            first += 1;
-        }
+        // Step forward by the window minus the overlap, but always make progress; the
+        // overlap starts at the first sentence start in it, else at a word start.
+        let earliest = end.saturating_sub(overlap).max(first + 1);
+        first = match (earliest..end).find(|&index| starts_sentence(text, tokens, index)) {
+            Some(sentence) if tolerance > 0 => sentence,
+            _ => {
+                let mut next = earliest;
+                while next < end && !starts_word(text, tokens, next) {
+                    next += 1;
+                }
+                next
+            }
+        };
     }
     fill_char_offsets(text, &mut spans);
     spans
+}
+
+/// The latest token in the `tolerance` tokens up to `end` that starts a sentence: a
+/// cut there ends the chunk with a whole sentence.
+fn sentence_boundary_before(text: &str, tokens: &[(usize, usize)], end: usize, tolerance: usize) -> Option<usize> {
+    if tolerance == 0 {
+        return None;
+    }
+    (end.saturating_sub(tolerance).max(1)..=end).rev().find(|&cut| starts_sentence(text, tokens, cut))
+}
+
+/// Whether token `index` begins a sentence: the text before it (after whitespace)
+/// ends with `.`, `!` or `?`, perhaps followed by closing quotes or brackets, and it
+/// does not begin with a lower-case letter.
+fn starts_sentence(text: &str, tokens: &[(usize, usize)], index: usize) -> bool {
+    if index == 0 || index >= tokens.len() {
+        return index == 0;
+    }
+    let start = tokens[index].0;
+    let before = &text[..start];
+    let trimmed = before.trim_end();
+    if trimmed.len() == before.len() || text[start..].starts_with(|c: char| c.is_lowercase()) {
+        return false;
+    }
+    let closed = trimmed.trim_end_matches(['"', '\'', ')', ']', '\u{201d}', '\u{2019}']);
+    closed.ends_with(['.', '!', '?'])
 }
 
 /// Moves a cut at token `end` back to the start of the word it falls in, unless that
@@ -120,7 +166,7 @@ mod tests {
     use super::*;
 
     fn chunks_of(text: &str, max_tokens: usize, overlap_tokens: usize) -> Vec<&str> {
-        chunk_spans(text, &word_offsets(text), ChunkSettings { max_tokens, overlap_tokens })
+        chunk_spans(text, &word_offsets(text), ChunkSettings { max_tokens, overlap_tokens, sentence_tolerance: 0 })
             .iter()
             .map(|s| &text[s.start_byte..s.end_byte])
             .collect()
@@ -144,7 +190,8 @@ mod tests {
         // Tokens: "un" "##believ" "##able" " " "story" ... as byte ranges.
         let text = "unbelievable story here";
         let tokens = [(0, 2), (2, 9), (9, 12), (13, 18), (19, 23)];
-        let spans = chunk_spans(text, &tokens, ChunkSettings { max_tokens: 4, overlap_tokens: 0 });
+        let spans =
+            chunk_spans(text, &tokens, ChunkSettings { max_tokens: 4, overlap_tokens: 0, sentence_tolerance: 0 });
         let chunks: Vec<&str> = spans.iter().map(|s| &text[s.start_byte..s.end_byte]).collect();
         assert_eq!(chunks, vec!["unbelievable story", "here"]);
     }
@@ -152,9 +199,61 @@ mod tests {
     #[test]
     fn char_offsets_count_code_points() {
         let text = "héllo wörld ünïcode";
-        let spans = chunk_spans(text, &word_offsets(text), ChunkSettings { max_tokens: 1, overlap_tokens: 0 });
+        let spans = chunk_spans(
+            text,
+            &word_offsets(text),
+            ChunkSettings { max_tokens: 1, overlap_tokens: 0, sentence_tolerance: 0 },
+        );
         let as_chars: Vec<String> =
             spans.iter().map(|s| text.chars().skip(s.start_char).take(s.end_char - s.start_char).collect()).collect();
         assert_eq!(as_chars, vec!["héllo", "wörld", "ünïcode"]);
+    }
+
+    fn sentence_chunks(text: &str, max_tokens: usize, overlap_tokens: usize, sentence_tolerance: usize) -> Vec<&str> {
+        let settings = ChunkSettings { max_tokens, overlap_tokens, sentence_tolerance };
+        chunk_spans(text, &word_offsets(text), settings).iter().map(|s| &text[s.start_byte..s.end_byte]).collect()
+    }
+
+    #[test]
+    fn chunks_end_at_a_sentence_end_within_the_tolerance() {
+        let text = "One two three. Four five six seven eight. Nine ten eleven twelve.";
+        // Words as tokens; windows of 6: the first ends after "three." (3 words short).
+        assert_eq!(
+            sentence_chunks(text, 6, 0, 3),
+            vec!["One two three.", "Four five six seven eight.", "Nine ten eleven twelve."]
+        );
+        // A tolerance of 2 cannot reach back to "three.": the cut falls between words.
+        assert_eq!(sentence_chunks(text, 6, 0, 2)[0], "One two three. Four five six");
+        assert_eq!(sentence_chunks(text, 6, 0, 0)[0], "One two three. Four five six");
+    }
+
+    #[test]
+    fn the_overlap_starts_at_a_sentence_start_when_one_lies_in_it() {
+        let text = "Alpha beta gamma. Delta epsilon zeta eta. Theta iota kappa.";
+        let chunks = sentence_chunks(text, 6, 4, 2);
+        // No sentence end within 2 words of the limit: a cut between words, and the
+        // next chunk starts at the sentence that begins in the overlap.
+        assert_eq!(chunks[0], "Alpha beta gamma. Delta epsilon zeta");
+        assert_eq!(chunks[1], "Delta epsilon zeta eta.");
+        // No sentence starts in the next overlap ("epsilon zeta eta."): a word start.
+        assert_eq!(chunks[2], "epsilon zeta eta. Theta iota kappa.");
+    }
+
+    #[test]
+    fn an_overlap_larger_than_the_chunk_still_moves_forward() {
+        let text = "Alpha beta gamma. Delta epsilon zeta eta. Theta iota kappa.";
+        let chunks = sentence_chunks(text, 5, 4, 2);
+        assert_eq!(chunks[0], "Alpha beta gamma.");
+        assert!(chunks.last().unwrap().ends_with("kappa."), "{chunks:?}");
+    }
+
+    #[test]
+    fn abbreviations_numbers_and_quotes() {
+        assert!(!starts_sentence("see e.g. the list", &word_offsets("see e.g. the list"), 2), "lower case after e.g.");
+        let text = "It rose 3.5 times. \"Done.\" Then more.";
+        let tokens = word_offsets(text);
+        let starts: Vec<usize> = (0..tokens.len()).filter(|&i| starts_sentence(text, &tokens, i)).collect();
+        // "It", "\"Done.\"" (after "times."), "Then" (after a closing quote).
+        assert_eq!(starts, vec![0, 4, 5]);
     }
 }

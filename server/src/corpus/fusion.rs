@@ -147,14 +147,23 @@ mod tests {
         let keyword = vec![hit("b", 3.0), hit("c", 2.0), hit("a", 1.0)];
         for fusion in [Fusion::ReciprocalRank, Fusion::RelativeScore] {
             assert_eq!(&order(&fuse(vector.clone(), keyword.clone(), 1.0, fusion, 50))[..2], ["a", "b"], "{fusion:?}");
-            assert_eq!(order(&fuse(vector.clone(), keyword.clone(), 0.0, fusion, 50))[..3], ["b", "c", "a"], "{fusion:?}");
+            assert_eq!(
+                order(&fuse(vector.clone(), keyword.clone(), 0.0, fusion, 50))[..3],
+                ["b", "c", "a"],
+                "{fusion:?}"
+            );
         }
     }
 
     #[test]
     fn relative_scores_are_scaled_to_the_unit_range() {
-        let fused =
-            fuse(vec![hit("a", 0.9), hit("b", 0.5)], vec![hit("a", 20.0), hit("c", 10.0)], 0.5, Fusion::RelativeScore, 50);
+        let fused = fuse(
+            vec![hit("a", 0.9), hit("b", 0.5)],
+            vec![hit("a", 20.0), hit("c", 10.0)],
+            0.5,
+            Fusion::RelativeScore,
+            50,
+        );
         assert_eq!(order(&fused), ["a", "b", "c"]);
         assert!((fused[0].score - 1.0).abs() < 1e-6, "{}", fused[0].score);
         assert!(fused[1].score.abs() < 1e-6 && fused[2].score.abs() < 1e-6);

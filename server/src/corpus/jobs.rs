@@ -782,6 +782,7 @@ fn chunk_document(
     let scaled = ChunkSettings {
         max_tokens: ((settings.max_tokens as f32) * units_per_token).max(1.0) as usize,
         overlap_tokens: ((settings.overlap_tokens as f32) * units_per_token) as usize,
+        sentence_tolerance: ((settings.sentence_tolerance as f32) * units_per_token) as usize,
     };
     let chunks = chunk_spans(&document.text, &units, scaled)
         .into_iter()

@@ -178,8 +178,9 @@ impl Corpus {
     }
 
     /// The page of documents, each with its best `group_size` chunks. Asks the store
-    /// for more chunks until they hold enough documents or the store has no more, so
-    /// a page is never short while the index holds more matching documents (up to
+    /// for more chunks until they hold enough documents, each of the page's documents
+    /// with its `group_size` best chunks (or all it has), or the store has no more: a
+    /// page is never short while the index holds more matching documents (up to
     /// [`grouping::MAX_GROUPED_CANDIDATES`] chunks deep).
     async fn ranked_documents(
         &self,
@@ -199,11 +200,27 @@ impl Corpus {
             let exhausted = candidates.exhausted;
             let ranked = self.reranked(query, candidates.hits, rerank).await?;
             let groups = grouping::group_by_document(ranked, |r| r.candidate.hit.document_id.as_str(), group_size);
+            let page = &groups[params.offset.min(groups.len())..documents.min(groups.len())];
+            let wants_more = !exhausted
+                && (groups.len() < documents
+                    || (group_size > 1 && self.has_incomplete_group(page, group_size).await?));
             match grouping::more_candidates(pool) {
-                Some(more) if groups.len() < documents && !exhausted => pool = more,
+                Some(more) if wants_more => pool = more,
                 _ => return Ok(groups.into_iter().skip(params.offset).take(params.top_k).flatten().collect()),
             }
         }
+    }
+
+    /// Whether a document of `page` brought fewer than `group_size` chunks while it has
+    /// more: its other chunks rank past the candidates asked for so far.
+    async fn has_incomplete_group(&self, page: &[Vec<Ranked>], group_size: usize) -> Result<bool> {
+        let short: Vec<&Vec<Ranked>> = page.iter().filter(|group| group.len() < group_size).collect();
+        if short.is_empty() {
+            return Ok(false);
+        }
+        let ids: Vec<String> = short.iter().map(|group| group[0].candidate.hit.document_id.clone()).collect();
+        let records = self.store.documents(ids).await?;
+        Ok(short.iter().zip(records).any(|(group, record)| record.is_some_and(|r| r.chunks.len() > group.len())))
     }
 
     /// `candidates` in the rerank scorer's order with its scores, or as they are.

@@ -450,3 +450,8 @@ async fn a_document_that_cannot_be_indexed_fails_its_job_and_nothing_else() {
 async fn keyword_and_hybrid_search_on_the_embedded_store() {
     common::hybrid_contract::keyword_and_hybrid_search(Vec::new(), "embedded").await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn grouped_by_document_on_the_embedded_store() {
+    common::grouping_contract::grouped_by_document(Vec::new(), "embedded").await;
+}

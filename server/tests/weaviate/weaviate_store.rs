@@ -75,6 +75,11 @@ async fn bad_configuration_is_refused_with_a_clear_message() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn grouped_by_document() {
+    common::grouping_contract::grouped_by_document(weaviate_flags("grouped"), "weaviate").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn keyword_and_hybrid_search() {
     common::hybrid_contract::keyword_and_hybrid_search(weaviate_flags("hybrid"), "weaviate").await;
 }

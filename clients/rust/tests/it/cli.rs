@@ -135,6 +135,29 @@ async fn ingest_then_job_then_search_shows_the_document() {
     assert!(ids.contains(&"rust") && ids.contains(&"python"), "{filtered}");
     assert_eq!(hits[0]["rank"], 1);
 
+    // Grouped by document, with the query's words [marked].
+    let grouped = stdout_of(
+        &cli(
+            &[
+                "--server",
+                &server_flag,
+                "search",
+                "bread yeast",
+                "--mode",
+                "keyword",
+                "--group-by",
+                "document",
+                "--highlight",
+            ],
+            None,
+        )
+        .await,
+    );
+    let row: Vec<&str> = grouped.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!((row[0], row[2]), ("1", "bread"), "{grouped}");
+    assert_eq!(row[4..].join(" "), "[Bread] is made of flour, water and [yeast].", "{grouped}");
+    assert_eq!(grouped.lines().count(), 2, "one document holds the words:\n{grouped}");
+
     // Ingest --wait follows the job to its end.
     let waited = stdout_of(&cli(&["--server", &server_flag, "ingest", file.to_str().unwrap(), "--wait"], None).await);
     assert!(waited.starts_with("stored 3 documents\n") && waited.contains(": COMPLETED, 3/3"), "{waited}");
