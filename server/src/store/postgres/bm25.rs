@@ -9,8 +9,9 @@
 //! with the lexeme's count in the chunk and the chunk's length, written by a trigger
 //! on every insert of chunks and removed with them by a cascading foreign key, so no
 //! write path has to remember it. A search reads only the postings of the query's
-//! lexemes through an index-only scan and sums BM25 per chunk (3.6 ms a query on the
-//! same index, same k1 and b as the embedded store's tantivy and Weaviate).
+//! lexemes through an index-only scan and sums BM25 per chunk, with the same k1 and b
+//! as the embedded store's tantivy and Weaviate: on SciFact's train split, keyword
+//! p50 3.5 ms and nDCG@10 0.686 (`embedwire-bench retrieval`).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
