@@ -175,24 +175,6 @@ mod tests {
         assert_eq!(order(&fused), ["a", "b"]);
         assert!(fused.iter().all(|f| f.keyword_score.is_none()));
     }
-}
-
-#[cfg(test)]
-mod depth_tests {
-    use super::*;
-
-    fn hit(document: &str, score: f32) -> StoredHit {
-        StoredHit {
-            document_id: document.to_string(),
-            chunk_index: 0,
-            start_char: 0,
-            end_char: 1,
-            score,
-            text: None,
-            metadata: Default::default(),
-            vector: None,
-        }
-    }
 
     #[test]
     fn a_deeper_list_extends_the_ranking_without_reordering_its_head() {

@@ -5,30 +5,34 @@
 
 use std::collections::HashSet;
 
-use tantivy::tokenizer::TokenStream;
+use tantivy::tokenizer::{TextAnalyzer, TokenStream};
 
 use crate::store::embedded::keyword::{self, KeywordIndex};
 
-/// The analyzed words of one query.
-pub struct QueryWords(HashSet<String>);
+/// The analyzed words of one query, and the analyzer that reads each hit's text
+/// (built once a query: its stop-word set and stemmer are not free).
+pub struct QueryWords {
+    words: HashSet<String>,
+    analyzer: TextAnalyzer,
+}
 
 impl QueryWords {
     pub fn of(query: &str) -> Self {
-        QueryWords(KeywordIndex::query_terms(query).into_iter().map(|(term, _)| term).collect())
+        let words = KeywordIndex::query_terms(query).into_iter().map(|(term, _)| term).collect();
+        QueryWords { words, analyzer: keyword::analyzer() }
     }
 
     /// Where `text`'s matching words lie, in code points of the document whose text
     /// starts at `start_char`, in order.
-    pub fn spans(&self, text: &str, start_char: u32) -> Vec<(u32, u32)> {
-        if self.0.is_empty() {
+    pub fn spans(&mut self, text: &str, start_char: u32) -> Vec<(u32, u32)> {
+        if self.words.is_empty() {
             return Vec::new();
         }
-        let mut analyzer = keyword::analyzer();
-        let mut stream = analyzer.token_stream(text);
+        let mut stream = self.analyzer.token_stream(text);
         let mut position = CodePoints { byte: 0, chars: 0 };
         let mut spans = Vec::new();
         while let Some(token) = stream.next() {
-            if self.0.contains(&token.text) {
+            if self.words.contains(&token.text) {
                 let from = position.at(text, token.offset_from);
                 let to = position.at(text, token.offset_to);
                 spans.push((start_char + from, start_char + to));
@@ -58,7 +62,7 @@ mod tests {
 
     #[test]
     fn stemmed_words_match_and_offsets_count_code_points() {
-        let words = QueryWords::of("the vitamins of bones");
+        let mut words = QueryWords::of("the vitamins of bones");
         let text = "Über Vitamin D: bone density and the vitamin's role.";
         let marked: Vec<String> = words
             .spans(text, 0)

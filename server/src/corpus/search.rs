@@ -106,7 +106,7 @@ struct Ranked {
 }
 
 impl Ranked {
-    fn into_hit(self, params: &SearchParams, words: Option<&QueryWords>) -> Hit {
+    fn into_hit(self, params: &SearchParams, words: Option<&mut QueryWords>) -> Hit {
         let hit = self.candidate.hit;
         let highlights = match (words, &hit.text) {
             (Some(words), Some(text)) => words.spans(text, hit.start_char),
@@ -152,11 +152,11 @@ impl Corpus {
                 None => self.ranked_chunks(&params, query, vector, rerank).await?,
                 Some(group_size) => self.ranked_documents(&params, query, vector, group_size, rerank).await?,
             };
-            let words = match query {
+            let mut words = match query {
                 Query::Text(text) if params.highlight => Some(QueryWords::of(text)),
                 _ => None,
             };
-            results.push(ranked.into_iter().map(|ranked| ranked.into_hit(&params, words.as_ref())).collect());
+            results.push(ranked.into_iter().map(|ranked| ranked.into_hit(&params, words.as_mut())).collect());
         }
         Ok(results)
     }
