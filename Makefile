@@ -19,12 +19,12 @@ NEXTEST := $(BIN)/cargo-nextest nextest
 NEXTEST_FLAGS := --release --workspace
 # Per-step times of the last `make test`.
 TIMES := target/make-test-times.tsv
-# What `make test-fast` leaves out: the cluster suites (the `clusters` binary), bench quick (9 minutes of
+# What `make test-fast` leaves out: the cluster suites (modules weaviate and postgres of the server's `it`), bench quick (9 minutes of
 # runs), and the four integration tests that take more than 8 s each on 2 cores (int8
 # quality on 2400 sentences, search during a large ingest, 64 closed-loop callers, the
 # full-size cross-encoder against numpy). `make test` runs them all.
 FAST_SLOW := ^(precision::int8_vectors_meet|search::searches_keep_answering_while_a_large_ingest|lifecycle::closed_loop_clients|rerank_reference::full_size)
-FAST_FILTER := not binary(clusters) and not binary(quick) and not test(/$(FAST_SLOW)/)
+FAST_FILTER := not (binary_id(embedwire-server::it) and test(/^(weaviate|postgres)::/)) and not binary(quick) and not test(/$(FAST_SLOW)/)
 
 ## setup: install the model, ONNX Runtime and dev tools; build the workspace (release)
 setup:
@@ -65,7 +65,7 @@ test:
 	step() { bash scripts/timed.sh step $(TIMES) "$$@"; }; \
 	step setup bash scripts/setup.sh --no-build; \
 	step lint $(BIN)/buf lint; \
-	step build bash -c 'bash scripts/build-cache.sh restore; $(NEXTEST) run $(NEXTEST_FLAGS) --no-run && { bash scripts/build-cache.sh save; true; }'; \
+	step build bash -c 'bash scripts/build-cache.sh restore; $(NEXTEST) run $(NEXTEST_FLAGS) --no-run && { bash scripts/build-cache.sh save --tests; true; }'; \
 	step clusters bash -c 'bash scripts/test-clusters.sh up >target/test-clusters.env'; \
 	. target/test-clusters.env; \
 	step rust-tests $(NEXTEST) run $(NEXTEST_FLAGS); \

@@ -9,6 +9,10 @@
 #                                    each one and rebuilds what is stale
 #   scripts/build-cache.sh save      after a build: replaces the cache if it was made for
 #                                    another key (or is missing); seconds, or nothing
+#   scripts/build-cache.sh save --tests   after a build of the tests too (`make test`): also
+#                                    replaces a cache of the same key that a build of the
+#                                    binaries alone saved (`make setup`), which lacks the
+#                                    tests' dev-dependencies (proptest, ndarray, rcgen...)
 # The cache lives in ${EMBEDWIRE_CACHE:-~/.cache/embedwire}/build-cache; deleting it only
 # costs the next clean build its dependencies. EMBEDWIRE_BUILD_CACHE=0 turns both off.
 # Callers ignore its exit code: the cache only saves time, a failure must not fail a build.
@@ -32,7 +36,7 @@ key() {
 drop_workspace_artifacts() {
   local dir=$1
   find "$dir/deps" -maxdepth 1 -regextype posix-extended \
-    \( -regex '.*/(lib)?embedwire[-_][^/]*' -o -regex '.*/(it|quick|weaviate|postgres)-[0-9a-f]{16}(\.d)?' \) -delete
+    \( -regex '.*/(lib)?embedwire[-_][^/]*' -o -regex '.*/(it|quick|clusters)-[0-9a-f]{16}(\.d)?' \) -delete
   find "$dir/.fingerprint" "$dir/build" -mindepth 1 -maxdepth 1 -name 'embedwire-*' -exec rm -rf {} +
 }
 
@@ -50,14 +54,18 @@ case "${1:-}" in
     echo "build-cache: restored the dependencies compiled for key $(cat "$CACHE_ROOT/current/key") (this tree: $(key))" >&2
     ;;
   save)
-    wanted=$(key)
-    [[ "$(cat "$CACHE_ROOT/current/key" 2>/dev/null)" != "$wanted" ]] || exit 0
+    wanted=$(key) scope=bins
+    [[ "${2:-}" == --tests ]] && scope=tests
+    if [[ "$(cat "$CACHE_ROOT/current/key" 2>/dev/null)" == "$wanted" ]]; then
+      [[ $scope == tests && "$(cat "$CACHE_ROOT/current/scope" 2>/dev/null)" != tests ]] || exit 0
+    fi
     [[ -d $TREE/.fingerprint ]] || { echo "build-cache: no $TREE to save" >&2; exit 1; }
     flock -x 9
     staging=$(mktemp -d "$CACHE_ROOT/staging.XXXXXX")
     for part in "${PARTS[@]}"; do cp -a "$TREE/$part" "$staging/"; done
     drop_workspace_artifacts "$staging"
     echo "$wanted" >"$staging/key"
+    echo "$scope" >"$staging/scope"
     rm -rf "$CACHE_ROOT/previous"
     [[ ! -d $CACHE_ROOT/current ]] || mv "$CACHE_ROOT/current" "$CACHE_ROOT/previous"
     mv "$staging" "$CACHE_ROOT/current"

@@ -218,7 +218,7 @@ launch_weaviate_node() {
   # after its return rather than 35 s (Weaviate's defaults are a 30 s propagation delay
   # and a 30 s check interval, sized for networks slower than loopback). The servers
   # route around a node until it has caught up; the fault tests (server/tests/weaviate/)
-  # keep Weaviate's defaults, the longer window.
+  # run their clusters the same way.
   # ASYNC_INDEXING: a node SIGKILLed during a write could keep the object but lose its
   # vector from the HNSW graph, for good (38 of 14,512 documents in a 100-cycle chaos
   # run); queued on disk first, the vector is replayed at restart (2 of 14,400 still

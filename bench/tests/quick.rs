@@ -256,8 +256,8 @@ fn store_compares_weaviate_and_postgres_with_the_embedded_store() {
     assert_eq!(rows.len(), 4, "a header and one row per store:\n{stores}");
     assert!(rows.iter().all(|row| row.len() == rows[0].len()), "{stores}");
     assert_eq!(rows[1][..2], ["embedded", "0"]);
-    assert_eq!(rows[2][..7], ["weaviate 1 node", "1", "1", "1", "QUORUM", "ONE", "200"]);
-    assert_eq!(rows[3][..7], ["postgres primary + replica", "0", "", "", "", "", "200"]);
+    assert_eq!(rows[2][..7], ["weaviate 1 node", "1", "1", "1", "QUORUM", "ONE", "100"]);
+    assert_eq!(rows[3][..7], ["postgres primary + replica", "0", "", "", "", "", "100"]);
 }
 
 #[test]
@@ -367,7 +367,7 @@ fn chaos_weaviate_loses_nothing_across_kills() {
 
 #[test]
 fn retrieval_measures_each_mode_against_its_yardsticks() {
-    let run = Run::scenario("retrieval", &["--quick-queries", "15", "--quick-documents", "120"]);
+    let run = Run::scenario("retrieval", &["--quick-queries", "10", "--quick-documents", "50"]);
     run.prints(["vector nDCG@10 - exact", "keyword nDCG@10 - plain BM25", "hybrid nDCG@10 - best single mode"]);
     run.prints(["hybrid p50 / vector p50", "ingest with keyword index / without"]);
     let header = "store,mode,alpha,fusion,ndcg_at_10,recall_at_100,mrr_at_10,p50_ms,p99_ms,queries_per_s";

@@ -48,7 +48,7 @@ const MIN_HTTP_GRPC_RATIO: f64 = 0.9;
 /// Workers of the headline run, where the targets are judged.
 const HEADLINE_CONCURRENCY: usize = 16;
 /// Documents of the corpus ingested into each gateway (full, --quick), per POST /v1/ingest.
-const DOCUMENTS: (usize, usize) = (10_000, 300);
+const DOCUMENTS: (usize, usize) = (10_000, 100);
 const INGEST_BATCH: usize = 500;
 /// Alternating rounds of the HTTP-against-gRPC comparison, and the real query sentences it rotates through.
 const ROUNDS: usize = 3;

@@ -138,7 +138,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let shared = format!("Weaviate clusters of {nodes:?} nodes and PostgreSQL (primary + replica)");
     println!("store: embedded, {shared}; load average {}", load_average());
     // Warm-up texts: corpus-like paragraphs that are not in the corpus.
-    let corpus = args.corpus.select(common.pick(10_000, 200), warmup_calls, QUERIES)?;
+    let corpus = args.corpus.select(common.pick(10_000, 100), warmup_calls, QUERIES)?;
     let mut clusters = Vec::new();
     let kinds = nodes.iter().map(|&n| StoreKind::Weaviate(n)).chain([StoreKind::Postgres]);
     for kind in kinds {

@@ -180,7 +180,7 @@ pub async fn assert_finds(client: &mut SearchServiceClient<Channel>, document: &
 /// acknowledged document stored exactly once; a restarted server with an empty data
 /// directory reports it completed.
 pub async fn sigkilled_server_job_finishes_on_another_server(flags: &[String]) {
-    const DOCUMENTS: usize = 3000;
+    const DOCUMENTS: usize = 1000;
     let started = Instant::now();
     // A short lease so that B takes over soon after A stops renewing it.
     let lease = ["--job-lease-secs", "3"];

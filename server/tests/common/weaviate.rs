@@ -80,17 +80,22 @@ impl WeaviateCluster {
     /// killed (and its directory removed unless the test panicked) when dropped. Use it
     /// for tests that kill or restart nodes, so that they do not disturb other tests.
     pub fn start(nodes: usize) -> WeaviateCluster {
+        WeaviateCluster::start_with(nodes, AsyncReplication::AsMakeCluster)
+    }
+
+    /// [`WeaviateCluster::start`] with the given async replication timing.
+    pub fn start_with(nodes: usize, replication: AsyncReplication) -> WeaviateCluster {
         let logs = |cluster: &WeaviateCluster| cluster.nodes().iter().map(|node| node.log.clone()).collect();
         child::start_on_fresh_ports(
             "weaviate",
-            || WeaviateCluster::on_fresh_ports(nodes),
+            || WeaviateCluster::on_fresh_ports(nodes, replication),
             WeaviateCluster::start_all,
             logs,
         )
     }
 
     /// The cluster's nodes with their data directories and environment, not started.
-    fn on_fresh_ports(nodes: usize) -> WeaviateCluster {
+    fn on_fresh_ports(nodes: usize, replication: AsyncReplication) -> WeaviateCluster {
         assert!(nodes >= 1, "a cluster needs at least one node");
         let binary = super::cache_dir().join("bin/weaviate-server");
         assert!(binary.is_file(), "{} not found: run `make setup`", binary.display());
@@ -103,7 +108,10 @@ impl WeaviateCluster {
                 let name = format!("weaviate-{i}");
                 let data = dir.join(&name);
                 std::fs::create_dir_all(&data).unwrap();
-                let env = node_env(&name, &data, ports[i], &raft_join, nodes);
+                let mut env = node_env(&name, &data, ports[i], &raft_join, nodes);
+                if replication == AsyncReplication::AsMakeCluster {
+                    env.extend(AS_MAKE_CLUSTER.map(|(key, value)| (key.to_string(), value.to_string())));
+                }
                 Node { log: dir.join(format!("{name}.log")), name, ports: ports[i], data, env, child: None }
             })
             .collect();
@@ -376,6 +384,22 @@ impl Drop for WeaviateCluster {
     }
 }
 
+/// When a node back from a crash gets the writes it missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncReplication {
+    /// As `make cluster` runs it: about 10 s after its return. The servers route around
+    /// a node until it has caught up either way; Weaviate's longer window only made the
+    /// fault tests wait (about 25 s in each of three).
+    AsMakeCluster,
+    /// Weaviate's defaults (a 30 s propagation delay, checked every 30 s): about 35 s,
+    /// for a test that needs a node to stay behind for a while.
+    WeaviateDefaults,
+}
+
+/// The async replication settings of `make cluster` (scripts/cluster.sh says why).
+const AS_MAKE_CLUSTER: [(&str, &str); 2] =
+    [("ASYNC_REPLICATION_PROPAGATION_DELAY", "5s"), ("ASYNC_REPLICATION_FREQUENCY", "5s")];
+
 /// The environment of one node (see the port notes on [`NodePorts`]).
 /// `CLUSTER_JOIN` is not part of it: see [`WeaviateCluster::spawn_node`].
 fn node_env(name: &str, data: &Path, ports: NodePorts, raft_join: &str, nodes: usize) -> Vec<(String, String)> {
@@ -391,6 +415,7 @@ fn node_env(name: &str, data: &Path, ports: NodePorts, raft_join: &str, nodes: u
         // fault test searches by text across a node's crash.
         ("ASYNC_INDEXING", "true".to_string()),
         ("QUEUE_SCHEDULER_INTERVAL", "100ms".to_string()),
+
         ("ASYNC_INDEXING_STALE_TIMEOUT", "10ms".to_string()),
         ("DEFAULT_VECTORIZER_MODULE", "none".to_string()),
         ("DISABLE_TELEMETRY", "true".to_string()),

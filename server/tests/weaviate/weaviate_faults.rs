@@ -45,7 +45,7 @@ use common::store_faults::{
     self, assert_exactly_once, assert_finds, blocking, documents, index_of, ingest, ingest_completed, job,
     search_client, search_until, text_query, wait_completed, wait_indexing,
 };
-use common::weaviate::WeaviateCluster;
+use common::weaviate::{AsyncReplication, WeaviateCluster};
 use embedwire_proto::v1::{CountAccuracy, GetIndexStatsRequest, GetJobRequest, InfoRequest, IngestRequest, JobStatus};
 use serde_json::Value;
 use tokio::sync::{Mutex, MutexGuard};
@@ -57,7 +57,7 @@ static SERIAL: Mutex<()> = Mutex::const_new(());
 const NODES: usize = 3;
 
 /// Longest wait for a restarted Weaviate node to catch up by async replication, which
-/// only copies objects older than its propagation delay (30 s by default).
+/// only copies objects older than its propagation delay (5 s here, 30 s by default).
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The shared cluster, all nodes up, and the right to fault it until the guard drops.
@@ -137,7 +137,8 @@ async fn sigkilled_server_job_finishes_on_another_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_weaviate_node_during_ingest_and_search() {
     const SEED: usize = 200;
-    const DOCUMENTS: usize = 1500;
+    // Enough that the node dies with most of the job still to write (batches of 64).
+    const DOCUMENTS: usize = 600;
     const KILLED: usize = 2;
     let (_serial, cluster) = exclusive_cluster().await;
     let started = Instant::now();
@@ -254,7 +255,11 @@ async fn job_waits_for_documents_a_restarted_node_does_not_hold() {
     const DOCUMENTS: usize = 300;
     const RESTARTED: usize = 2;
     const COLLECTION: &str = "FaultSettle";
-    let (_serial, cluster) = exclusive_cluster().await;
+    // Weaviate's own replication timing: the restarted node must stay without the
+    // documents while B settles, and at `make cluster`'s 5 s it could catch up first.
+    let _serial = SERIAL.lock().await;
+    let cluster: &'static WeaviateCluster =
+        blocking(|| Box::leak(Box::new(WeaviateCluster::start_with(NODES, AsyncReplication::WeaviateDefaults)))).await;
     let started = Instant::now();
     let lease = ["--job-lease-secs", "3"];
     let mut a = start_server(cluster, COLLECTION, &lease).await;
@@ -346,7 +351,7 @@ async fn rf2_node_loss_job_says_why_and_finishes_when_the_node_returns() {
     const COLLECTION: &str = "FaultReplicas2";
     const KILLED: usize = 1;
     /// How long the server's log is watched while the job cannot progress.
-    const WATCH: Duration = Duration::from_secs(20);
+    const WATCH: Duration = Duration::from_secs(12);
     /// Most warnings allowed in that time: a line when the job starts failing and one
     /// per change of its reason (Weaviate may first answer "cannot achieve consistency
     /// level" before it drops the dead node from its routing, then name more shards).
