@@ -56,9 +56,9 @@ const CONNECTIONS: usize = 8;
 const STREAMS_PER_CONNECTION: usize = 100;
 /// Unanswered open-loop calls at most: above what the default bound keeps waiting.
 const MAX_IN_FLIGHT: usize = 50_000;
-/// After the burst: how long a lone caller probes, and how many probes in a row within the unloaded p99 count as
-/// recovered.
-const PROBE_SECS: f64 = 4.0;
+/// After the burst: how long a lone caller probes (full, --quick), and how many probes in a row within the unloaded
+/// p99 count as recovered.
+const PROBE_SECS: (f64, f64) = (4.0, 2.5);
 const RECOVERED_PROBES: usize = 10;
 const TOP_K: u32 = 5;
 const CLOSED_COLUMNS: &str = "workload,texts_per_call,callers,server,calls,ok,errors,seconds,texts_per_s,p50_ms,p99_ms";
@@ -69,10 +69,10 @@ const RUNS_COLUMNS: &str = "max_per_s,unloaded_p50_ms,unloaded_p99_ms,offered_pe
 /// Options of the overload scenario.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Seconds of each closed-loop cell [default: 4, --quick: 1].
+    /// Seconds of each closed-loop cell [default: 4, --quick: 0.5].
     #[arg(long, env = "OVERLOAD_BENCH_CELL_SECS", value_parser = embedwire_bench::options::seconds)]
     pub cell_secs: Option<f64>,
-    /// Seconds of the open-loop overload [default: 30, --quick: 3].
+    /// Seconds of the open-loop overload [default: 30, --quick: 2].
     #[arg(long, env = "OVERLOAD_BENCH_OVERLOAD_SECS", value_parser = embedwire_bench::options::seconds)]
     pub overload_secs: Option<f64>,
     #[command(flatten)]
@@ -158,7 +158,7 @@ async fn closed_loop_sweep(
     texts: &Arc<[String]>,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let cell = args.cell_secs.map_or(common.duration(4.0, 1.0), Duration::from_secs_f64);
+    let cell = args.cell_secs.map_or(common.duration(4.0, 0.5), Duration::from_secs_f64);
     let callers = common.sweep(&[1, 4, 16, 64], &[1, 64]);
     let rounds: &[bool] = if common.quick { &[true, false] } else { &[true, false, false, true] };
     let mut table = Table::new(CLOSED_COLUMNS);
@@ -308,7 +308,7 @@ async fn open_loop_overload(
     // A full batch's model time is read at capacity: from the unbounded server's /metrics across the maximum's run.
     let before = MetricsSnapshot::read(servers.unbounded.address).await?;
     let max =
-        load::run(&reference, MAX_CLIENTS, texts.clone(), Rpc::Embed, Stop::After(common.duration(10.0, 2.0))).await?;
+        load::run(&reference, MAX_CLIENTS, texts.clone(), Rpc::Embed, Stop::After(common.duration(10.0, 1.0))).await?;
     let after = MetricsSnapshot::read(servers.unbounded.address).await?;
     let (full_batch, full_batch_size) = mean_batch(&before, &after);
     let max_rate = max.rate();
@@ -319,14 +319,14 @@ async fn open_loop_overload(
     let channels =
         connections(server, CONNECTIONS.max(2 * (offered as usize).div_ceil(STREAMS_PER_CONNECTION))).await?;
     let caller = Arc::new(EmbedOne(channels.iter().cloned().map(EmbedServiceClient::new).collect(), texts.clone()));
-    let unloaded_time = common.duration(10.0, 2.0);
+    let unloaded_time = common.duration(10.0, 1.0);
     let mut unloaded = Tally::default();
     let schedule =
         Schedule { rate: max_rate * UNLOADED_FRACTION, duration: unloaded_time, max_in_flight: MAX_IN_FLIGHT };
     open_loop::run(caller.clone(), schedule, |sample| unloaded.add(&sample)).await?;
     let unloaded_p99 = unloaded.latency().p99;
 
-    let time = args.overload_secs.map_or(common.duration(30.0, 3.0), Duration::from_secs_f64);
+    let time = args.overload_secs.map_or(common.duration(30.0, 2.0), Duration::from_secs_f64);
     let (before, cpu) = (MetricsSnapshot::read(server.address).await?, CpuWindow::start(server.pid)?);
     let mut tally = Tally::default();
     let schedule = Schedule { rate: offered, duration: time, max_in_flight: MAX_IN_FLIGHT };
@@ -338,7 +338,7 @@ async fn open_loop_overload(
         anyhow::Ok((MetricsSnapshot::read(server.address).await?, cpu.finish()?))
     };
     let (run, probes, window) =
-        tokio::join!(burst, probe_after(channels[0].clone(), texts.clone(), time), burst_window);
+        tokio::join!(burst, probe_after(channels[0].clone(), texts.clone(), time, common.pick(PROBE_SECS.0, PROBE_SECS.1)), burst_window);
     let (run, probes, (after, cpu)) = (run?, probes?, window?);
     let (burst_batch, batch_size) = mean_batch(&before, &after);
     let recovery = recovery_time(&probes, unloaded_p99);
@@ -438,18 +438,19 @@ fn mean_batch(before: &MetricsSnapshot, after: &MetricsSnapshot) -> (Duration, f
     (time, after.since(before, "embedwire_batch_size_sum") / batches)
 }
 
-/// From the moment the burst stops sending, one caller's one-text Embed calls back to back for [`PROBE_SECS`]: when
+/// From the moment the burst stops sending, one caller's one-text Embed calls back to back for `probe_secs`: when
 /// each left (from the burst's end) and how long it took (None: refused or failed).
 async fn probe_after(
     channel: Channel,
     texts: Arc<[String]>,
     burst: Duration,
+    probe_secs: f64,
 ) -> anyhow::Result<Vec<(Duration, Option<Duration>)>> {
     let end = Instant::now() + burst;
     tokio::time::sleep_until(end.into()).await;
     let mut client = EmbedServiceClient::new(channel);
     let mut probes = Vec::new();
-    while end.elapsed().as_secs_f64() < PROBE_SECS {
+    while end.elapsed().as_secs_f64() < probe_secs {
         let (left, started) = (end.elapsed(), Instant::now());
         let request = EmbedRequest { inputs: vec![texts[probes.len() % texts.len()].clone()], ..Default::default() };
         let answered = client.embed(request).await.is_ok().then(|| started.elapsed());

@@ -415,7 +415,6 @@ fn node_env(name: &str, data: &Path, ports: NodePorts, raft_join: &str, nodes: u
         // fault test searches by text across a node's crash.
         ("ASYNC_INDEXING", "true".to_string()),
         ("QUEUE_SCHEDULER_INTERVAL", "100ms".to_string()),
-
         ("ASYNC_INDEXING_STALE_TIMEOUT", "10ms".to_string()),
         ("DEFAULT_VECTORIZER_MODULE", "none".to_string()),
         ("DISABLE_TELEMETRY", "true".to_string()),
