@@ -84,9 +84,9 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     };
     let run_time = common.duration(15.0, 1.0);
     let levels = common.sweep(&[1, 2, 4, 8, 16, 32], &[1, 4]);
-    let (python, cache_dir) = (args.corpus.python()?, &args.corpus.cache_dir);
-    let docstrings = corpus::docstrings(&python, cache_dir, args.corpus.refresh_corpus)?;
-    let rerank_dir = cross_encoder_dir(args.rerank_model_dir.as_deref(), &python, cache_dir)?;
+    let (python, cache_dir) = (args.corpus.python()?, args.corpus.cache_dir()?);
+    let docstrings = corpus::docstrings(&python, &cache_dir, args.corpus.refresh_corpus)?;
+    let rerank_dir = cross_encoder_dir(args.rerank_model_dir.as_deref(), &python, &cache_dir)?;
     let binary = common.server_binary()?; // before measuring: a build would disturb the ceiling
     let onnx = || ("--backend", OsString::from("onnx"));
     let cross_command =
