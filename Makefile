@@ -19,10 +19,11 @@ NEXTEST := $(BIN)/cargo-nextest nextest
 NEXTEST_FLAGS := --release --workspace
 # Per-step times of the last `make test`.
 TIMES := target/make-test-times.tsv
-# What `make test-fast` leaves out: the cluster suites (modules weaviate and postgres of the server's `it`), bench quick (9 minutes of
-# runs), and the four integration tests that take more than 8 s each on 2 cores (int8
-# quality on 2400 sentences, search during a large ingest, 64 closed-loop callers, the
-# full-size cross-encoder against numpy). `make test` runs them all.
+# What `make test-fast` leaves out: the cluster suites (modules weaviate and postgres of
+# the server's `it`), bench quick (4.5 minutes of runs), and the four integration tests
+# that take more than 8 s each on 2 cores (int8 quality on 2400 sentences, search during
+# a large ingest, 64 closed-loop callers, the full-size cross-encoder against numpy).
+# `make test` runs them all.
 FAST_SLOW := ^(precision::int8_vectors_meet|search::searches_keep_answering_while_a_large_ingest|lifecycle::closed_loop_clients|rerank_reference::full_size)
 FAST_FILTER := not (binary_id(embedwire-server::it) and test(/^(weaviate|postgres)::/)) and not binary(quick) and not test(/$(FAST_SLOW)/)
 

@@ -3,7 +3,6 @@
 //! bound listener, and shuts down gracefully.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -115,17 +114,6 @@ impl EmbedServer {
     /// Serves until `shutdown` resolves, then stops accepting work and gives in-flight
     /// requests up to the grace period to finish. Fails if the backend cannot load.
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
-        self.serve_until(listener, Box::pin(shutdown)).await
-    }
-
-    /// [`EmbedServer::serve`]'s body. Not generic, so that it is compiled once, here: as
-    /// a generic function every crate that calls `serve` (the binary, each test binary)
-    /// compiled the whole gRPC and HTTP stack again, 30 s or so apiece on 2 cores.
-    async fn serve_until(
-        self,
-        listener: TcpListener,
-        shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
-    ) -> Result<()> {
         let EmbedServer { config, engine, corpus, rerank, access, tls } = self;
         let (health, health_service) = tonic_health::server::health_reporter();
         set_health(&health, ServingStatus::NotServing).await;
