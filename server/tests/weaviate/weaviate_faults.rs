@@ -257,9 +257,10 @@ async fn job_waits_for_documents_a_restarted_node_does_not_hold() {
     const COLLECTION: &str = "FaultSettle";
     // Weaviate's own replication timing: the restarted node must stay without the
     // documents while B settles, and at `make cluster`'s 5 s it could catch up first.
+    // Its own cluster, stopped and removed when the test ends.
     let _serial = SERIAL.lock().await;
-    let cluster: &'static WeaviateCluster =
-        blocking(|| Box::leak(Box::new(WeaviateCluster::start_with(NODES, AsyncReplication::WeaviateDefaults)))).await;
+    let owned = Arc::new(blocking(|| WeaviateCluster::start_with(NODES, AsyncReplication::WeaviateDefaults)).await);
+    let cluster: &WeaviateCluster = &owned;
     let started = Instant::now();
     let lease = ["--job-lease-secs", "3"];
     let mut a = start_server(cluster, COLLECTION, &lease).await;
@@ -280,7 +281,8 @@ async fn job_waits_for_documents_a_restarted_node_does_not_hold() {
     let mut via_a = search_client(&a.address).await;
     let mut via_b = search_client(&b.address).await;
 
-    blocking(move || cluster.kill_node(RESTARTED)).await;
+    let node = owned.clone();
+    blocking(move || node.kill_node(RESTARTED)).await;
     let documents = documents("settle", DOCUMENTS);
     let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
     let acknowledged = ingest(&mut via_a, documents.clone()).await;
@@ -288,7 +290,8 @@ async fn job_waits_for_documents_a_restarted_node_does_not_hold() {
     a.child.start_kill().unwrap();
     a.child.wait().await.unwrap();
     let written = Instant::now();
-    blocking(move || cluster.restart_node(RESTARTED)).await;
+    let node = owned.clone();
+    blocking(move || node.restart_node(RESTARTED)).await;
     eprintln!("weaviate-{RESTARTED} back {:.1?} after the documents were written without it", written.elapsed());
 
     // B's job list comes from a search of the restarted node, which misses the job:
