@@ -102,6 +102,10 @@ pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
         "{kind}: {keyword:?}"
     );
     assert_eq!(keyword[0].score, keyword[0].keyword_score.unwrap());
+    // Words match by their stem in every store ("gaskets" finds "gasket", "replacing"
+    // finds "Replacement"), and only that chunk has them.
+    let stemmed = search(&mut client, request("replacing gaskets", SearchMode::Keyword)).await.unwrap().remove(0).hits;
+    assert_eq!(ids(&stemmed), ["manual-valve"], "{kind}: stemmed words match");
     let question = format!("which part number is {PART}");
     let hybrid = search(&mut client, request(&question, SearchMode::Hybrid)).await.unwrap().remove(0).hits;
     assert_eq!(hybrid[0].document_id, "manual-valve", "{kind}: {:?}", ids(&hybrid));

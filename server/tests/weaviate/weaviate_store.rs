@@ -84,50 +84,75 @@ async fn keyword_and_hybrid_search() {
     common::hybrid_contract::keyword_and_hybrid_search(weaviate_flags("hybrid"), "weaviate").await;
 }
 
-/// A collection made before keyword search (its chunk text not indexed for BM25) keeps
-/// serving vector search; keyword and hybrid searches are refused with a message that
-/// names the collection and says what to do. Weaviate cannot index an existing
-/// property afterwards, so this is the only honest answer short of a re-ingest.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_collection_from_before_keyword_search_refuses_keyword_modes_clearly() {
-    use embedwire_proto::v1::{Document, SearchMode, SearchRequest};
-    let flags = weaviate_flags("legacy");
+/// Makes the chunk class of `collection` again as an older server version made it:
+/// without the analyzed `keyword_text`, and with its `text` indexed for BM25 (the first
+/// keyword-search version) or not (before keyword search). Returns the server flags.
+async fn recreate_as_older_version(collection: &str, text_searchable: bool) -> Vec<String> {
+    let flags = weaviate_flags(collection);
     let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    // The classes as this server version creates them, then the chunk class made again
-    // the way older versions made it (its text not searchable).
+    // The classes as this server version creates them, then the chunk class made again.
     drop(common::InProcessServer::start(&[common::ONNX, &flag_refs].concat()).await);
     let http = reqwest::Client::new();
     let base = &cluster().http_urls()[0];
+    let class_name = format!("{}{}", collection[..1].to_uppercase(), &collection[1..]);
     let mut class: serde_json::Value =
-        http.get(format!("{base}/v1/schema/Legacy")).send().await.unwrap().json().await.unwrap();
-    for property in class["properties"].as_array_mut().unwrap() {
+        http.get(format!("{base}/v1/schema/{class_name}")).send().await.unwrap().json().await.unwrap();
+    let properties = class["properties"].as_array_mut().unwrap();
+    properties.retain(|property| property["name"] != "keyword_text");
+    for property in properties.iter_mut() {
         if property["name"] == "text" {
-            property["tokenization"] = "field".into();
-            property["indexSearchable"] = false.into();
+            property["tokenization"] = if text_searchable { "word" } else { "field" }.into();
+            property["indexSearchable"] = text_searchable.into();
         }
     }
-    let deleted = http.delete(format!("{base}/v1/schema/Legacy")).send().await.unwrap();
+    let deleted = http.delete(format!("{base}/v1/schema/{class_name}")).send().await.unwrap();
     assert!(deleted.status().is_success(), "{}", deleted.text().await.unwrap());
     let created = http.post(format!("{base}/v1/schema")).json(&class).send().await.unwrap();
     assert!(created.status().is_success(), "{}", created.text().await.unwrap());
+    flags
+}
 
-    let server = common::InProcessServer::start(&[common::ONNX, &flag_refs].concat()).await;
-    let mut client = store_contract::search_client(&server.address).await;
-    let document =
-        Document { id: "old".into(), text: "Old collections still search by meaning.".into(), ..Default::default() };
-    store_contract::ingest_and_wait(&mut client, vec![document]).await;
-    let request = |mode: SearchMode| SearchRequest {
-        queries: vec![store_contract::text_query("searching by meaning")],
+/// A collection made before keyword search (its chunk text not indexed for BM25) keeps
+/// serving vector search; keyword and hybrid searches are refused with a message that
+/// names the collection and says what to do. Weaviate cannot index an existing
+/// property afterwards, so this is the only honest answer short of a re-ingest. A
+/// collection of the first keyword-search version (its text indexed as typed, no
+/// analyzed words) keeps ranking its text by keyword, without stemming.
+#[tokio::test(flavor = "multi_thread")]
+async fn collections_from_older_versions_keep_working_or_refuse_clearly() {
+    use embedwire_proto::v1::{Document, SearchMode, SearchRequest};
+    let request = |query: &str, mode: SearchMode| SearchRequest {
+        queries: vec![store_contract::text_query(query)],
         mode: mode as i32,
         ..Default::default()
     };
-    let hits = client.search(request(SearchMode::Vector)).await.unwrap().into_inner().results.remove(0).hits;
-    assert_eq!(hits[0].document_id, "old");
+    let document =
+        Document { id: "old".into(), text: "Old collections still search by meaning.".into(), ..Default::default() };
+
+    let flags = recreate_as_older_version("legacy", false).await;
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let server = common::InProcessServer::start(&[common::ONNX, &flag_refs].concat()).await;
+    let mut client = store_contract::search_client(&server.address).await;
+    store_contract::ingest_and_wait(&mut client, vec![document.clone()]).await;
+    let hits = client.search(request("searching by meaning", SearchMode::Vector)).await.unwrap().into_inner().results;
+    assert_eq!(hits[0].hits[0].document_id, "old");
     for mode in [SearchMode::Keyword, SearchMode::Hybrid] {
-        let status = client.search(request(mode)).await.expect_err("refused");
+        let status = client.search(request("searching by meaning", mode)).await.expect_err("refused");
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
         let message = status.message();
         assert!(message.contains("Legacy") && message.contains("before keyword search"), "{message}");
         assert!(message.contains("--collection"), "says what to do: {message}");
     }
+
+    let flags = recreate_as_older_version("unstemmed", true).await;
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let server = common::InProcessServer::start(&[common::ONNX, &flag_refs].concat()).await;
+    let mut client = store_contract::search_client(&server.address).await;
+    store_contract::ingest_and_wait(&mut client, vec![document]).await;
+    let keyword = |query: &'static str| {
+        let mut client = client.clone();
+        async move { client.search(request(query, SearchMode::Keyword)).await.unwrap().into_inner().results.remove(0).hits }
+    };
+    assert_eq!(keyword("collections meaning").await[0].document_id, "old", "the words as typed");
+    assert!(keyword("collection meanings").await.is_empty(), "no stemming in a collection of that version");
 }

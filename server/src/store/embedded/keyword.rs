@@ -97,6 +97,22 @@ pub fn analyzer() -> TextAnalyzer {
         .build()
 }
 
+/// `text` as the analyzer sees it: its analyzed words in order, joined by spaces. A
+/// store whose own BM25 has no stemmer (Weaviate) indexes and queries this form, so
+/// that it ranks the same words as the embedded store. `analyzer` is [`analyzer`]'s,
+/// built once for many texts (its stop-word set and stemmer are not free).
+pub fn analyzed_words(analyzer: &mut TextAnalyzer, text: &str) -> String {
+    let mut words = String::with_capacity(text.len());
+    let mut stream = analyzer.token_stream(text);
+    while let Some(token) = stream.next() {
+        if !words.is_empty() {
+            words.push(' ');
+        }
+        words.push_str(&token.text);
+    }
+    words
+}
+
 impl KeywordIndex {
     /// Opens the index in `dir`, or rebuilds it there when it is missing, unreadable or
     /// at another generation than `generation` (redb's): `documents` then visits every

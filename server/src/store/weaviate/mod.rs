@@ -40,6 +40,7 @@ use self::convert::{PropertiesBuilder, PropertiesReader};
 use self::replicas::ReplicaErrors;
 use self::schema::{Collections, Layout};
 use super::HitContent;
+use super::embedded::keyword::{self, KeywordIndex};
 use super::{
     Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, KeywordQuery,
     NewDocument, StoreDescription, StoreHealth, StoreNode, StoreQuery, StoredHit, ViewCounts,
@@ -114,8 +115,8 @@ pub struct WeaviateStore {
     counts: Arc<Mutex<CountState>>,
     /// Turns replica errors into reasons (job errors show them to users).
     replica_errors: Arc<ReplicaErrors>,
-    /// Whether the chunk collection's text is indexed for BM25 (see [`schema::Ensured`]).
-    keyword_ready: bool,
+    /// What keyword search ranks, if anything (see [`schema::Ensured`]).
+    keyword: Option<schema::KeywordField>,
 }
 
 /// Objects in the three collections that [`IndexStats`] reports.
@@ -213,7 +214,7 @@ impl WeaviateStore {
             health: Arc::new(Mutex::new(StoreHealth { healthy: true, detail: String::new(), nodes })),
             counts: Arc::new(Mutex::new(CountState::default())),
             replica_errors: Arc::new(ReplicaErrors::new(layout.replication_factor)),
-            keyword_ready: ensured.keyword_search,
+            keyword: ensured.keyword,
         };
         // The data API must answer too, not only the REST one.
         store
@@ -247,7 +248,7 @@ impl WeaviateStore {
             health: self.health.clone(),
             counts: self.counts.clone(),
             replica_errors: self.replica_errors.clone(),
-            keyword_ready: self.keyword_ready,
+            keyword: self.keyword,
         };
         tokio::spawn(async move {
             let mut ticks = 0u32;
@@ -656,18 +657,23 @@ impl WeaviateStore {
         let mut chunks = Vec::new();
         let mut records = Vec::new();
         let mut stale = Vec::new();
+        let mut analyzer = (self.keyword == Some(schema::KeywordField::Analyzed)).then(keyword::analyzer);
         for document in documents {
             let record = &document.record;
             let meta = convert::meta_pairs(&record.metadata);
             let metadata_json = serde_json::to_string(&record.metadata).expect("strings serialize");
             for (index, (chunk, vector)) in record.chunks.iter().zip(&document.vectors).enumerate() {
                 let text = record.text.get(chunk.start_byte as usize..chunk.end_byte as usize).unwrap_or_default();
+                let mut properties = PropertiesBuilder::default();
+                if let Some(analyzer) = analyzer.as_mut() {
+                    properties = properties.text(schema::KEYWORD_TEXT, &keyword::analyzed_words(analyzer, text));
+                }
                 chunks.push(pb::BatchObject {
                     uuid: convert::chunk_uuid(&document.id, index as u32),
                     collection: self.names.chunks.clone(),
                     vector_bytes: embedwire_proto::vectors::f32_to_le_bytes(vector).into(),
                     properties: Some(
-                        PropertiesBuilder::default()
+                        properties
                             .text("doc_id", &document.id)
                             .number("chunk_index", index as f64)
                             .number("start_byte", chunk.start_byte as f64)
@@ -910,7 +916,7 @@ impl CorpusStore for WeaviateStore {
     }
 
     async fn keyword_search(&self, query: KeywordQuery<'_>) -> Result<Vec<StoredHit>> {
-        if !self.keyword_ready {
+        let Some(field) = self.keyword else {
             return Err(Error::invalid(
                 "mode",
                 format!(
@@ -919,15 +925,20 @@ impl CorpusStore for WeaviateStore {
                     self.names.chunks
                 ),
             ));
-        }
+        };
         let content = query.content();
         let mut request = self.chunk_lookup(query.filter, query.count, content)?;
         request.metadata = Some(pb::MetadataRequest { score: true, vector: query.with_vector, ..Default::default() });
-        request.bm25_search = Some(pb::Bm25 {
-            query: query.leading_words(),
-            properties: vec!["text".to_string()],
-            search_operator: None,
-        });
+        let (words, property) = match field {
+            schema::KeywordField::Analyzed => (analyzed_query(query.text), schema::KEYWORD_TEXT),
+            schema::KeywordField::Text => (query.leading_words(), "text"),
+        };
+        if words.is_empty() {
+            // Only stop words or punctuation: nothing to rank by.
+            return Ok(Vec::new());
+        }
+        request.bm25_search =
+            Some(pb::Bm25 { query: words, properties: vec![property.to_string()], search_operator: None });
         let results = self.query("keyword search", request).await?;
         let mut hits: Vec<StoredHit> = results
             .iter()
@@ -936,6 +947,14 @@ impl CorpusStore for WeaviateStore {
         hits.sort_by(|a, b| b.score.total_cmp(&a.score));
         Ok(hits)
     }
+}
+
+/// A query as the analyzed words Weaviate ranks ([`schema::KeywordField::Analyzed`]):
+/// its distinct terms (at most [`keyword::MAX_QUERY_TERMS`], so a huge query costs a
+/// bounded search), each repeated as often as it occurs, as BM25 sums over the query.
+fn analyzed_query(text: &str) -> String {
+    let terms = KeywordIndex::query_terms(text);
+    terms.iter().flat_map(|(term, count)| std::iter::repeat_n(term.as_str(), *count)).collect::<Vec<_>>().join(" ")
 }
 
 /// A chunk object as a hit with `score`.
