@@ -40,6 +40,11 @@ const PLOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/retrieval/plot.py");
 const QUALITY_TOP_K: u32 = 300;
 /// What a user asks, for the latency figures.
 const USER_TOP_K: u32 = 10;
+/// Hybrid + rerank: the server's scorer rescoring this many candidates (its default `--rerank-candidates`), over the
+/// first this many judged queries (with the embedding model as the scorer, every candidate chunk is embedded again:
+/// all 809 SciFact train queries at 300 candidates would take an hour here).
+const RERANK_TOP_K: u32 = 50;
+const RERANK_QUERIES: usize = 200;
 /// Documents per Ingest call.
 const INGEST_BATCH: usize = 64;
 /// Targets: vector mode within this of the exact whole-document ranking; keyword at least the Python BM25 minus
@@ -79,6 +84,11 @@ pub struct Args {
     /// index (a quicker comparison of server settings, e.g. `--server-arg=--chunk-sentence-tolerance-tokens=0`).
     #[arg(long)]
     pub basic: bool,
+    /// Documents in the index when latency is measured: after quality is measured on the data set, copies of its
+    /// documents (their sentences in reverse order, so new chunks and vectors) are ingested up to this many; 0 or
+    /// fewer than the data set: no copies [default: 10000; --quick: 0].
+    #[arg(long)]
+    pub cost_documents: Option<usize>,
 }
 
 /// One way of searching.
@@ -123,6 +133,10 @@ struct Measured {
     quality: Quality,
     /// Latency of a user's search (top_k 10, with text).
     latency: LatencySummary,
+    /// Documents in the index while latency was measured.
+    latency_documents: usize,
+    /// Hybrid + rerank only: hybrid's quality on the same queries (the rerank way runs on a subset of them).
+    hybrid_on_same_queries: Option<Quality>,
 }
 
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
@@ -156,9 +170,11 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
         };
         let mut ways =
             if position == 0 && !common.quick && !args.basic { tuning_grid() } else { vec![VECTOR, KEYWORD, HYBRID] };
-        if args.rerank {
+        // Rerank's quality depends on the candidates and the scorer, not on the store: measured on the first store.
+        if args.rerank && position == 0 {
             ways.push(Way { rerank: true, ..HYBRID });
         }
+        let cost_documents = args.cost_documents.unwrap_or(common.pick(10_000, 0));
         let result = runtime.block_on(measure_store(
             common,
             &binary,
@@ -168,6 +184,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             &ways,
             exact.is_none(),
             !args.basic,
+            cost_documents,
         ));
         if let Some(cluster) = cluster {
             cluster.stop()?;
@@ -179,7 +196,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     }
     let exact = exact.context("no exact baseline")?;
     println!("exact whole-document cosine ranking (Embed, outside the server): nDCG@10 {:.4}", exact.ndcg_at_10);
-    write_tables(&mut report, &measured, &ingest_rows, exact, bm25)?;
+    write_tables(&mut report, &measured, &ingest_rows, exact, bm25, dataset.qrels.len())?;
     let python = embedwire_bench::corpus::python_or_venv(None)?;
     let plotted = std::process::Command::new(python).arg(PLOT).arg(report.dir()).status()?;
     anyhow::ensure!(plotted.success(), "bench/retrieval/plot.py failed: {plotted}");
@@ -214,6 +231,7 @@ async fn measure_store(
     ways: &[Way],
     with_exact: bool,
     compare_ingest: bool,
+    cost_documents: usize,
 ) -> anyhow::Result<(Vec<Measured>, Vec<IngestRow>, Option<Quality>)> {
     let mut settings = common.clone();
     settings.server_args = [cluster.map(|c| c.server_args()).unwrap_or_default(), common.server_args.clone()].concat();
@@ -254,13 +272,35 @@ async fn measure_store(
     }
     // Ingest ids are d00000.. in corpus order; rankings name the data set's ids.
     let name_of = |ingested: &str| ingested.strip_prefix('d').and_then(|n| n.parse::<usize>().ok()).and_then(|i| ids.get(i)).cloned();
-    let mut rows = Vec::new();
+    // Quality on the data set alone, every way; hybrid's rankings are kept to compare rerank on its subset.
+    let mut qualities = Vec::new();
+    let mut hybrid_rankings = None;
     for way in ways {
-        let rankings = rank_all(&channel, dataset, *way, &name_of).await?;
-        let quality = beir::quality(&dataset.qrels, &rankings);
-        let latency = user_latency(&channel, dataset, *way).await?;
+        let (limit, top_k) = if way.rerank { (RERANK_QUERIES, RERANK_TOP_K) } else { (usize::MAX, QUALITY_TOP_K) };
+        let rankings = rank_all(&channel, dataset, *way, top_k, limit, &name_of).await?;
+        let judged = judged_queries(dataset, limit);
+        let quality = beir::quality(&judged, &rankings);
+        let hybrid_on_same_queries =
+            if way.rerank { hybrid_rankings.as_ref().map(|hybrid| beir::quality(&judged, hybrid)) } else { None };
+        if *way == HYBRID {
+            hybrid_rankings = Some(rankings);
+        }
+        qualities.push((*way, quality, hybrid_on_same_queries));
+    }
+    let exact = if with_exact { Some(exact_ranking_quality(&channel, dataset).await?) } else { None };
+    // Latency at the size the cost targets name.
+    let latency_documents = pad_to(&channel, dataset, cost_documents).await?;
+    // Weaviate's BM25 kept slowing after an ingest for minutes, on a plateau before it fell (18 ms at 1 min, 12 at
+    // 2.5, 3 at 4.5): two rounds agreeing is not enough there, so it rests 4 minutes first.
+    let rest = std::time::Duration::from_secs(if store == "weaviate" && latency_documents > dataset.corpus.len() { 240 } else { 0 });
+    tokio::time::sleep(rest).await;
+    settle(&channel, dataset).await?;
+    let all_ways: Vec<Way> = qualities.iter().map(|(way, _, _)| *way).collect();
+    let latencies = user_latency(&channel, dataset, &all_ways).await?;
+    let mut rows = Vec::new();
+    for ((way, quality, hybrid_on_same_queries), latency) in qualities.into_iter().zip(latencies) {
         println!(
-            "{store} {}: nDCG@10 {:.4} recall@100 {:.4} MRR@10 {:.4}; p50 {:.2} ms p99 {:.2} ms",
+            "{store} {}: nDCG@10 {:.4} recall@100 {:.4} MRR@10 {:.4}; p50 {:.2} ms p99 {:.2} ms at {latency_documents} documents",
             way.label(),
             quality.ndcg_at_10,
             quality.recall_at_100,
@@ -268,9 +308,15 @@ async fn measure_store(
             ms(latency.p50),
             ms(latency.p99)
         );
-        rows.push(Measured { store: store.to_string(), way: *way, quality, latency });
+        rows.push(Measured {
+            store: store.to_string(),
+            way,
+            quality,
+            latency,
+            latency_documents,
+            hybrid_on_same_queries,
+        });
     }
-    let exact = if with_exact { Some(exact_ranking_quality(&channel, dataset).await?) } else { None };
     server.stop().await?;
     Ok((rows, ingests, exact))
 }
@@ -289,18 +335,72 @@ fn search_request(text: &str, way: Way, top_k: u32, with_text: bool) -> SearchRe
     }
 }
 
-/// Every judged query's ranking of documents (each once, at its best chunk).
+/// The judgements of the first `limit` judged queries.
+fn judged_queries(dataset: &Dataset, limit: usize) -> HashMap<String, HashMap<String, u32>> {
+    dataset.queries.iter().take(limit).filter_map(|q| dataset.qrels.get(&q.id).map(|j| (q.id.clone(), j.clone()))).collect()
+}
+
+/// Ingests copies of the data set's documents until the index holds `target` documents (none when it already holds
+/// as many): ids `p00000`.. (no judged id), each copy's sentences in reverse order, so that its chunks are new texts
+/// with new vectors (a verbatim copy would reuse its chunks' vectors and add duplicate points to the vector index).
+/// Returns the documents in the index.
+async fn pad_to(channel: &Channel, dataset: &Dataset, target: usize) -> anyhow::Result<usize> {
+    let missing = target.saturating_sub(dataset.corpus.len());
+    if missing == 0 {
+        return Ok(dataset.corpus.len());
+    }
+    let copies: Vec<Paragraph> = (0..missing)
+        .map(|i| {
+            let text = dataset.corpus[i % dataset.corpus.len()].full_text();
+            let reversed: Vec<&str> = text.split_inclusive(". ").collect::<Vec<_>>().into_iter().rev().collect();
+            Paragraph { source: format!("copy-{i}"), text: reversed.concat() }
+        })
+        .collect();
+    let run = ingest::ingest(channel.clone(), &copies, ("p", 0), INGEST_BATCH).await?;
+    println!("  {missing} copies ingested for the latency figures ({:.1} documents/s)", run.rate());
+    Ok(target)
+}
+
+/// Waits until the store's keyword search runs at a steady speed after an ingest: a round of 20 keyword searches
+/// every 15 s until two rounds in a row agree on the p50 within 15 % (at most 5 minutes). Measured: for about 4
+/// minutes after a bulk write, Weaviate's BM25 took 4-6 x its later time (18 vs 3 ms at 1,400 chunks) while it
+/// flushes and compacts the new segments; a user's index is mostly at rest, so that is what the latency figures show.
+async fn settle(channel: &Channel, dataset: &Dataset) -> anyhow::Result<()> {
+    let mut client = SearchServiceClient::new(channel.clone());
+    let started = Instant::now();
+    let mut previous: Option<f64> = None;
+    loop {
+        let mut samples = Vec::new();
+        for query in dataset.queries.iter().take(20) {
+            let began = Instant::now();
+            client.search(search_request(&query.text, KEYWORD, USER_TOP_K, true)).await?;
+            samples.push(began.elapsed());
+        }
+        let p50 = ms(LatencySummary::from_samples(samples).p50);
+        let steady = previous.is_some_and(|before| (p50 - before).abs() <= 0.15 * before.max(p50));
+        if steady || started.elapsed() >= std::time::Duration::from_secs(300) {
+            println!("  keyword p50 {p50:.2} ms, steady after {:.0} s more", started.elapsed().as_secs_f64());
+            return Ok(());
+        }
+        previous = Some(p50);
+        tokio::time::sleep(std::time::Duration::from_secs(15)).await;
+    }
+}
+
+/// The first `limit` judged queries' rankings of documents (each once, at its best chunk) from `top_k` chunks.
 async fn rank_all(
     channel: &Channel,
     dataset: &Dataset,
     way: Way,
+    top_k: u32,
+    limit: usize,
     name_of: &impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<HashMap<String, Vec<String>>> {
     let mut client = SearchServiceClient::new(channel.clone());
     let mut rankings = HashMap::new();
-    for query in &dataset.queries {
+    for query in dataset.queries.iter().take(limit) {
         let response = client
-            .search(search_request(&query.text, way, QUALITY_TOP_K, false))
+            .search(search_request(&query.text, way, top_k, false))
             .await
             .with_context(|| format!("Search {} for query {}", way.label(), query.id))?
             .into_inner();
@@ -311,16 +411,27 @@ async fn rank_all(
     Ok(rankings)
 }
 
-/// A user's search, one at a time: top_k 10 with text, over the judged queries (at most 300).
-async fn user_latency(channel: &Channel, dataset: &Dataset, way: Way) -> anyhow::Result<LatencySummary> {
+/// A user's search, one at a time: top_k 10 with text, over the judged queries (at most 300; hybrid + rerank, which
+/// embeds its candidates again with the embedding model as the scorer, at most 30), each query asked every way in
+/// turn so that a passing load (a store still compacting after the ingest) falls on every way alike. One summary a way.
+async fn user_latency(channel: &Channel, dataset: &Dataset, ways: &[Way]) -> anyhow::Result<Vec<LatencySummary>> {
     let mut client = SearchServiceClient::new(channel.clone());
-    let mut samples = Vec::new();
-    for query in dataset.queries.iter().take(300) {
-        let started = Instant::now();
-        client.search(search_request(&query.text, way, USER_TOP_K, true)).await?;
-        samples.push(started.elapsed());
+    let mut samples = vec![Vec::new(); ways.len()];
+    // Warm: each way's first searches (a store's caches, the model's first shapes) are not measured.
+    for (query, way) in dataset.queries.iter().take(5).zip(ways.iter().cycle()) {
+        client.search(search_request(&query.text, *way, USER_TOP_K, true)).await?;
     }
-    Ok(LatencySummary::from_samples(samples))
+    for (n, query) in dataset.queries.iter().take(300).enumerate() {
+        for (way, samples) in ways.iter().zip(samples.iter_mut()) {
+            if way.rerank && n >= 30 {
+                continue;
+            }
+            let started = Instant::now();
+            client.search(search_request(&query.text, *way, USER_TOP_K, true)).await?;
+            samples.push(started.elapsed());
+        }
+    }
+    Ok(samples.into_iter().map(LatencySummary::from_samples).collect())
 }
 
 /// The yardstick of vector mode: every document embedded whole (Embed, the model's truncation), every query ranked
@@ -381,8 +492,11 @@ fn write_tables(
     ingests: &[IngestRow],
     exact: Quality,
     bm25: Quality,
+    judged: usize,
 ) -> anyhow::Result<()> {
-    let mut table = Table::new("store,mode,alpha,fusion,ndcg_at_10,recall_at_100,mrr_at_10,p50_ms,p99_ms,queries_per_s");
+    let mut table = Table::new(
+        "store,mode,alpha,fusion,ndcg_at_10,recall_at_100,mrr_at_10,p50_ms,p99_ms,queries_per_s,judged_queries,latency_documents",
+    );
     let fusion_name = |way: &Way| match (way.mode, way.fusion) {
         (SearchMode::Hybrid, Fusion::ReciprocalRank) => "rrf",
         (SearchMode::Hybrid, _) => "relative_score",
@@ -406,6 +520,8 @@ fn write_tables(
             format!("{:.2}", ms(m.latency.p50)),
             format!("{:.2}", ms(m.latency.p99)),
             format!("{:.1}", 1e3 / ms(m.latency.mean).max(1e-9)),
+            if m.way.rerank { RERANK_QUERIES.min(judged) } else { judged }.to_string(),
+            m.latency_documents.to_string(),
         ]);
     }
     for (label, q) in [("exact whole-document cosine (outside the server)", exact), ("plain BM25 k1 0.9 b 0.4 (Python)", bm25)] {
@@ -419,6 +535,8 @@ fn write_tables(
             format!("{:.4}", q.mrr_at_10),
             String::new(),
             String::new(),
+            String::new(),
+            judged.to_string(),
             String::new(),
         ]);
     }
@@ -454,14 +572,23 @@ fn judge(measured: &[Measured], ingests: &[IngestRow], exact: Quality, bm25: Qua
                 .with_note(format!("{vector:.4} vs {:.4}", exact.ndcg_at_10)),
         );
     }
-    if let Some(keyword) = ndcg(&first, KEYWORD) {
-        rows.push(
-            Row::info(format!("{first} keyword nDCG@10 - plain BM25"), keyword - bm25.ndcg_at_10, "", format!("{:+.4}", keyword - bm25.ndcg_at_10))
-                .at_least(-KEYWORD_TOLERANCE, format!(">= -{KEYWORD_TOLERANCE}"))
-                .with_note(format!("{keyword:.4} vs {:.4}", bm25.ndcg_at_10)),
-        );
-    }
     for store in measured.iter().map(|m| m.store.clone()).collect::<std::collections::BTreeSet<_>>() {
+        if let Some(keyword) = ndcg(&store, KEYWORD) {
+            rows.push(
+                Row::info(format!("{store} keyword nDCG@10 - plain BM25"), keyword - bm25.ndcg_at_10, "", format!("{:+.4}", keyword - bm25.ndcg_at_10))
+                    .at_least(-KEYWORD_TOLERANCE, format!(">= -{KEYWORD_TOLERANCE}"))
+                    .with_note(format!("{keyword:.4} vs {:.4}", bm25.ndcg_at_10)),
+            );
+        }
+        if let Some(reranked) = measured.iter().find(|m| m.store == store && m.way.rerank)
+            && let Some(hybrid) = reranked.hybrid_on_same_queries
+        {
+            let difference = reranked.quality.ndcg_at_10 - hybrid.ndcg_at_10;
+            rows.push(
+                Row::info(format!("{store} hybrid+rerank nDCG@10 - hybrid (first {RERANK_QUERIES} queries)"), difference, "", format!("{difference:+.4}"))
+                    .with_note(format!("{:.4} vs {:.4}; {RERANK_TOP_K} candidates reranked", reranked.quality.ndcg_at_10, hybrid.ndcg_at_10)),
+            );
+        }
         let (Some(vector), Some(keyword), Some(hybrid)) = (ndcg(&store, VECTOR), ndcg(&store, KEYWORD), ndcg(&store, HYBRID)) else {
             continue;
         };
@@ -484,7 +611,7 @@ fn judge(measured: &[Measured], ingests: &[IngestRow], exact: Quality, bm25: Qua
             rows.push(
                 Row::info(format!("{store} hybrid p50 / vector p50"), ratio, "x", format!("{ratio:.2} x"))
                     .at_most(HYBRID_P50_RATIO, format!("<= {HYBRID_P50_RATIO} x"))
-                    .with_note(format!("{:.2} ms vs {:.2} ms", ms(h.latency.p50), ms(v.latency.p50))),
+                    .with_note(format!("{:.2} ms vs {:.2} ms at {} documents", ms(h.latency.p50), ms(v.latency.p50), h.latency_documents)),
             );
         }
     }
