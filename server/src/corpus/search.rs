@@ -15,7 +15,7 @@ use super::highlight::QueryWords;
 use crate::engine::EmbedOptions;
 use crate::error::{Error, Result};
 use crate::rerank::RerankOptions;
-use crate::store::{KeywordQuery, StoreQuery};
+use crate::store::{KeywordQuery, StoreQuery, StoredHit};
 
 /// How chunks are found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -129,6 +129,38 @@ impl Ranked {
     }
 }
 
+/// What one query is searched with: its vector (empty in keyword mode) and, in hybrid
+/// mode, its keyword side already searched.
+#[derive(Clone, Copy)]
+struct Sides<'a> {
+    vector: &'a [f32],
+    keyword: Option<&'a [StoredHit]>,
+}
+
+/// How deep each side of a hybrid search ranks: a depth set by the page's size, never
+/// by its offset or a grouped search's growing pool, so that pages of one ranking
+/// agree. Past it, the vector side (which reaches every chunk) goes on.
+fn hybrid_depth(params: &SearchParams) -> usize {
+    HYBRID_CANDIDATES.max(params.top_k * params.group_size.unwrap_or(1))
+}
+
+/// Whether hits need their text: to show it, to mark it, or to rerank it.
+fn with_text(params: &SearchParams, rerank: bool) -> bool {
+    rerank || params.include_text || params.highlight
+}
+
+/// The keyword search of `text` for `count` chunks under the request's filter.
+fn keyword_query<'a>(params: &'a SearchParams, text: &'a str, count: usize, rerank: bool) -> KeywordQuery<'a> {
+    KeywordQuery {
+        text,
+        count,
+        filter: &params.filter,
+        with_text: with_text(params, rerank),
+        with_metadata: params.include_metadata,
+        with_vector: params.include_vectors,
+    }
+}
+
 /// The best chunks of one query, and whether the store has no more to give (it
 /// returned fewer than asked).
 struct Candidates {
@@ -141,16 +173,24 @@ impl Corpus {
     /// documents best first, each document's hits one after the other).
     pub async fn search(self: &Arc<Self>, params: SearchParams) -> Result<Vec<Vec<Hit>>> {
         let rerank = self.validate_search(&params)?;
-        let vectors = if params.mode == SearchMode::Keyword {
-            vec![Vec::new(); params.queries.len()]
-        } else {
-            self.query_vectors(&params.queries).await?
+        // In hybrid mode the keyword side needs no vector: it runs while the queries are
+        // embedded (measured on PostgreSQL at 10,000 documents: hybrid p50 1.88 x vector
+        // with the sides one after the other, the keyword side alone as slow as the vector one).
+        let vectors = async {
+            if params.mode == SearchMode::Keyword {
+                Ok(vec![Vec::new(); params.queries.len()])
+            } else {
+                self.query_vectors(&params.queries).await
+            }
         };
+        let (vectors, keyword_sides) =
+            futures::future::try_join(vectors, self.hybrid_keyword_sides(&params, rerank)).await?;
         let mut results = Vec::with_capacity(vectors.len());
-        for (query, vector) in params.queries.iter().zip(&vectors) {
+        for ((query, vector), keyword_side) in params.queries.iter().zip(&vectors).zip(&keyword_sides) {
+            let sides = Sides { vector, keyword: keyword_side.as_deref() };
             let ranked = match params.group_size {
-                None => self.ranked_chunks(&params, query, vector, rerank).await?,
-                Some(group_size) => self.ranked_documents(&params, query, vector, group_size, rerank).await?,
+                None => self.ranked_chunks(&params, query, sides, rerank).await?,
+                Some(group_size) => self.ranked_documents(&params, query, sides, group_size, rerank).await?,
             };
             let mut words = match query {
                 Query::Text(text) if params.highlight => Some(QueryWords::of(text)),
@@ -161,18 +201,33 @@ impl Corpus {
         Ok(results)
     }
 
+    /// Hybrid mode: each query's keyword side, searched one query after another (a
+    /// request may hold dozens) while the queries are embedded. None in other modes.
+    async fn hybrid_keyword_sides(&self, params: &SearchParams, rerank: bool) -> Result<Vec<Option<Vec<StoredHit>>>> {
+        let mut sides = Vec::with_capacity(params.queries.len());
+        for query in &params.queries {
+            sides.push(match (params.mode, query) {
+                (SearchMode::Hybrid, Query::Text(text)) => {
+                    Some(self.store.keyword_search(keyword_query(params, text, hybrid_depth(params), rerank)).await?)
+                }
+                _ => None,
+            });
+        }
+        Ok(sides)
+    }
+
     /// The page of chunks, best first.
     async fn ranked_chunks(
         &self,
         params: &SearchParams,
         query: &Query,
-        vector: &[f32],
+        sides: Sides<'_>,
         rerank: bool,
     ) -> Result<Vec<Ranked>> {
         let wanted = params.offset + params.top_k;
         // The cross-encoder re-scores a wider pool, from which the final page is cut.
         let pool = if rerank { wanted.max(self.settings.rerank_candidates) } else { wanted };
-        let candidates = self.candidates(params, query, vector, pool, rerank).await?;
+        let candidates = self.candidates(params, query, sides, pool, rerank).await?;
         let ranked = self.reranked(query, candidates.hits, rerank).await?;
         Ok(ranked.into_iter().skip(params.offset).take(params.top_k).collect())
     }
@@ -186,7 +241,7 @@ impl Corpus {
         &self,
         params: &SearchParams,
         query: &Query,
-        vector: &[f32],
+        sides: Sides<'_>,
         group_size: usize,
         rerank: bool,
     ) -> Result<Vec<Ranked>> {
@@ -196,7 +251,7 @@ impl Corpus {
             pool = pool.max(self.settings.rerank_candidates).min(grouping::MAX_GROUPED_CANDIDATES);
         }
         loop {
-            let candidates = self.candidates(params, query, vector, pool, rerank).await?;
+            let candidates = self.candidates(params, query, sides, pool, rerank).await?;
             let exhausted = candidates.exhausted;
             let ranked = self.reranked(query, candidates.hits, rerank).await?;
             let groups = grouping::group_by_document(ranked, |r| r.candidate.hit.document_id.as_str(), group_size);
@@ -248,31 +303,22 @@ impl Corpus {
         &self,
         params: &SearchParams,
         query: &Query,
-        vector: &[f32],
+        sides: Sides<'_>,
         pool: usize,
         rerank: bool,
     ) -> Result<Candidates> {
-        let with_text = rerank || params.include_text || params.highlight;
         let by_vector = |count: usize, score_threshold: Option<f32>| StoreQuery {
-            vector,
+            vector: sides.vector,
             count,
             score_threshold,
             filter: &params.filter,
-            with_text,
+            with_text: with_text(params, rerank),
             with_metadata: params.include_metadata,
             with_vector: params.include_vectors,
         };
         let text = match query {
             Query::Text(text) => text.as_str(),
             Query::Vector(_) => "",
-        };
-        let by_keyword = |count: usize| KeywordQuery {
-            text,
-            count,
-            filter: &params.filter,
-            with_text,
-            with_metadata: params.include_metadata,
-            with_vector: params.include_vectors,
         };
         let above_threshold = |hit: &FusedHit| params.score_threshold.is_none_or(|threshold| hit.score >= threshold);
         Ok(match params.mode {
@@ -286,7 +332,7 @@ impl Corpus {
                 Candidates { hits, exhausted }
             }
             SearchMode::Keyword => {
-                let hits = self.store.keyword_search(by_keyword(pool)).await?;
+                let hits = self.store.keyword_search(keyword_query(params, text, pool, rerank)).await?;
                 let exhausted = hits.len() < pool;
                 let hits = hits
                     .into_iter()
@@ -296,16 +342,13 @@ impl Corpus {
                 Candidates { hits, exhausted }
             }
             SearchMode::Hybrid => {
-                // Each side's ranking counts to a depth set by the page's size, never by
-                // its offset or a grouped search's growing pool: pages of one ranking
-                // agree. Past it, the vector side (which reaches every chunk) goes on.
-                let depth = HYBRID_CANDIDATES.max(params.top_k * params.group_size.unwrap_or(1));
+                let depth = hybrid_depth(params);
                 let count = pool.max(depth);
-                let (by_vector, by_keyword) = futures::future::try_join(
-                    self.store.search(by_vector(count, None)),
-                    self.store.keyword_search(by_keyword(depth)),
-                )
-                .await?;
+                let by_vector = self.store.search(by_vector(count, None)).await?;
+                let by_keyword = match sides.keyword {
+                    Some(hits) => hits.to_vec(),
+                    None => self.store.keyword_search(keyword_query(params, text, depth, rerank)).await?,
+                };
                 let exhausted = by_vector.len() < count;
                 let alpha = params.alpha.unwrap_or(DEFAULT_ALPHA);
                 let mut fused = fusion::fuse(by_vector, by_keyword, alpha, params.fusion, depth);
