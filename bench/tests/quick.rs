@@ -371,7 +371,7 @@ fn retrieval_measures_each_mode_against_its_yardsticks() {
     let run = Run::scenario("retrieval", &["--quick-queries", "10", "--quick-documents", "50"]);
     run.prints(["vector nDCG@10 - exact", "keyword nDCG@10 - plain BM25", "hybrid nDCG@10 - best single mode"]);
     run.prints(["hybrid p50 / vector p50", "ingest with keyword index / without"]);
-    let header = "store,mode,alpha,fusion,ndcg_at_10,recall_at_100,mrr_at_10,p50_ms,p99_ms,queries_per_s";
+    let header = "store,mode,alpha,fusion,ndcg_at_10,recall_at_100,mrr_at_10,p50_ms,p99_ms,queries_per_s,judged_queries,latency_documents";
     let rows = run.csv("retrieval.csv", header);
     let modes: Vec<&str> = rows.iter().map(|r| r[1].as_str()).collect();
     assert_eq!(modes[..3], ["vector", "keyword", "hybrid"], "{rows:?}");
