@@ -15,7 +15,7 @@ use super::highlight::QueryWords;
 use crate::engine::EmbedOptions;
 use crate::error::{Error, Result};
 use crate::rerank::RerankOptions;
-use crate::store::{CorpusStore, KeywordQuery, StoreQuery, StoredHit};
+use crate::store::{CorpusStore, HitContent, KeywordQuery, StoreQuery, StoredHit};
 
 /// How chunks are found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -177,21 +177,20 @@ fn hybrid_depth(params: &SearchParams) -> usize {
     HYBRID_CANDIDATES.max(params.top_k * params.group_size.unwrap_or(1))
 }
 
-/// Whether hits need their text: to show it, to mark it, or to rerank it.
-fn with_text(params: &SearchParams, rerank: bool) -> bool {
-    rerank || params.include_text || params.highlight
-}
-
-/// The keyword search of `text` for `count` chunks under the request's filter.
-fn keyword_query<'a>(params: &'a SearchParams, text: &'a str, count: usize, rerank: bool) -> KeywordQuery<'a> {
-    KeywordQuery {
-        text,
-        count,
-        filter: &params.filter,
-        with_text: with_text(params, rerank),
+/// What the page's hits carry: text to show, to mark or to rerank.
+fn page_content(params: &SearchParams, rerank: bool) -> HitContent {
+    HitContent {
+        with_text: rerank || params.include_text || params.highlight,
         with_metadata: params.include_metadata,
         with_vector: params.include_vectors,
     }
+}
+
+/// The keyword search of `text` for `count` chunks under the request's filter,
+/// carrying `content`.
+fn keyword_query<'a>(params: &'a SearchParams, text: &'a str, count: usize, content: HitContent) -> KeywordQuery<'a> {
+    let HitContent { with_text, with_metadata, with_vector } = content;
+    KeywordQuery { text, count, filter: &params.filter, with_text, with_metadata, with_vector }
 }
 
 /// The best chunks of one query, and whether the store has no more to give (it
@@ -211,7 +210,7 @@ impl Corpus {
         // at 10,000 documents: hybrid p50 1.88 x vector with the sides after the embedding,
         // its keyword side alone as slow as the vector one).
         let mut keyword_sides: Vec<KeywordSide> =
-            params.queries.iter().map(|query| self.start_keyword_side(&params, query, rerank)).collect();
+            params.queries.iter().map(|query| self.start_keyword_side(&params, query)).collect();
         let vectors = if params.mode == SearchMode::Keyword {
             vec![Vec::new(); params.queries.len()]
         } else {
@@ -236,12 +235,13 @@ impl Corpus {
     /// Hybrid mode: starts the query's keyword side as a task of its own (the store's
     /// search of one query; a request's queries run side by side, as its vector sides
     /// are embedded in one batch). None in other modes.
-    fn start_keyword_side(&self, params: &SearchParams, query: &Query, rerank: bool) -> KeywordSide {
+    fn start_keyword_side(&self, params: &SearchParams, query: &Query) -> KeywordSide {
         let (SearchMode::Hybrid, Query::Text(text)) = (params.mode, query) else { return KeywordSide::None };
         let (store, text, filter) = (self.store.clone(), text.clone(), params.filter.clone());
-        let (count, with_text) = (hybrid_depth(params), with_text(params, rerank));
-        let (with_metadata, with_vector) = (params.include_metadata, params.include_vectors);
+        let (count, with_vector) = (hybrid_depth(params), params.include_vectors);
         KeywordSide::Running(AbortOnDrop(tokio::spawn(async move {
+            // Without text and metadata, as the vector side ([`Corpus::candidates`]).
+            let (with_text, with_metadata) = (false, false);
             let query = KeywordQuery { text: &text, count, filter: &filter, with_text, with_metadata, with_vector };
             store.keyword_search(query).await
         })))
@@ -339,14 +339,19 @@ impl Corpus {
         rerank: bool,
     ) -> Result<Candidates> {
         let vector = sides.vector;
-        let by_vector = |count: usize, score_threshold: Option<f32>| StoreQuery {
+        let page_content = page_content(params, rerank);
+        // Each side of a hybrid search ranks its candidates without their text and
+        // metadata (on Weaviate, the text of 2 x 50 candidates from every shard); the
+        // page gets them after fusion.
+        let side_content = HitContent { with_text: false, with_metadata: false, ..page_content };
+        let by_vector = |count: usize, score_threshold: Option<f32>, content: HitContent| StoreQuery {
             vector,
             count,
             score_threshold,
             filter: &params.filter,
-            with_text: with_text(params, rerank),
-            with_metadata: params.include_metadata,
-            with_vector: params.include_vectors,
+            with_text: content.with_text,
+            with_metadata: content.with_metadata,
+            with_vector: content.with_vector,
         };
         let text = match query {
             Query::Text(text) => text.as_str(),
@@ -355,7 +360,7 @@ impl Corpus {
         let above_threshold = |hit: &FusedHit| params.score_threshold.is_none_or(|threshold| hit.score >= threshold);
         Ok(match params.mode {
             SearchMode::Vector => {
-                let hits = self.store.search(by_vector(pool, params.score_threshold)).await?;
+                let hits = self.store.search(by_vector(pool, params.score_threshold, page_content)).await?;
                 let exhausted = hits.len() < pool;
                 let hits = hits
                     .into_iter()
@@ -364,7 +369,7 @@ impl Corpus {
                 Candidates { hits, exhausted }
             }
             SearchMode::Keyword => {
-                let hits = self.store.keyword_search(keyword_query(params, text, pool, rerank)).await?;
+                let hits = self.store.keyword_search(keyword_query(params, text, pool, page_content)).await?;
                 let exhausted = hits.len() < pool;
                 let hits = hits
                     .into_iter()
@@ -377,8 +382,8 @@ impl Corpus {
                 let depth = hybrid_depth(params);
                 let count = pool.max(depth);
                 let (by_vector, by_keyword) = futures::future::try_join(
-                    self.store.search(by_vector(count, None)),
-                    sides.keyword.hits(self.store.as_ref(), keyword_query(params, text, depth, rerank)),
+                    self.store.search(by_vector(count, None, side_content)),
+                    sides.keyword.hits(self.store.as_ref(), keyword_query(params, text, depth, side_content)),
                 )
                 .await?;
                 let exhausted = by_vector.len() < count;
@@ -386,6 +391,8 @@ impl Corpus {
                 let mut fused = fusion::fuse(by_vector, by_keyword, alpha, params.fusion, depth);
                 fused.retain(above_threshold);
                 fused.truncate(pool);
+                let missing = HitContent { with_vector: false, ..page_content };
+                self.store.fill_content(fused.iter_mut().map(|fused| &mut fused.hit).collect(), missing).await?;
                 Candidates { hits: fused, exhausted }
             }
         })

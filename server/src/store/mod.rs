@@ -274,4 +274,36 @@ pub trait CorpusStore: Send + Sync + 'static {
     /// The best chunks for one query's words by BM25, best first; none when the text
     /// has no indexable word.
     async fn keyword_search(&self, query: KeywordQuery<'_>) -> Result<Vec<StoredHit>>;
+
+    /// Gives `hits` (found without them) their text and metadata, as `content` asks.
+    /// Hybrid search ranks each side's candidates without either and fills only the
+    /// page it returns. By default from the hits' documents: a chunk's text is its
+    /// span of the document's; a hit whose document is gone since gets empty text.
+    async fn fill_content(&self, hits: Vec<&mut StoredHit>, content: HitContent) -> Result<()> {
+        if !content.with_text && !content.with_metadata || hits.is_empty() {
+            return Ok(());
+        }
+        let mut ids: Vec<String> = hits.iter().map(|hit| hit.document_id.clone()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let records = self.documents(ids.clone()).await?;
+        let by_id: std::collections::HashMap<&str, &DocumentRecord> =
+            ids.iter().zip(&records).filter_map(|(id, record)| Some((id.as_str(), record.as_ref()?))).collect();
+        for hit in hits {
+            let record = by_id.get(hit.document_id.as_str());
+            if content.with_text {
+                // A document replaced since may have other chunks: its text is not the hit's.
+                let text = record.and_then(|record| {
+                    let chunk = record.chunks.get(hit.chunk_index as usize)?;
+                    let same_span = (chunk.start_char, chunk.end_char) == (hit.start_char, hit.end_char);
+                    same_span.then(|| record.text.get(chunk.start_byte as usize..chunk.end_byte as usize))?
+                });
+                hit.text = Some(text.unwrap_or_default().to_string());
+            }
+            if content.with_metadata {
+                hit.metadata = record.map(|record| record.metadata.clone()).unwrap_or_default();
+            }
+        }
+        Ok(())
+    }
 }

@@ -114,6 +114,21 @@ pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
     assert!(hybrid.windows(2).all(|w| w[0].score >= w[1].score), "{kind}: fused order");
     let vector = search(&mut client, request(&question, SearchMode::Vector)).await.unwrap().remove(0).hits;
     assert!(vector.iter().all(|h| h.vector_score == Some(h.score) && h.keyword_score.is_none()));
+    // Hybrid hits get their text and metadata after fusion: the same as found by vector
+    // or by keyword alone.
+    assert!(hybrid[0].text.contains(PART) && hybrid[0].metadata["shelf"] == keyword[0].metadata["shelf"], "{kind}");
+    for hit in &hybrid {
+        if let Some(same) = vector.iter().find(|v| (&v.document_id, v.chunk) == (&hit.document_id, hit.chunk)) {
+            assert_eq!((&hit.text, &hit.metadata), (&same.text, &same.metadata), "{kind}: {}", hit.document_id);
+        }
+    }
+    let bare = SearchRequest {
+        include_text: Some(false),
+        include_metadata: Some(false),
+        ..request(&question, SearchMode::Hybrid)
+    };
+    let bare = search(&mut client, bare).await.unwrap().remove(0).hits;
+    assert!(bare.iter().all(|h| h.text.is_empty() && h.metadata.is_empty()), "{kind}: {bare:?}");
 
     // Both fusions and the ends of alpha: alpha 1 is the vector ranking.
     for fusion in [Fusion::ReciprocalRank, Fusion::RelativeScore] {

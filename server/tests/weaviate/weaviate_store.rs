@@ -97,6 +97,8 @@ async fn recreate_as_older_version(collection: &str, text_searchable: bool) -> V
     let class_name = format!("{}{}", collection[..1].to_uppercase(), &collection[1..]);
     let mut class: serde_json::Value =
         http.get(format!("{base}/v1/schema/{class_name}")).send().await.unwrap().json().await.unwrap();
+    // Weaviate's default search breadth, as older versions left it.
+    class["vectorIndexConfig"]["dynamicEfFactor"] = 8.into();
     let properties = class["properties"].as_array_mut().unwrap();
     properties.retain(|property| property["name"] != "keyword_text");
     for property in properties.iter_mut() {
@@ -155,4 +157,12 @@ async fn collections_from_older_versions_keep_working_or_refuse_clearly() {
     };
     assert_eq!(keyword("collections meaning").await[0].document_id, "old", "the words as typed");
     assert!(keyword("collection meanings").await.is_empty(), "no stemming in a collection of that version");
+
+    // Both older collections were given this version's search breadth at start (a
+    // hybrid search's 50 vector candidates at ef 100, not 400).
+    for class_name in ["Legacy", "Unstemmed"] {
+        let url = format!("{}/v1/schema/{class_name}", cluster().http_urls()[0]);
+        let class: serde_json::Value = reqwest::get(url).await.unwrap().json().await.unwrap();
+        assert_eq!(class["vectorIndexConfig"]["dynamicEfFactor"], 2, "{class_name}");
+    }
 }

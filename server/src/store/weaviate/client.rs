@@ -247,9 +247,19 @@ impl Connection {
 
     /// POST a JSON document to the first node that answers; returns the status and body.
     pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> Result<(u16, String)> {
+        self.send_json(reqwest::Method::POST, path, body).await
+    }
+
+    /// PUT a JSON document (a whole resource, as changed) to the first node that
+    /// answers; returns the status and body.
+    pub async fn put_json(&self, path: &str, body: &serde_json::Value) -> Result<(u16, String)> {
+        self.send_json(reqwest::Method::PUT, path, body).await
+    }
+
+    async fn send_json(&self, method: reqwest::Method, path: &str, body: &serde_json::Value) -> Result<(u16, String)> {
         let mut last_error = String::new();
         for url in self.http_urls.iter().chain(&self.http_urls) {
-            match self.http.post(format!("{url}{path}")).json(body).send().await {
+            match self.http.request(method.clone(), format!("{url}{path}")).json(body).send().await {
                 Ok(response) => {
                     let status = response.status().as_u16();
                     let text = response.text().await.unwrap_or_default();

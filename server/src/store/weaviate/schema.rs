@@ -104,11 +104,44 @@ fn class(name: &str, description: &str, layout: Layout, vectors: bool, propertie
         "properties": properties,
     });
     if vectors {
+        definition["vectorIndexConfig"] = vector_index_config();
         // BM25's usual constants (Weaviate's defaults, written down so that they stay).
         definition["invertedIndexConfig"] =
             json!({"indexTimestamps": false, "bm25": {"k1": 1.2, "b": 0.75}, "stopwords": {"preset": "en"}});
     }
     definition
+}
+
+/// The HNSW search breadth (ef) of the chunk collection: `limit` x this factor,
+/// between Weaviate's default bounds of 100 and 500. Weaviate's default factor, 8,
+/// makes a hybrid search's 50 vector candidates cost ef 400 on every shard against
+/// 100 for a page of 10; 2 gives them ef 100, as PostgreSQL's `--postgres-ef-search`
+/// (measured at 10,000 SciFact documents, `embedwire-bench retrieval`: README).
+const DYNAMIC_EF_FACTOR: u64 = 2;
+
+fn vector_index_config() -> Value {
+    json!({"distance": "cosine", "skip": false,
+           "dynamicEfFactor": DYNAMIC_EF_FACTOR, "dynamicEfMin": 100, "dynamicEfMax": 500})
+}
+
+/// Gives an existing chunk collection this version's search breadth (Weaviate lets
+/// it change in place); a refusal only warns: searches work as before.
+async fn update_search_breadth(connection: &Connection, name: &str, existing: &mut Value) {
+    if existing["vectorIndexConfig"]["dynamicEfFactor"] == json!(DYNAMIC_EF_FACTOR) {
+        return;
+    }
+    let mut changed = existing.clone();
+    changed["vectorIndexConfig"]["dynamicEfFactor"] = json!(DYNAMIC_EF_FACTOR);
+    match connection.put_json(&format!("/v1/schema/{name}"), &changed).await {
+        Ok((status, _)) if (200..300).contains(&status) => {
+            tracing::info!(collection = name, factor = DYNAMIC_EF_FACTOR, "set the collection's dynamicEfFactor");
+            *existing = changed;
+        }
+        Ok((status, body)) => {
+            tracing::warn!(collection = name, status, %body, "could not set the collection's dynamicEfFactor")
+        }
+        Err(error) => tracing::warn!(collection = name, %error, "could not set the collection's dynamicEfFactor"),
+    }
 }
 
 /// The chunk property holding the chunk's analyzed words, indexed for BM25.
@@ -204,12 +237,13 @@ pub async fn ensure(connection: &Connection, names: &Collections, model: &str, l
     for definition in definitions {
         let name = definition["class"].as_str().expect("class name").to_string();
         let existing = connection.get_json(&format!("/v1/schema/{name}")).await?;
-        let existing = match existing {
+        let mut existing = match existing {
             Some(existing) => existing,
             None => create(connection, &name, &definition).await?,
         };
         if name == names.chunks {
             check_model(&name, &existing, model)?;
+            update_search_breadth(connection, &name, &mut existing).await;
             keyword = keyword_field(&existing);
             if keyword.is_none() {
                 tracing::warn!(
