@@ -56,7 +56,8 @@ pub async fn ingest(
         text: paragraph.text.clone(),
         metadata: HashMap::from([("source".to_string(), paragraph.source.clone())]),
     }));
-    let requests: Vec<_> = all.chunks(per_call).map(|chunk| IngestRequest { documents: chunk.to_vec() }).collect();
+    let requests: Vec<_> =
+        all.chunks(per_call).map(|chunk| IngestRequest { documents: chunk.to_vec(), ..Default::default() }).collect();
     let calls = requests.len();
     let mut client = SearchServiceClient::new(channel);
     let started = Instant::now();
@@ -92,7 +93,7 @@ async fn watch_to_end(
     started: Instant,
 ) -> anyhow::Result<(Job, Duration)> {
     let mut updates = client
-        .watch_job(WatchJobRequest { job_id: job_id.clone() })
+        .watch_job(WatchJobRequest { job_id: job_id.clone(), ..Default::default() })
         .await
         .with_context(|| format!("WatchJob {job_id}"))?
         .into_inner();
@@ -108,5 +109,9 @@ async fn watch_to_end(
 /// What the index holds now.
 pub async fn index_stats(channel: Channel) -> anyhow::Result<GetIndexStatsResponse> {
     let mut client = SearchServiceClient::new(channel);
-    Ok(client.get_index_stats(GetIndexStatsRequest {}).await.context("GetIndexStats")?.into_inner())
+    Ok(client
+        .get_index_stats(GetIndexStatsRequest { ..Default::default() })
+        .await
+        .context("GetIndexStats")?
+        .into_inner())
 }

@@ -630,7 +630,10 @@ impl GrpcUpstream {
         let mut search = self.search_client(member.channel.clone());
         let (info, stats) = tokio::join!(
             tokio::time::timeout(limit, embed.info(self.request(InfoRequest {}))),
-            tokio::time::timeout(limit, search.get_index_stats(self.request(GetIndexStatsRequest {}))),
+            tokio::time::timeout(
+                limit,
+                search.get_index_stats(self.request(GetIndexStatsRequest { ..Default::default() }))
+            ),
         );
         let settled = {
             let mut seen = member.seen();
@@ -660,7 +663,7 @@ impl GrpcUpstream {
         let ids: Vec<String> = member.seen().missing.iter().cloned().collect();
         let mut search = self.search_client(member.channel.clone());
         for chunk in ids.chunks(IDS_PER_CHECK) {
-            let request = self.request(GetDocumentsRequest { ids: chunk.to_vec() });
+            let request = self.request(GetDocumentsRequest { ids: chunk.to_vec(), ..Default::default() });
             let found = match tokio::time::timeout(self.settings.connect_timeout, search.get_documents(request)).await {
                 Ok(Ok(response)) => response.into_inner().documents,
                 _ => return,
@@ -828,7 +831,7 @@ impl Upstream for GrpcUpstream {
         for index in self.stateful() {
             let found = self
                 .call(vec![index], Retry::Idempotent, |channel| {
-                    let request = self.request(GetJobRequest { job_id: job_id.clone() });
+                    let request = self.request(GetJobRequest { job_id: job_id.clone(), ..Default::default() });
                     let mut client = self.search_client(channel);
                     async move { client.get_job(request).await }
                 })
@@ -871,7 +874,7 @@ impl Upstream for GrpcUpstream {
     async fn index_stats(&self) -> Result<Served<GetIndexStatsResponse>, Status> {
         let (index, response) = self
             .call(self.stateful(), Retry::Idempotent, |channel| {
-                let request = self.request(GetIndexStatsRequest {});
+                let request = self.request(GetIndexStatsRequest { ..Default::default() });
                 let mut client = self.search_client(channel);
                 async move { client.get_index_stats(request).await }
             })

@@ -79,7 +79,7 @@ impl<E: EmbedService, S: SearchService, R: RerankService> Upstream for InProcess
     }
 
     async fn get_job(&self, job_id: String) -> Result<Served<GetJobResponse>, Status> {
-        let response = self.search.get_job(Request::new(GetJobRequest { job_id })).await?;
+        let response = self.search.get_job(Request::new(GetJobRequest { job_id, ..Default::default() })).await?;
         Ok(self.served(response).await)
     }
 
@@ -94,7 +94,7 @@ impl<E: EmbedService, S: SearchService, R: RerankService> Upstream for InProcess
     }
 
     async fn index_stats(&self) -> Result<Served<GetIndexStatsResponse>, Status> {
-        let response = self.search.get_index_stats(Request::new(GetIndexStatsRequest {})).await?;
+        let response = self.search.get_index_stats(Request::new(GetIndexStatsRequest { ..Default::default() })).await?;
         Ok(self.served(response).await)
     }
 

@@ -36,6 +36,9 @@ pub enum Error {
     /// The named thing (a job, a document) does not exist.
     #[error("{0}")]
     NotFound(String),
+    /// What the request creates exists already (a collection of that name).
+    #[error("{0}")]
+    AlreadyExists(String),
     /// The request cannot work on this server as configured (e.g. rerank without a
     /// cross-encoder).
     #[error("{0}")]

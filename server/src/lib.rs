@@ -9,6 +9,7 @@
 //! - [`wire`]: conversions between `embedwire.v1` messages and domain types, and the
 //!   one mapping from [`Error`] to a gRPC status.
 //! - [`corpus`]: the core of search: chunking, jobs, search planning.
+//! - [`collections`]: separate indexes on one server, each a corpus over its own store.
 //! - [`rerank`]: the rerank engine and its scorers (cross-encoder, bi-encoder).
 //! - [`store`]: the storage seam and its engines (embedded redb + index, Weaviate).
 //! - [`index`]: vector indexes (exact SIMD scan, HNSW).
@@ -27,6 +28,7 @@
 pub mod admission;
 pub mod backend;
 pub mod batcher;
+pub mod collections;
 pub mod config;
 pub mod corpus;
 pub mod engine;

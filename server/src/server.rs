@@ -10,6 +10,7 @@ use std::time::Duration;
 use embedwire_gateway_http::access::{AccessLayer, AccessPolicy};
 use embedwire_gateway_http::metrics::{GrpcMetricsLayer, HttpMetrics};
 use embedwire_gateway_http::{GatewaySettings, InProcessUpstream, Readiness};
+use embedwire_proto::v1::collection_service_server::CollectionServiceServer;
 use embedwire_proto::v1::embed_service_server::EmbedServiceServer;
 use embedwire_proto::v1::rerank_service_server::RerankServiceServer;
 use embedwire_proto::v1::search_service_server::SearchServiceServer;
@@ -25,6 +26,8 @@ use tonic_health::server::HealthReporter;
 use crate::backend::local::{LocalBackend, LocalModelConfig};
 use crate::backend::{Backend, RemoteBackend};
 use crate::batcher::BatchLimits;
+use crate::collections::embedded_places::EmbeddedPlaces;
+use crate::collections::{CollectionPlaces, Collections, CorpusParts, NoPlaces};
 use crate::config::{BackendKind, IndexChoice, ServerConfig, StoreChoice};
 use crate::corpus::chunker::ChunkSettings;
 use crate::corpus::{Corpus, CorpusSettings};
@@ -38,6 +41,7 @@ use crate::model::onnx::init_runtime;
 use crate::model::pseudo::PseudoModel;
 use crate::model::{ModelInfo, Pooling, Precision};
 use crate::rerank::{BiEncoderScorer, CrossEncoderScorer, RerankEngine, RerankLimits, RerankStats, Scorer};
+use crate::service::collections::CollectionApi;
 use crate::service::embed::{EmbedApi, EmbedApiSettings};
 use crate::service::embed_zero_copy::{MessageLimits, ZeroCopyEmbedService};
 use crate::service::rerank::RerankApi;
@@ -50,8 +54,12 @@ use crate::store::weaviate::{WeaviateSettings, WeaviateStore};
 use crate::wire;
 
 /// The gRPC service names health reports on (besides the overall "" entry).
-const SERVICE_NAMES: [&str; 3] =
-    ["embedwire.v1.EmbedService", "embedwire.v1.SearchService", "embedwire.v1.RerankService"];
+const SERVICE_NAMES: [&str; 4] = [
+    "embedwire.v1.EmbedService",
+    "embedwire.v1.SearchService",
+    "embedwire.v1.RerankService",
+    "embedwire.v1.CollectionService",
+];
 
 /// A configured server, ready to serve on a listener.
 pub struct EmbedServer {
@@ -59,6 +67,8 @@ pub struct EmbedServer {
     engine: Arc<EmbeddingEngine>,
     /// Set once the backend is loaded and the store opened.
     corpus: Arc<OnceLock<Arc<Corpus>>>,
+    /// Set with the corpus: the default collection and the named ones.
+    collections: Arc<OnceLock<Arc<Collections>>>,
     /// Set once the backend (and the cross-encoder, if any) is loaded.
     rerank: Arc<OnceLock<Arc<RerankEngine>>>,
     /// API keys and rate limits, checked before any route.
@@ -90,6 +100,7 @@ impl EmbedServer {
             config,
             engine,
             corpus: Arc::new(OnceLock::new()),
+            collections: Arc::new(OnceLock::new()),
             rerank: Arc::new(OnceLock::new()),
             access,
             tls,
@@ -114,7 +125,7 @@ impl EmbedServer {
     /// Serves until `shutdown` resolves, then stops accepting work and gives in-flight
     /// requests up to the grace period to finish. Fails if the backend cannot load.
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
-        let EmbedServer { config, engine, corpus, rerank, access, tls } = self;
+        let EmbedServer { config, engine, corpus, collections, rerank, access, tls } = self;
         let (health, health_service) = tonic_health::server::health_reporter();
         set_health(&health, ServingStatus::NotServing).await;
 
@@ -140,7 +151,8 @@ impl EmbedServer {
             corpus.clone(),
             rerank.clone(),
         ));
-        let search_api = Arc::new(SearchApi::new(corpus.clone()));
+        let search_api = Arc::new(SearchApi::new(collections.clone()));
+        let collection_service = CollectionServiceServer::new(CollectionApi::new(collections.clone()));
         let rerank_api = Arc::new(RerankApi::new(rerank.clone(), config.stream_read_ahead));
         let mut metrics = HttpMetrics::default();
         metrics.register_collector(Box::new(ServerMetrics::new(
@@ -211,6 +223,7 @@ impl EmbedServer {
             .add_service(reflection_v1alpha)
             .add_service(embed_service)
             .add_service(search_service)
+            .add_service(collection_service)
             .add_service(rerank_service);
         let serving = match tls {
             Some(acceptor) => {
@@ -228,7 +241,7 @@ impl EmbedServer {
             let _ = draining_rx.wait_for(|draining| *draining).await;
             tokio::time::sleep(grace).await;
         };
-        let cells = Cells { corpus, rerank };
+        let cells = Cells { corpus, collections: collections.clone(), rerank };
         let loading = load_and_install(config, engine.clone(), cells, health.clone(), store_healthy, runner_shutdown);
 
         tokio::pin!(serving, grace_expired, loading);
@@ -251,6 +264,9 @@ impl EmbedServer {
         if let Some(runner) = job_runner {
             let _ = runner.await;
         }
+        if let Some(collections) = collections.get() {
+            collections.stop().await;
+        }
         outcome
     }
 }
@@ -265,6 +281,7 @@ struct Handlers {
 /// What loading fills in.
 struct Cells {
     corpus: Arc<OnceLock<Arc<Corpus>>>,
+    collections: Arc<OnceLock<Arc<Collections>>>,
     rerank: Arc<OnceLock<Arc<RerankEngine>>>,
 }
 
@@ -320,7 +337,17 @@ async fn load_and_install(
         .map_err(|e| Error::Config(format!("reranker loader: {e}")))??;
     let reranker = Arc::new(reranker);
     let _ = cells.rerank.set(reranker.clone());
-    let corpus = Corpus::open(settings, store, engine, reranker).await?;
+    let corpus = Corpus::open(settings.clone(), store, engine.clone(), reranker.clone()).await?;
+    let parts = CorpusParts {
+        settings,
+        engine,
+        reranker,
+        hnsw: config.index == IndexChoice::Hnsw,
+        keyword_index: config.keyword_index,
+    };
+    let places = collection_places(&config, &info);
+    let collections = Collections::open(corpus.clone(), places, parts, runner_shutdown.clone()).await?;
+    let _ = cells.collections.set(collections);
     let _ = cells.corpus.set(corpus.clone());
     release_loading_memory();
     let runner = tokio::spawn(corpus.clone().run_jobs(runner_shutdown.clone()));
@@ -330,27 +357,42 @@ async fn load_and_install(
     Ok(runner)
 }
 
+/// The embedded store's settings from the flags.
+fn embedded_settings(config: &ServerConfig) -> EmbeddedSettings {
+    EmbeddedSettings {
+        data_dir: config.data_dir.clone(),
+        index_kind: match config.index {
+            IndexChoice::Exact => IndexKind::Exact,
+            IndexChoice::Hnsw => IndexKind::Hnsw,
+        },
+        index_params: IndexParams {
+            m: config.hnsw_m,
+            ef_construction: config.hnsw_ef_construction,
+            ef_search: config.hnsw_ef_search,
+            ..IndexParams::default()
+        },
+        cache_bytes: config.store_cache_mib << 20,
+        keyword_index: config.keyword_index,
+    }
+}
+
+/// Where the store `--store` names keeps named collections.
+fn collection_places(config: &ServerConfig, model: &ModelInfo) -> Box<dyn CollectionPlaces> {
+    let model_name = format!("{} dim={}", model.model_id, model.dim);
+    match config.store {
+        StoreChoice::Embedded => Box::new(EmbeddedPlaces::new(embedded_settings(config), model_name, model.dim)),
+        StoreChoice::Weaviate => Box::new(NoPlaces { store_kind: "weaviate" }),
+        StoreChoice::Postgres => Box::new(NoPlaces { store_kind: "postgres" }),
+    }
+}
+
 /// Opens the store `--store` names, for `model`'s vectors. A store that cannot be
 /// reached or holds another model's vectors fails the start with a clear message.
 async fn open_store(config: &ServerConfig, model: &ModelInfo) -> Result<Arc<dyn CorpusStore>> {
     let model_name = format!("{} dim={}", model.model_id, model.dim);
     match config.store {
         StoreChoice::Embedded => {
-            let settings = EmbeddedSettings {
-                data_dir: config.data_dir.clone(),
-                index_kind: match config.index {
-                    IndexChoice::Exact => IndexKind::Exact,
-                    IndexChoice::Hnsw => IndexKind::Hnsw,
-                },
-                index_params: IndexParams {
-                    m: config.hnsw_m,
-                    ef_construction: config.hnsw_ef_construction,
-                    ef_search: config.hnsw_ef_search,
-                    ..IndexParams::default()
-                },
-                cache_bytes: config.store_cache_mib << 20,
-                keyword_index: config.keyword_index,
-            };
+            let settings = embedded_settings(config);
             let dim = model.dim;
             let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&settings, &model_name, dim))
                 .await

@@ -495,7 +495,7 @@ async fn probe(ingest: &Ingest) -> anyhow::Result<Probes> {
         let mut client = SearchServiceClient::new(connect(upstream).await?);
         for numbers in numbers.chunks(IDS_PER_CALL) {
             let ids: Vec<String> = numbers.iter().map(|&n| Ingest::id(n)).collect();
-            let found = client.get_documents(GetDocumentsRequest { ids: ids.clone() }).await.context("GetDocuments")?;
+            let found = client.get_documents(GetDocumentsRequest { ids: ids.clone(), ..Default::default() }).await.context("GetDocuments")?;
             let mut seen: HashMap<&str, usize> = HashMap::new();
             for document in &found.get_ref().documents {
                 *seen.entry(document.id.as_str()).or_default() += 1;
@@ -544,7 +544,7 @@ async fn probe(ingest: &Ingest) -> anyhow::Result<Probes> {
     }
     for (index, (upstream, acknowledged)) in per_index {
         let mut client = SearchServiceClient::new(connect(upstream).await?);
-        let stats = client.get_index_stats(GetIndexStatsRequest {}).await.context("GetIndexStats")?.into_inner();
+        let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.context("GetIndexStats")?.into_inner();
         probes.indexes.push((index.to_string(), stats.document_count, stats.pending_documents, acknowledged));
     }
     probes.doubled.sort();

@@ -184,7 +184,7 @@ async fn measure(
     let (jobs, mut failed_jobs) = (load.jobs.lock().map(|jobs| jobs.clone()).unwrap_or_default(), Vec::new());
     let mut client = SearchServiceClient::new(channels[0].clone());
     for job_id in jobs.iter().cloned() {
-        let job = client.get_job(GetJobRequest { job_id }).await.context("GetJob")?.into_inner().job;
+        let job = client.get_job(GetJobRequest { job_id, ..Default::default() }).await.context("GetJob")?.into_inner().job;
         let job = job.context("GetJob answered without a job")?;
         if job.status != JobStatus::Completed as i32 || job.failed_documents > 0 {
             failed_jobs.push(format!("ingest job not completed: {job:?}"));
@@ -301,7 +301,7 @@ impl Call for MixedLoad {
                 Document { id: format!("soak-live-{:05}", k % self.ingest_ids), text: paragraph.text.clone(), metadata }
             });
             let answer =
-                SearchServiceClient::new(channel).ingest(IngestRequest { documents: documents.collect() }).await;
+                SearchServiceClient::new(channel).ingest(IngestRequest { documents: documents.collect(), ..Default::default() }).await;
             let outcome = Outcome::of(answer, |response| {
                 let response = response.into_inner();
                 let ids = response.document_ids.len();

@@ -79,7 +79,10 @@ pub struct StreamReceipt {
 impl Client {
     /// Stores `documents` (at most the server's per-request limit) in one call.
     pub async fn ingest(&self, documents: Vec<Document>) -> Result<IngestReceipt> {
-        let request = pb::IngestRequest { documents: documents.into_iter().map(Document::into_proto).collect() };
+        let request = pb::IngestRequest {
+            documents: documents.into_iter().map(Document::into_proto).collect(),
+            ..Default::default()
+        };
         let caller = &self.inner.caller;
         let (address, response) = caller
             .unary(Route::Primary, Hedge::Never, |backend| {
@@ -102,9 +105,10 @@ impl Client {
     where
         S: Stream<Item = Document> + Send + 'static,
     {
-        let messages = documents
-            .ready_chunks(DOCUMENTS_PER_MESSAGE)
-            .map(|chunk| pb::IngestStreamRequest { documents: chunk.into_iter().map(Document::into_proto).collect() });
+        let messages = documents.ready_chunks(DOCUMENTS_PER_MESSAGE).map(|chunk| pb::IngestStreamRequest {
+            documents: chunk.into_iter().map(Document::into_proto).collect(),
+            ..Default::default()
+        });
         let pool = &self.inner.caller.pool;
         let backend = pool.pick(Route::Primary);
         let response = pool.observe(&backend, backend.search().ingest_stream(messages).await);

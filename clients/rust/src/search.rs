@@ -152,6 +152,8 @@ pub struct SearchOptions {
     pub group_by_document: Option<u32>,
     /// Mark each hit's words that match the query's, in [`Hit::highlights`].
     pub highlight: bool,
+    /// The collection searched; None: the server's default collection.
+    pub collection: Option<String>,
 }
 
 /// How a search finds chunks.
@@ -282,6 +284,7 @@ impl Client {
                 as i32,
             group_size: options.group_by_document,
             highlight: options.highlight,
+            collection: options.collection.clone().unwrap_or_default(),
         };
         let caller = &self.inner.caller;
         let (address, response) = caller

@@ -230,7 +230,8 @@ pub async fn ingest<U: Upstream>(
         .into_iter()
         .map(|d| Document { id: d.id.unwrap_or_default(), text: d.text, metadata: d.metadata.unwrap_or_default() })
         .collect();
-    let Served { value: reply, origin } = state.upstream.ingest(IngestRequest { documents }).await?;
+    let Served { value: reply, origin } =
+        state.upstream.ingest(IngestRequest { documents, ..Default::default() }).await?;
     let job = reply.job.ok_or_else(|| missing("job"))?;
     let mut body = job_body(job);
     body.document_ids = Some(reply.document_ids);
@@ -368,7 +369,7 @@ pub async fn get_document<U: Upstream>(
     State(state): State<AppState<U>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let request = wire::GetDocumentsRequest { ids: vec![id.clone()] };
+    let request = wire::GetDocumentsRequest { ids: vec![id.clone()], ..Default::default() };
     let Served { value: reply, origin } = state.upstream.get_documents(request).await?;
     let document =
         reply.documents.into_iter().next().ok_or_else(|| ApiError::not_found(format!("id: no document {id:?}")))?;

@@ -2,11 +2,13 @@
 //! engine.
 //!
 //! # Layout
+//! - [`collections`]: `embedwire.v1.CollectionService` (create, list, delete).
 //! - [`embed`]: `embedwire.v1.EmbedService` (Embed, EmbedStream, Tokenize, Info).
 //! - [`embed_zero_copy`]: unary Embed framed by hand, so the vectors are not copied.
 //! - [`rerank`]: `embedwire.v1.RerankService` (Rerank, RerankStream).
 //! - [`search`]: `embedwire.v1.SearchService` (ingest, jobs, documents, search).
 
+pub mod collections;
 pub mod embed;
 pub mod embed_zero_copy;
 pub mod rerank;

@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use tokio::sync::watch;
 
+use crate::collections::Collections;
 use crate::corpus::Corpus;
 use crate::error::{Error, Result};
 use crate::store::JobRecord;
@@ -25,27 +26,31 @@ use crate::wire::search as convert;
 /// Hits per SearchStream message when the request does not say.
 const DEFAULT_PAGE_SIZE: usize = 100;
 
-/// The SearchService handlers; the corpus appears once the model has loaded.
+/// The SearchService handlers; the collections appear once the model has loaded.
 pub struct SearchApi {
-    corpus: Arc<OnceLock<Arc<Corpus>>>,
+    collections: Arc<OnceLock<Arc<Collections>>>,
 }
 
 impl SearchApi {
-    /// Handlers over the corpus the server installs once loaded.
-    pub fn new(corpus: Arc<OnceLock<Arc<Corpus>>>) -> Self {
-        SearchApi { corpus }
+    /// Handlers over the collections the server installs once loaded.
+    pub fn new(collections: Arc<OnceLock<Arc<Collections>>>) -> Self {
+        SearchApi { collections }
     }
 
-    fn corpus(&self) -> Result<&Arc<Corpus>> {
-        self.corpus.get().ok_or_else(|| Error::Unavailable("the index is still loading; retry shortly".into()))
+    /// The collection a request names (empty: the default one).
+    fn corpus(&self, collection: &str) -> Result<Arc<Corpus>> {
+        let collections = self
+            .collections
+            .get()
+            .ok_or_else(|| Error::Unavailable("the index is still loading; retry shortly".into()))?;
+        collections.corpus(collection)
     }
 
     /// A response naming the index it came from (`x-embedwire-index`), so a client
     /// or gateway can tell when a failover put it on another index, and the model's
     /// precision (`x-embedwire-precision`).
-    fn tagged<T>(&self, message: T) -> Response<T> {
+    fn tagged<T>(&self, corpus: &Corpus, message: T) -> Response<T> {
         let mut response = Response::new(message);
-        let Some(corpus) = self.corpus.get() else { return response };
         if let Ok(value) = corpus.store_description().index_id.parse() {
             response.metadata_mut().insert(INDEX_METADATA, value);
         }
@@ -62,12 +67,12 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 #[tonic::async_trait]
 impl SearchService for SearchApi {
     async fn ingest(&self, request: Request<IngestRequest>) -> Result<Response<IngestResponse>, Status> {
-        let corpus = self.corpus()?;
-        let documents =
-            corpus.prepare_documents(convert::documents_from_wire(request.into_inner().documents), "documents")?;
+        let request = request.into_inner();
+        let corpus = self.corpus(&request.collection)?;
+        let documents = corpus.prepare_documents(convert::documents_from_wire(request.documents), "documents")?;
         let document_ids = documents.iter().map(|d| d.id.clone()).collect();
         let job = corpus.ingest(documents).await?;
-        Ok(self.tagged(IngestResponse { job: Some(convert::job_to_wire(&job)), document_ids }))
+        Ok(self.tagged(&corpus, IngestResponse { job: Some(convert::job_to_wire(&job)), document_ids }))
     }
 
     /// Each message is stored durably before the next is read, so memory holds one
@@ -76,13 +81,23 @@ impl SearchService for SearchApi {
         &self,
         request: Request<Streaming<IngestStreamRequest>>,
     ) -> Result<Response<IngestStreamResponse>, Status> {
-        let corpus = self.corpus()?.clone();
         let mut inbound = request.into_inner();
+        // The first message names the collection; the others may repeat it.
+        let mut target: Option<(String, Arc<Corpus>)> = None;
         let mut job = None;
         let mut received = 0u32;
         let mut index = 0usize;
         while let Some(message) = inbound.next().await {
             let message = message.map_err(wire::oversized_message_status)?;
+            if target.is_none() {
+                target = Some((message.collection.clone(), self.corpus(&message.collection)?));
+            }
+            let (collection, corpus) = target.as_ref().expect("chosen by the first message");
+            if !message.collection.is_empty() && message.collection != *collection {
+                let field = format!("messages[{index}].collection");
+                let error = format!("{} differs from the stream's collection {collection:?}", message.collection);
+                return Err(Error::invalid(field, error).into());
+            }
             let field = format!("messages[{index}].documents");
             index += 1;
             let documents = corpus.prepare_documents(convert::documents_from_wire(message.documents), &field)?;
@@ -96,34 +111,42 @@ impl SearchService for SearchApi {
             received += documents.len() as u32;
             corpus.append_to_stream_job(job_id, documents).await?;
         }
-        let Some(job_id) = job else {
+        let (Some(job_id), Some((_, corpus))) = (job, target) else {
             return Err(Error::invalid("documents", "the stream carried no document").into());
         };
         let job = corpus.close_stream_job(&job_id).await?;
-        Ok(self.tagged(IngestStreamResponse { job: Some(convert::job_to_wire(&job)), received_documents: received }))
+        Ok(self.tagged(
+            &corpus,
+            IngestStreamResponse { job: Some(convert::job_to_wire(&job)), received_documents: received },
+        ))
     }
 
     async fn get_job(&self, request: Request<GetJobRequest>) -> Result<Response<GetJobResponse>, Status> {
-        let job = self.corpus()?.job(&request.into_inner().job_id).await?;
-        Ok(self.tagged(GetJobResponse { job: Some(convert::job_to_wire(&job)) }))
+        let request = request.into_inner();
+        let corpus = self.corpus(&request.collection)?;
+        let job = corpus.job(&request.job_id).await?;
+        Ok(self.tagged(&corpus, GetJobResponse { job: Some(convert::job_to_wire(&job)) }))
     }
 
     type WatchJobStream = BoxStream<WatchJobResponse>;
 
     async fn watch_job(&self, request: Request<WatchJobRequest>) -> Result<Response<Self::WatchJobStream>, Status> {
-        let updates = self.corpus()?.watch_job(&request.into_inner().job_id).await?;
-        Ok(self.tagged(job_updates(updates)))
+        let request = request.into_inner();
+        let corpus = self.corpus(&request.collection)?;
+        let updates = corpus.watch_job(&request.job_id).await?;
+        Ok(self.tagged(&corpus, job_updates(updates)))
     }
 
     async fn get_documents(
         &self,
         request: Request<GetDocumentsRequest>,
     ) -> Result<Response<GetDocumentsResponse>, Status> {
-        let ids = request.into_inner().ids;
+        let GetDocumentsRequest { ids, collection } = request.into_inner();
+        let corpus = self.corpus(&collection)?;
         if ids.is_empty() {
             return Err(Error::invalid("ids", "must name at least one document").into());
         }
-        let found = self.corpus()?.get_documents(ids).await?;
+        let found = corpus.get_documents(ids).await?;
         let mut response = GetDocumentsResponse::default();
         for (id, record) in found {
             match record {
@@ -131,7 +154,7 @@ impl SearchService for SearchApi {
                 None => response.missing_ids.push(id),
             }
         }
-        Ok(self.tagged(response))
+        Ok(self.tagged(&corpus, response))
     }
 
     async fn delete_documents(
@@ -139,26 +162,28 @@ impl SearchService for SearchApi {
         request: Request<DeleteDocumentsRequest>,
     ) -> Result<Response<DeleteDocumentsResponse>, Status> {
         let request = request.into_inner();
+        let corpus = self.corpus(&request.collection)?;
         let filter = convert::filter_from_wire(request.filter, "filter")?;
         if request.ids.is_empty() && filter.is_empty() {
             return Err(Error::invalid("ids", "give ids or a filter to delete").into());
         }
         filter.validate("filter")?;
         let filter = (!filter.is_empty()).then_some(filter);
-        let deleted = self.corpus()?.delete(request.ids, filter).await?;
-        Ok(self.tagged(DeleteDocumentsResponse { deleted_count: deleted as u32 }))
+        let deleted = corpus.delete(request.ids, filter).await?;
+        Ok(self.tagged(&corpus, DeleteDocumentsResponse { deleted_count: deleted as u32 }))
     }
 
     async fn search(&self, request: Request<SearchRequest>) -> Result<Response<SearchResponse>, Status> {
         let started = Instant::now();
-        let corpus = self.corpus()?;
-        let (params, dtype) = convert::search_from_wire(request.into_inner(), corpus.settings().max_top_k)?;
+        let request = request.into_inner();
+        let corpus = self.corpus(&request.collection)?;
+        let (params, dtype) = convert::search_from_wire(request, corpus.settings().max_top_k)?;
         let results = corpus.search(params).await?;
         let results = results
             .into_iter()
             .map(|hits| QueryResult { hits: hits.into_iter().map(|h| convert::hit_to_wire(h, dtype)).collect() })
             .collect();
-        Ok(self.tagged(SearchResponse { results, took_ms: started.elapsed().as_secs_f64() * 1000.0 }))
+        Ok(self.tagged(&corpus, SearchResponse { results, took_ms: started.elapsed().as_secs_f64() * 1000.0 }))
     }
 
     type SearchStreamStream = BoxStream<SearchStreamResponse>;
@@ -167,9 +192,9 @@ impl SearchService for SearchApi {
         &self,
         request: Request<SearchStreamRequest>,
     ) -> Result<Response<Self::SearchStreamStream>, Status> {
-        let corpus = self.corpus()?;
         let request = request.into_inner();
         let search = request.search.ok_or_else(|| Error::invalid("search", "is missing"))?;
+        let corpus = self.corpus(&search.collection)?;
         let page_size = if request.page_size == 0 { DEFAULT_PAGE_SIZE } else { request.page_size as usize };
         let (params, dtype) = convert::search_from_wire(search, corpus.settings().max_stream_top_k)?;
         let results = corpus.search(params).await?;
@@ -189,16 +214,16 @@ impl SearchService for SearchApi {
                 hits: hits.into_iter().map(|h| convert::hit_to_wire(h, dtype)).collect(),
             })
         });
-        Ok(self.tagged(Box::pin(stream)))
+        Ok(self.tagged(&corpus, Box::pin(stream)))
     }
 
     async fn get_index_stats(
         &self,
-        _request: Request<GetIndexStatsRequest>,
+        request: Request<GetIndexStatsRequest>,
     ) -> Result<Response<GetIndexStatsResponse>, Status> {
-        let corpus = self.corpus()?;
+        let corpus = self.corpus(&request.into_inner().collection)?;
         let stats = corpus.stats().await?;
-        Ok(self.tagged(convert::index_stats_to_wire(stats, corpus.index_kind_name())))
+        Ok(self.tagged(&corpus, convert::index_stats_to_wire(stats, corpus.index_kind_name())))
     }
 }
 

@@ -43,6 +43,7 @@ impl From<Error> for tonic::Status {
             }
             Error::Cancelled => tonic::Status::cancelled(message),
             Error::NotFound(_) => tonic::Status::not_found(message),
+            Error::AlreadyExists(_) => tonic::Status::already_exists(message),
             Error::FailedPrecondition(_) => tonic::Status::failed_precondition(message),
             Error::Model(_) | Error::Config(_) | Error::Storage(_) | Error::Upstream(_) => {
                 tonic::Status::internal(message)

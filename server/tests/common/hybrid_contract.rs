@@ -254,7 +254,10 @@ pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
     let before =
         search(&mut client, request("gate valves throttling", SearchMode::Keyword)).await.unwrap().remove(0).hits;
     assert_eq!(before[0].document_id, "valve-b");
-    client.delete_documents(DeleteDocumentsRequest { ids: vec!["valve-b".into()], filter: None }).await.unwrap();
+    client
+        .delete_documents(DeleteDocumentsRequest { ids: vec!["valve-b".into()], filter: None, ..Default::default() })
+        .await
+        .unwrap();
     for mode in [SearchMode::Keyword, SearchMode::Hybrid] {
         let hits = search(&mut client, request("gate valves throttling", mode)).await.unwrap().remove(0).hits;
         assert!(hits.iter().all(|h| h.document_id != "valve-b"), "{kind} {mode:?}: deleted: {hits:?}");

@@ -71,14 +71,20 @@ pub async fn ingest_and_wait(
     client: &mut SearchServiceClient<Channel>,
     documents: Vec<Document>,
 ) -> embedwire_proto::v1::Job {
-    let job = client.ingest(IngestRequest { documents }).await.unwrap().into_inner().job.unwrap();
+    let job = client.ingest(IngestRequest { documents, ..Default::default() }).await.unwrap().into_inner().job.unwrap();
     wait_job(client, &job.job_id).await
 }
 
 pub async fn wait_job(client: &mut SearchServiceClient<Channel>, job_id: &str) -> embedwire_proto::v1::Job {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
     loop {
-        let job = client.get_job(GetJobRequest { job_id: job_id.into() }).await.unwrap().into_inner().job.unwrap();
+        let job = client
+            .get_job(GetJobRequest { job_id: job_id.into(), ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner()
+            .job
+            .unwrap();
         if job.finished_at.is_some() {
             return job;
         }
@@ -106,8 +112,9 @@ pub async fn same_answers_as_the_embedded_store(flags: Vec<String>, kind: &str, 
         assert_eq!(job.status, JobStatus::Completed as i32, "{job:?}");
         assert_eq!(job.processed_documents, 408);
     }
-    let exact_stats = exact.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner();
-    let shared_stats = shared.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner();
+    let exact_stats = exact.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
+    let shared_stats =
+        shared.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
     assert_eq!((shared_stats.document_count, shared_stats.chunk_count), (408, exact_stats.chunk_count));
     assert!(exact_stats.chunk_count > 408, "the long documents have several chunks");
 
@@ -171,8 +178,9 @@ pub async fn same_answers_as_the_embedded_store(flags: Vec<String>, kind: &str, 
     let answer = shared.search(request).await.unwrap().into_inner().results.remove(0).hits;
     assert_eq!(keys(&answer), keys(&truth));
     let ids = vec!["doc-7".to_string(), "long-3".to_string(), "missing".to_string()];
-    let a = exact.get_documents(GetDocumentsRequest { ids: ids.clone() }).await.unwrap().into_inner();
-    let b = shared.get_documents(GetDocumentsRequest { ids }).await.unwrap().into_inner();
+    let a =
+        exact.get_documents(GetDocumentsRequest { ids: ids.clone(), ..Default::default() }).await.unwrap().into_inner();
+    let b = shared.get_documents(GetDocumentsRequest { ids, ..Default::default() }).await.unwrap().into_inner();
     assert_eq!(b.missing_ids, vec!["missing".to_string()]);
     assert_eq!(a.documents.len(), 2);
     for (x, y) in a.documents.iter().zip(&b.documents) {
@@ -269,7 +277,7 @@ pub async fn one_index_shared_by_two_servers_and_the_gateway(store: SharedStore)
         .map(|(i, text)| Document { id: format!("s-{i}"), text, metadata: Default::default() })
         .collect();
     let queries: Vec<String> = documents.iter().take(10).map(|d| d.text.clone()).collect();
-    let ingest = client_a.ingest(IngestRequest { documents }).await.unwrap();
+    let ingest = client_a.ingest(IngestRequest { documents, ..Default::default() }).await.unwrap();
     let index = ingest.metadata().get("x-embedwire-index").expect("index metadata").to_str().unwrap().to_string();
     let job = ingest.into_inner().job.unwrap();
     // Server B answers for the job server A took.
@@ -314,7 +322,11 @@ pub async fn one_index_shared_by_two_servers_and_the_gateway(store: SharedStore)
 
     // Deleted through B, gone on A.
     let deleted = client_b
-        .delete_documents(DeleteDocumentsRequest { ids: vec!["s-0".into(), "s-1".into()], filter: None })
+        .delete_documents(DeleteDocumentsRequest {
+            ids: vec!["s-0".into(), "s-1".into()],
+            filter: None,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -323,7 +335,12 @@ pub async fn one_index_shared_by_two_servers_and_the_gateway(store: SharedStore)
     let deadline = tokio::time::Instant::now() + store.read_lag;
     loop {
         let ids = vec!["s-0".into(), "s-2".into()];
-        let missing = client_a.get_documents(GetDocumentsRequest { ids }).await.unwrap().into_inner().missing_ids;
+        let missing = client_a
+            .get_documents(GetDocumentsRequest { ids, ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner()
+            .missing_ids;
         let request = SearchRequest { queries: vec![text_query(&queries[1])], top_k: Some(3), ..Default::default() };
         let hits = client_a.search(request).await.unwrap().into_inner().results.remove(0).hits;
         let gone = hits.iter().all(|h| h.document_id != "s-1" && h.document_id != "s-0");
@@ -333,7 +350,7 @@ pub async fn one_index_shared_by_two_servers_and_the_gateway(store: SharedStore)
         assert!(tokio::time::Instant::now() < deadline, "deleted through B, still on A: {missing:?} {hits:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let stats = client_a.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner();
+    let stats = client_a.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
     assert_eq!(stats.document_count, 198);
     a.stop().await.unwrap();
     b.stop().await.unwrap();

@@ -58,13 +58,25 @@ pub fn documents(prefix: &str, count: usize) -> Vec<Document> {
 /// Ingests `documents` in one request; returns the acknowledged job.
 pub async fn ingest(client: &mut SearchServiceClient<Channel>, documents: Vec<Document>) -> Job {
     let count = documents.len();
-    let job = client.ingest(IngestRequest { documents }).await.expect("ingest").into_inner().job.unwrap();
+    let job = client
+        .ingest(IngestRequest { documents, ..Default::default() })
+        .await
+        .expect("ingest")
+        .into_inner()
+        .job
+        .unwrap();
     assert_eq!(job.total_documents as usize, count, "every document acknowledged");
     job
 }
 
 pub async fn job(client: &mut SearchServiceClient<Channel>, id: &str) -> Job {
-    client.get_job(GetJobRequest { job_id: id.to_string() }).await.expect("get job").into_inner().job.unwrap()
+    client
+        .get_job(GetJobRequest { job_id: id.to_string(), ..Default::default() })
+        .await
+        .expect("get job")
+        .into_inner()
+        .job
+        .unwrap()
 }
 
 /// Ingests `count` new documents `<prefix>-<i>` (see [`documents`]) in one request and
@@ -110,7 +122,7 @@ pub async fn wait_completed(client: &mut SearchServiceClient<Channel>, id: &str)
 pub async fn exactly_once(client: &mut SearchServiceClient<Channel>, ids: &[String]) -> Result<(), String> {
     for batch in ids.chunks(1000) {
         let got = client
-            .get_documents(GetDocumentsRequest { ids: batch.to_vec() })
+            .get_documents(GetDocumentsRequest { ids: batch.to_vec(), ..Default::default() })
             .await
             .map_err(|status| format!("GetDocuments: {status:?}"))?
             .into_inner();
@@ -131,7 +143,7 @@ pub async fn exactly_once(client: &mut SearchServiceClient<Channel>, ids: &[Stri
         }
     }
     let stats = client
-        .get_index_stats(GetIndexStatsRequest {})
+        .get_index_stats(GetIndexStatsRequest { ..Default::default() })
         .await
         .map_err(|status| format!("GetIndexStats: {status:?}"))?
         .into_inner();

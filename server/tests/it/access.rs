@@ -64,12 +64,19 @@ async fn call_every_rpc(channel: Channel, key: Option<&str>, job_id: &str) -> Ve
     codes.push(("EmbedStream", stream_code));
     codes.push((
         "Ingest",
-        code(search.ingest(with_key(IngestRequest { documents: vec![document.clone()] }, key)).await),
+        code(
+            search
+                .ingest(with_key(IngestRequest { documents: vec![document.clone()], ..Default::default() }, key))
+                .await,
+        ),
     ));
-    let stream = futures::stream::iter(vec![IngestStreamRequest { documents: vec![document] }]);
+    let stream = futures::stream::iter(vec![IngestStreamRequest { documents: vec![document], ..Default::default() }]);
     codes.push(("IngestStream", code(search.ingest_stream(with_key(stream, key)).await)));
-    codes.push(("GetJob", code(search.get_job(with_key(GetJobRequest { job_id: job_id.into() }, key)).await)));
-    let watch = search.watch_job(with_key(WatchJobRequest { job_id: job_id.into() }, key)).await;
+    codes.push((
+        "GetJob",
+        code(search.get_job(with_key(GetJobRequest { job_id: job_id.into(), ..Default::default() }, key)).await),
+    ));
+    let watch = search.watch_job(with_key(WatchJobRequest { job_id: job_id.into(), ..Default::default() }, key)).await;
     codes.push((
         "WatchJob",
         match watch {
@@ -79,13 +86,20 @@ async fn call_every_rpc(channel: Channel, key: Option<&str>, job_id: &str) -> Ve
     ));
     codes.push((
         "GetDocuments",
-        code(search.get_documents(with_key(GetDocumentsRequest { ids: vec!["doc".into()] }, key)).await),
+        code(
+            search
+                .get_documents(with_key(GetDocumentsRequest { ids: vec!["doc".into()], ..Default::default() }, key))
+                .await,
+        ),
     ));
     codes.push((
         "DeleteDocuments",
         code(
             search
-                .delete_documents(with_key(DeleteDocumentsRequest { ids: vec!["gone".into()], filter: None }, key))
+                .delete_documents(with_key(
+                    DeleteDocumentsRequest { ids: vec!["gone".into()], filter: None, ..Default::default() },
+                    key,
+                ))
                 .await,
         ),
     ));
@@ -98,7 +112,10 @@ async fn call_every_rpc(channel: Channel, key: Option<&str>, job_id: &str) -> Ve
             Err(status) => status.code(),
         },
     ));
-    codes.push(("GetIndexStats", code(search.get_index_stats(with_key(GetIndexStatsRequest {}, key)).await)));
+    codes.push((
+        "GetIndexStats",
+        code(search.get_index_stats(with_key(GetIndexStatsRequest { ..Default::default() }, key)).await),
+    ));
     codes
 }
 
@@ -134,7 +151,10 @@ async fn auth_matrix_for_every_rpc_and_route() {
     // A job to look up, made with the admin key.
     let job = SearchServiceClient::new(channel.clone())
         .ingest(with_key(
-            IngestRequest { documents: vec![Document { id: "doc".into(), text: "text".into(), ..Default::default() }] },
+            IngestRequest {
+                documents: vec![Document { id: "doc".into(), text: "text".into(), ..Default::default() }],
+                ..Default::default()
+            },
             Some(ADMIN),
         ))
         .await

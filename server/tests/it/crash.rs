@@ -41,7 +41,13 @@ async fn start(data_dir: &str) -> (ServerProcess, SearchServiceClient<Channel>) 
 }
 
 async fn job(client: &mut SearchServiceClient<Channel>, id: &str) -> Job {
-    client.get_job(GetJobRequest { job_id: id.to_string() }).await.unwrap().into_inner().job.unwrap()
+    client
+        .get_job(GetJobRequest { job_id: id.to_string(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap()
 }
 
 /// Every document below `processed` is stored and is its own best hit; the index holds
@@ -49,7 +55,11 @@ async fn job(client: &mut SearchServiceClient<Channel>, id: &str) -> Job {
 async fn check_processed_are_searchable(client: &mut SearchServiceClient<Channel>, processed: usize) {
     let ids: Vec<String> = (0..processed).map(|i| format!("doc-{i}")).collect();
     for batch in ids.chunks(5000) {
-        let got = client.get_documents(GetDocumentsRequest { ids: batch.to_vec() }).await.unwrap().into_inner();
+        let got = client
+            .get_documents(GetDocumentsRequest { ids: batch.to_vec(), ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner();
         assert!(
             got.missing_ids.is_empty(),
             "{} processed documents missing, e.g. {:?}",
@@ -57,7 +67,7 @@ async fn check_processed_are_searchable(client: &mut SearchServiceClient<Channel
             &got.missing_ids[..1]
         );
     }
-    let stats = client.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner();
+    let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
     assert!(stats.document_count >= processed as u64);
     assert_eq!(stats.chunk_count, stats.document_count, "one chunk per document, none duplicated");
     // Spread probes over the processed range (pseudo vectors: same text, same vector).
@@ -81,7 +91,7 @@ async fn check_processed_are_searchable(client: &mut SearchServiceClient<Channel
 /// (numbers from 97 on are in one text only: topics and subjects are smaller).
 pub async fn keyword_index_agrees(client: &mut SearchServiceClient<Channel>, processed: usize) {
     let chunks = async |client: &mut SearchServiceClient<Channel>| {
-        client.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner().chunk_count
+        client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner().chunk_count
     };
     let before = chunks(client).await;
     let every = SearchRequest {
@@ -123,7 +133,8 @@ async fn sigkill_during_ingest_loses_nothing_acknowledged() {
     let (mut server, mut client) = start(&data_dir).await;
     let documents: Vec<Document> =
         (0..DOCUMENTS).map(|i| Document { id: format!("doc-{i}"), text: text_of(i), ..Default::default() }).collect();
-    let acknowledged = client.ingest(IngestRequest { documents }).await.unwrap().into_inner().job.unwrap();
+    let acknowledged =
+        client.ingest(IngestRequest { documents, ..Default::default() }).await.unwrap().into_inner().job.unwrap();
     let job_id = acknowledged.job_id.clone();
     assert_eq!(acknowledged.total_documents as usize, DOCUMENTS);
 
@@ -166,6 +177,6 @@ async fn sigkill_during_ingest_loses_nothing_acknowledged() {
     let done = job(&mut client, &job_id).await;
     assert_eq!((done.processed_documents as usize, done.failed_documents), (DOCUMENTS, 0));
     check_processed_are_searchable(&mut client, DOCUMENTS).await;
-    let stats = client.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner();
+    let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
     assert_eq!((stats.document_count as usize, stats.pending_documents), (DOCUMENTS, 0));
 }

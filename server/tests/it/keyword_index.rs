@@ -68,14 +68,17 @@ async fn a_keyword_index_behind_the_file_or_missing_is_rebuilt_at_start() {
 
     let (server, mut client) = start(&data.flag()).await;
     common::store_contract::ingest_and_wait(&mut client, documents(300..400)).await;
-    client.delete_documents(DeleteDocumentsRequest { ids: vec!["doc-150".into()], filter: None }).await.unwrap();
+    client
+        .delete_documents(DeleteDocumentsRequest { ids: vec!["doc-150".into()], filter: None, ..Default::default() })
+        .await
+        .unwrap();
     stop(server).await;
     std::fs::remove_dir_all(&keyword_dir).unwrap();
     copy_dir(Path::new(&behind.flag()), &keyword_dir);
 
     for damage in ["behind", "missing"] {
         let (server, mut client) = start(&data.flag()).await;
-        let stats = client.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner();
+        let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
         assert_eq!(stats.chunk_count, 399, "{damage}");
         super::crash::keyword_index_agrees(&mut client, 0).await;
         assert_eq!(keyword_hits(&mut client, "350").await, ["doc-350"], "{damage}: a later document is found");

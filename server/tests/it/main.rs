@@ -20,6 +20,7 @@ mod common;
 
 mod access;
 mod bad_input;
+mod collections;
 mod crash;
 mod custom_model;
 mod embed_rpc;

@@ -48,7 +48,7 @@ async fn metrics_count_calls_batches_and_ingest() {
     let mut search = SearchServiceClient::new(channel);
     let documents =
         (0..5).map(|i| Document { id: format!("d{i}"), text: texts[i].clone(), ..Default::default() }).collect();
-    let job = search.ingest(IngestRequest { documents }).await.unwrap().into_inner().job.unwrap();
+    let job = search.ingest(IngestRequest { documents, ..Default::default() }).await.unwrap().into_inner().job.unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let page = metrics_page(&server.address).await;

@@ -91,8 +91,9 @@ async fn ingest_all(client: &mut SearchServiceClient<Channel>, texts: &[String])
         .enumerate()
         .map(|(i, text)| Document { id: format!("p{i}"), text: text.clone(), ..Default::default() })
         .collect();
-    let job = client.ingest(IngestRequest { documents }).await.unwrap().into_inner().job.unwrap();
-    let mut updates = client.watch_job(WatchJobRequest { job_id: job.job_id }).await.unwrap().into_inner();
+    let job = client.ingest(IngestRequest { documents, ..Default::default() }).await.unwrap().into_inner().job.unwrap();
+    let mut updates =
+        client.watch_job(WatchJobRequest { job_id: job.job_id, ..Default::default() }).await.unwrap().into_inner();
     while updates.next().await.is_some() {}
 }
 

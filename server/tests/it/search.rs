@@ -44,8 +44,12 @@ async fn ingest_and_wait(
     client: &mut SearchServiceClient<Channel>,
     documents: Vec<Document>,
 ) -> embedwire_proto::v1::Job {
-    let job = client.ingest(IngestRequest { documents }).await.unwrap().into_inner().job.unwrap();
-    let mut updates = client.watch_job(WatchJobRequest { job_id: job.job_id.clone() }).await.unwrap().into_inner();
+    let job = client.ingest(IngestRequest { documents, ..Default::default() }).await.unwrap().into_inner().job.unwrap();
+    let mut updates = client
+        .watch_job(WatchJobRequest { job_id: job.job_id.clone(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
     let mut last = None;
     while let Some(update) = updates.next().await {
         last = Some(update.unwrap().job.unwrap());
@@ -102,7 +106,11 @@ async fn search_finds_relevant_chunks_with_citations_and_exact_scores() {
     // The citation slices the stored text; the score is the cosine with Embed's vectors.
     let hit = &pets[0];
     let chunk = hit.chunk.unwrap();
-    let stored = client.get_documents(GetDocumentsRequest { ids: vec!["cats".into()] }).await.unwrap().into_inner();
+    let stored = client
+        .get_documents(GetDocumentsRequest { ids: vec!["cats".into()], ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
     let text: String = stored.documents[0]
         .text
         .chars()
@@ -201,7 +209,7 @@ async fn filters_paging_threshold_and_vectors() {
 async fn upsert_delete_get_and_stats() {
     let data = TempDir::new("upsert");
     let (server, mut client, _) = corpus_server(ONNX, &data).await;
-    let stats = client.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner();
+    let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
     assert_eq!((stats.document_count, stats.chunk_count, stats.pending_documents), (6, 6, 0));
     assert_eq!(stats.index_kind, "exact");
 
@@ -216,20 +224,29 @@ async fn upsert_delete_get_and_stats() {
     assert!(!hits.iter().any(|h| h.text.contains("purr")), "the old version is gone");
     let lava = client.search(search(&["lava"], 1)).await.unwrap().into_inner().results.remove(0).hits;
     assert_eq!((lava[0].document_id.as_str(), lava[0].metadata["topic"].as_str()), ("cats", "geo"));
-    let stats = client.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner();
+    let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
     assert_eq!((stats.document_count, stats.chunk_count), (6, 6));
 
     // Delete by id and by filter; Get reports what is missing.
-    let deleted =
-        client.delete_documents(DeleteDocumentsRequest { ids: vec!["dogs".into(), "nope".into()], filter: None }).await;
+    let deleted = client
+        .delete_documents(DeleteDocumentsRequest {
+            ids: vec!["dogs".into(), "nope".into()],
+            filter: None,
+            ..Default::default()
+        })
+        .await;
     assert_eq!(deleted.unwrap().into_inner().deleted_count, 1);
     let by_filter = DeleteDocumentsRequest {
         ids: vec![],
         filter: Some(Filter { must: vec![equals("topic", "tech")], ..Default::default() }),
+        ..Default::default()
     };
     assert_eq!(client.delete_documents(by_filter).await.unwrap().into_inner().deleted_count, 2);
     let got = client
-        .get_documents(GetDocumentsRequest { ids: vec!["cats".into(), "rust".into(), "pasta".into()] })
+        .get_documents(GetDocumentsRequest {
+            ids: vec!["cats".into(), "rust".into(), "pasta".into()],
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -257,7 +274,10 @@ async fn long_documents_are_chunked_with_overlap_and_identical_chunks_share_vect
     ];
     let job = ingest_and_wait(&mut client, documents).await;
     assert_eq!(job.status, JobStatus::Completed as i32);
-    let got = client.get_documents(GetDocumentsRequest { ids: vec!["long".into(), "copy-b".into()] }).await.unwrap();
+    let got = client
+        .get_documents(GetDocumentsRequest { ids: vec!["long".into(), "copy-b".into()], ..Default::default() })
+        .await
+        .unwrap();
     let got = got.into_inner();
     let long = &got.documents[0];
     assert!(long.chunks.len() >= 8, "{} chunks", long.chunks.len());
@@ -269,7 +289,7 @@ async fn long_documents_are_chunked_with_overlap_and_identical_chunks_share_vect
     }
     assert_eq!(got.documents[1].text, paragraph, "surrounding whitespace is trimmed");
 
-    let stats = client.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner();
+    let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
     assert_eq!(stats.chunk_count, long.chunks.len() as u64 + 2);
     assert_eq!(stats.unique_vector_count, stats.chunk_count - 1, "copy-a and copy-b share one vector");
 
@@ -290,14 +310,25 @@ async fn ingest_stream_loads_many_documents_and_search_stream_pages_results() {
     let mut client = search_client(&server).await;
     let messages = (0..50).map(|m| IngestStreamRequest {
         documents: (0..100).map(|d| document(&format!("d{m}-{d}"), &format!("document {m} {d} body"), &[])).collect(),
+        ..Default::default()
     });
     let summary = client.ingest_stream(futures::stream::iter(messages)).await.unwrap().into_inner();
     assert_eq!(summary.received_documents, 5000);
     let job = summary.job.unwrap();
     assert_eq!(job.total_documents, 5000);
-    let mut updates = client.watch_job(WatchJobRequest { job_id: job.job_id.clone() }).await.unwrap().into_inner();
+    let mut updates = client
+        .watch_job(WatchJobRequest { job_id: job.job_id.clone(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
     while updates.next().await.is_some() {}
-    let job = client.get_job(GetJobRequest { job_id: job.job_id }).await.unwrap().into_inner().job.unwrap();
+    let job = client
+        .get_job(GetJobRequest { job_id: job.job_id, ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
     assert_eq!((job.status, job.processed_documents), (JobStatus::Completed as i32, 5000));
 
     let request = SearchStreamRequest { search: Some(search(&["document 7 7 body"], 2500)), page_size: 1000 };
@@ -324,9 +355,17 @@ async fn bad_search_and_ingest_requests_name_the_field() {
         [PSEUDO, &["--data-dir", &data_dir, "--max-documents-per-request", "3", "--max-metadata-bytes", "20"]].concat();
     let server = InProcessServer::start(&flags).await;
     let mut client = search_client(&server).await;
-    expect(client.get_job(GetJobRequest { job_id: "nope".into() }).await, Code::NotFound, "job nope");
-    expect(client.watch_job(WatchJobRequest { job_id: "nope".into() }).await.map(|_| ()), Code::NotFound, "job nope");
-    let ingest = |documents: Vec<Document>| IngestRequest { documents };
+    expect(
+        client.get_job(GetJobRequest { job_id: "nope".into(), ..Default::default() }).await,
+        Code::NotFound,
+        "job nope",
+    );
+    expect(
+        client.watch_job(WatchJobRequest { job_id: "nope".into(), ..Default::default() }).await.map(|_| ()),
+        Code::NotFound,
+        "job nope",
+    );
+    let ingest = |documents: Vec<Document>| IngestRequest { documents, ..Default::default() };
     expect(client.ingest(ingest(vec![])).await, Code::InvalidArgument, "documents");
     expect(
         client.ingest(ingest(vec![document("a", " \n ", &[])])).await,
@@ -388,10 +427,15 @@ async fn documents_and_jobs_survive_a_restart() {
     let after = client.search(search(&["which pet purrs?"], 3)).await.unwrap().into_inner().results.remove(0).hits;
     assert_eq!(ids(&before), ids(&after));
     assert_eq!(before[0].score, after[0].score);
-    let stats = client.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner();
+    let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
     assert_eq!(stats.document_count, 6);
-    let job_after =
-        client.get_job(GetJobRequest { job_id: job.job_id.clone() }).await.unwrap().into_inner().job.unwrap();
+    let job_after = client
+        .get_job(GetJobRequest { job_id: job.job_id.clone(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
     assert_eq!(job_after, job, "the finished job is remembered as it was");
     server.stop().await.unwrap();
 }
@@ -402,7 +446,7 @@ async fn searches_keep_answering_while_a_large_ingest_runs() {
     let (server, mut client, _) = corpus_server(ONNX, &data).await;
     let texts = common::sentences(300, 150);
     let documents = texts.iter().enumerate().map(|(i, t)| document(&format!("big-{i}"), t, &[])).collect();
-    let job = client.ingest(IngestRequest { documents }).await.unwrap().into_inner().job.unwrap();
+    let job = client.ingest(IngestRequest { documents, ..Default::default() }).await.unwrap().into_inner().job.unwrap();
 
     let mut latencies = Vec::new();
     loop {
@@ -410,7 +454,13 @@ async fn searches_keep_answering_while_a_large_ingest_runs() {
         let hits = client.search(search(&["which pet purrs?"], 3)).await.expect("search answers during ingest");
         latencies.push(started.elapsed());
         assert_eq!(hits.into_inner().results[0].hits.len(), 3);
-        let now = client.get_job(GetJobRequest { job_id: job.job_id.clone() }).await.unwrap().into_inner().job.unwrap();
+        let now = client
+            .get_job(GetJobRequest { job_id: job.job_id.clone(), ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner()
+            .job
+            .unwrap();
         if now.finished_at.is_some() {
             assert_eq!(now.processed_documents, 300);
             break;
@@ -438,7 +488,9 @@ async fn a_document_that_cannot_be_indexed_fails_its_job_and_nothing_else() {
     assert_eq!(job.status, JobStatus::Failed as i32);
     assert_eq!((job.processed_documents, job.failed_documents), (1, 1));
     assert!(job.error.contains("invisible"), "the reason names the document: {}", job.error);
-    let got = client.get_documents(GetDocumentsRequest { ids: vec!["visible".into(), "invisible".into()] }).await;
+    let got = client
+        .get_documents(GetDocumentsRequest { ids: vec!["visible".into(), "invisible".into()], ..Default::default() })
+        .await;
     assert_eq!(got.unwrap().into_inner().missing_ids, vec!["invisible"]);
     // Other jobs go on.
     let next = ingest_and_wait(&mut client, vec![document("later", "Another fine document.", &[])]).await;

@@ -282,7 +282,7 @@ async fn a_job_that_keeps_failing_does_not_block_newer_jobs() {
     .await;
     // The server follows the store's jobs every second: wait until it knows this one.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while client.get_job(GetJobRequest { job_id: "broken".into() }).await.is_err() {
+    while client.get_job(GetJobRequest { job_id: "broken".into(), ..Default::default() }).await.is_err() {
         assert!(Instant::now() < deadline, "the server does not see the broken job");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -290,7 +290,11 @@ async fn a_job_that_keeps_failing_does_not_block_newer_jobs() {
 
     let (documents, ids) = ingest_completed(&mut client, "after-broken", DOCUMENTS).await;
     // (Not `assert_exactly_once`: the broken job's document stays pending.)
-    let got = client.get_documents(GetDocumentsRequest { ids: ids.clone() }).await.unwrap().into_inner();
+    let got = client
+        .get_documents(GetDocumentsRequest { ids: ids.clone(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
     assert!(got.missing_ids.is_empty(), "documents of the newer job missing: {:?}", got.missing_ids);
     assert_finds(&mut client, &documents[DOCUMENTS - 1]).await;
     let broken = store_faults::job(&mut client, "broken").await;

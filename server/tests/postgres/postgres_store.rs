@@ -115,7 +115,7 @@ async fn filters_with_hostile_keys_and_values_are_only_data() {
     // Delete by a hostile filter removes exactly its match, and every table is still there.
     let filter = Filter { must: vec![condition_equals(HOSTILE[1], HOSTILE[1])], ..Default::default() };
     let deleted = client
-        .delete_documents(DeleteDocumentsRequest { ids: vec![], filter: Some(filter) })
+        .delete_documents(DeleteDocumentsRequest { ids: vec![], filter: Some(filter), ..Default::default() })
         .await
         .unwrap()
         .into_inner();
@@ -264,7 +264,10 @@ async fn keyword_scores_are_bm25_and_the_postings_follow_every_write() {
     // Replace and delete: the postings go with their chunks.
     let job = ingest_and_wait(&mut client, vec![document("a", "Now about gaskets only.")]).await;
     assert_eq!(job.status, JobStatus::Completed as i32, "{job:?}");
-    client.delete_documents(DeleteDocumentsRequest { ids: vec!["b".into()], filter: None }).await.unwrap();
+    client
+        .delete_documents(DeleteDocumentsRequest { ids: vec!["b".into()], filter: None, ..Default::default() })
+        .await
+        .unwrap();
     assert_postings_match_chunks(&cluster, "bm25", "bm25", "after replace and delete");
     let hits = client.search(keyword("valve")).await.unwrap().into_inner().results.remove(0).hits;
     assert!(hits.is_empty(), "no chunk holds valve any more: {hits:?}");

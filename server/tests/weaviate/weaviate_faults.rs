@@ -297,7 +297,7 @@ async fn job_waits_for_documents_a_restarted_node_does_not_hold() {
     // B's job list comes from a search of the restarted node, which misses the job:
     // asking for it by id shows it to B, whose runner takes it over once A's lease ends.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while via_b.get_job(GetJobRequest { job_id: acknowledged.job_id.clone() }).await.is_err() {
+    while via_b.get_job(GetJobRequest { job_id: acknowledged.job_id.clone(), ..Default::default() }).await.is_err() {
         assert!(Instant::now() < deadline, "B cannot read the job");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -382,7 +382,9 @@ async fn rf2_node_loss_job_says_why_and_finishes_when_the_node_returns() {
     // All at once, to land inside that window.
     let tries = documents("refused-or-not", REFUSAL_TRIES).into_iter().map(|document| {
         let mut via_b = via_b.clone();
-        async move { (via_b.ingest(IngestRequest { documents: vec![document.clone()] }).await, document.id) }
+        async move {
+            (via_b.ingest(IngestRequest { documents: vec![document.clone()], ..Default::default() }).await, document.id)
+        }
     });
     let mut refused = 0;
     for (answer, id) in futures::future::join_all(tries).await {
@@ -404,7 +406,7 @@ async fn rf2_node_loss_job_says_why_and_finishes_when_the_node_returns() {
     let document = documents("lost-node", 1).remove(0);
     let deadline = Instant::now() + Duration::from_secs(60);
     let acknowledged = loop {
-        match via_a.ingest(IngestRequest { documents: vec![document.clone()] }).await {
+        match via_a.ingest(IngestRequest { documents: vec![document.clone()], ..Default::default() }).await {
             Ok(response) => break response.into_inner().job.unwrap(),
             Err(status) => {
                 assert!(Instant::now() < deadline, "ingest never acknowledged with one node down: {status}");
@@ -600,7 +602,7 @@ async fn lost_node_keeps_health_and_counts_truthful() {
         assert_eq!(upstream["store_healthy"], true, "{upstreams}");
     }
     for client in [&mut via_a, &mut via_b] {
-        let stats = client.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner();
+        let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
         assert_ne!(stats.counts_accuracy(), CountAccuracy::Exact, "{stats:?}");
         assert!(stats.counts_detail.contains(&lost), "{stats:?}");
         if stats.counts_accuracy() == CountAccuracy::LastExact {
@@ -642,7 +644,7 @@ async fn lost_node_keeps_health_and_counts_truthful() {
         eprintln!("{page} ok and exact {:.1?} after the restart", restarting.elapsed());
     }
     for client in [&mut via_a, &mut via_b] {
-        let stats = client.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner();
+        let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
         assert_eq!(stats.counts_accuracy(), CountAccuracy::Exact, "{stats:?}");
         assert_eq!((stats.document_count, stats.chunk_count), ((SEED + LATE) as u64, (SEED + LATE) as u64));
     }
@@ -702,7 +704,7 @@ async fn pending_documents_restored_after_their_job_completed_are_deleted() {
     let started = Instant::now();
     let mut seen = Vec::new();
     loop {
-        let stats = client.get_index_stats(GetIndexStatsRequest {}).await.unwrap().into_inner();
+        let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
         if seen.last() != Some(&pending(&stats)) {
             seen.push(pending(&stats));
         }
