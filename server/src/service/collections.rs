@@ -30,7 +30,7 @@ impl CollectionApi {
 fn request_from_wire(settings: Option<CollectionSettings>) -> Result<CollectionRequest> {
     let settings = settings.unwrap_or_default();
     let hnsw = match CollectionIndex::try_from(settings.index) {
-        Ok(CollectionIndex::Default) => None,
+        Ok(CollectionIndex::Unspecified) => None,
         Ok(CollectionIndex::Exact) => Some(false),
         Ok(CollectionIndex::Hnsw) => Some(true),
         Err(_) => return Err(Error::invalid("settings.index", format!("{} is not a CollectionIndex", settings.index))),
