@@ -19,7 +19,12 @@ from pathlib import Path
 
 CLIENT_DIR = Path(__file__).resolve().parent
 PROTO_ROOT = CLIENT_DIR.parent.parent / "proto"
-PROTO_FILES = ("embedwire/v1/embed.proto", "embedwire/v1/rerank.proto", "embedwire/v1/search.proto")
+PROTO_FILES = (
+    "embedwire/v1/collections.proto",
+    "embedwire/v1/embed.proto",
+    "embedwire/v1/rerank.proto",
+    "embedwire/v1/search.proto",
+)
 #: The files protoc writes for each proto, relative to the output directory.
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 

@@ -79,10 +79,12 @@ class Document(_message.Message):
     def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class IngestRequest(_message.Message):
-    __slots__ = ("documents",)
+    __slots__ = ("documents", "collection")
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
     documents: _containers.RepeatedCompositeFieldContainer[Document]
-    def __init__(self, documents: _Optional[_Iterable[_Union[Document, _Mapping]]] = ...) -> None: ...
+    collection: str
+    def __init__(self, documents: _Optional[_Iterable[_Union[Document, _Mapping]]] = ..., collection: _Optional[str] = ...) -> None: ...
 
 class IngestResponse(_message.Message):
     __slots__ = ("job", "document_ids")
@@ -93,10 +95,12 @@ class IngestResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., document_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class IngestStreamRequest(_message.Message):
-    __slots__ = ("documents",)
+    __slots__ = ("documents", "collection")
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
     documents: _containers.RepeatedCompositeFieldContainer[Document]
-    def __init__(self, documents: _Optional[_Iterable[_Union[Document, _Mapping]]] = ...) -> None: ...
+    collection: str
+    def __init__(self, documents: _Optional[_Iterable[_Union[Document, _Mapping]]] = ..., collection: _Optional[str] = ...) -> None: ...
 
 class IngestStreamResponse(_message.Message):
     __slots__ = ("job", "received_documents")
@@ -131,10 +135,12 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., total_documents: _Optional[int] = ..., processed_documents: _Optional[int] = ..., failed_documents: _Optional[int] = ..., error: _Optional[str] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., last_error: _Optional[str] = ..., retrying_since: _Optional[float] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "collection")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    collection: str
+    def __init__(self, job_id: _Optional[str] = ..., collection: _Optional[str] = ...) -> None: ...
 
 class GetJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -143,10 +149,12 @@ class GetJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class WatchJobRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "collection")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    collection: str
+    def __init__(self, job_id: _Optional[str] = ..., collection: _Optional[str] = ...) -> None: ...
 
 class WatchJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -155,10 +163,12 @@ class WatchJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class GetDocumentsRequest(_message.Message):
-    __slots__ = ("ids",)
+    __slots__ = ("ids", "collection")
     IDS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    collection: str
+    def __init__(self, ids: _Optional[_Iterable[str]] = ..., collection: _Optional[str] = ...) -> None: ...
 
 class GetDocumentsResponse(_message.Message):
     __slots__ = ("documents", "missing_ids")
@@ -200,12 +210,14 @@ class ChunkSpan(_message.Message):
     def __init__(self, index: _Optional[int] = ..., start_char: _Optional[int] = ..., end_char: _Optional[int] = ...) -> None: ...
 
 class DeleteDocumentsRequest(_message.Message):
-    __slots__ = ("ids", "filter")
+    __slots__ = ("ids", "filter", "collection")
     IDS_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[str]
     filter: Filter
-    def __init__(self, ids: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ...) -> None: ...
+    collection: str
+    def __init__(self, ids: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., collection: _Optional[str] = ...) -> None: ...
 
 class DeleteDocumentsResponse(_message.Message):
     __slots__ = ("deleted_count",)
@@ -248,7 +260,7 @@ class SearchQuery(_message.Message):
     def __init__(self, text: _Optional[str] = ..., vector: _Optional[bytes] = ...) -> None: ...
 
 class SearchRequest(_message.Message):
-    __slots__ = ("queries", "top_k", "score_threshold", "offset", "filter", "include_text", "include_metadata", "include_vectors", "vector_dtype", "rerank", "mode", "alpha", "fusion", "group_by", "group_size", "highlight")
+    __slots__ = ("queries", "top_k", "score_threshold", "offset", "filter", "include_text", "include_metadata", "include_vectors", "vector_dtype", "rerank", "mode", "alpha", "fusion", "group_by", "group_size", "highlight", "collection")
     QUERIES_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     SCORE_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
@@ -265,6 +277,7 @@ class SearchRequest(_message.Message):
     GROUP_BY_FIELD_NUMBER: _ClassVar[int]
     GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
     HIGHLIGHT_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
     queries: _containers.RepeatedCompositeFieldContainer[SearchQuery]
     top_k: int
     score_threshold: float
@@ -281,7 +294,8 @@ class SearchRequest(_message.Message):
     group_by: GroupBy
     group_size: int
     highlight: bool
-    def __init__(self, queries: _Optional[_Iterable[_Union[SearchQuery, _Mapping]]] = ..., top_k: _Optional[int] = ..., score_threshold: _Optional[float] = ..., offset: _Optional[int] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., include_text: _Optional[bool] = ..., include_metadata: _Optional[bool] = ..., include_vectors: _Optional[bool] = ..., vector_dtype: _Optional[_Union[_embed_pb2.EmbeddingDtype, str]] = ..., rerank: _Optional[bool] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., alpha: _Optional[float] = ..., fusion: _Optional[_Union[Fusion, str]] = ..., group_by: _Optional[_Union[GroupBy, str]] = ..., group_size: _Optional[int] = ..., highlight: _Optional[bool] = ...) -> None: ...
+    collection: str
+    def __init__(self, queries: _Optional[_Iterable[_Union[SearchQuery, _Mapping]]] = ..., top_k: _Optional[int] = ..., score_threshold: _Optional[float] = ..., offset: _Optional[int] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., include_text: _Optional[bool] = ..., include_metadata: _Optional[bool] = ..., include_vectors: _Optional[bool] = ..., vector_dtype: _Optional[_Union[_embed_pb2.EmbeddingDtype, str]] = ..., rerank: _Optional[bool] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., alpha: _Optional[float] = ..., fusion: _Optional[_Union[Fusion, str]] = ..., group_by: _Optional[_Union[GroupBy, str]] = ..., group_size: _Optional[int] = ..., highlight: _Optional[bool] = ..., collection: _Optional[str] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
     __slots__ = ("results", "took_ms")
@@ -355,8 +369,10 @@ class SearchStreamResponse(_message.Message):
     def __init__(self, query_index: _Optional[int] = ..., hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ...) -> None: ...
 
 class GetIndexStatsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("collection",)
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    def __init__(self, collection: _Optional[str] = ...) -> None: ...
 
 class GetIndexStatsResponse(_message.Message):
     __slots__ = ("document_count", "chunk_count", "unique_vector_count", "pending_documents", "index_kind", "counts_accuracy", "counts_age_ms", "counts_detail")
