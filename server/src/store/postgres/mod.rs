@@ -107,6 +107,8 @@ pub struct PostgresStore {
     counts: Arc<Mutex<ViewCounts>>,
     /// The chunk count and mean length keyword searches rank with.
     keyword_corpus: bm25::CorpusCache,
+    /// Chunks per keyword term, read a moment ago.
+    term_counts: bm25::TermCounts,
 }
 
 impl PostgresStore {
@@ -161,6 +163,7 @@ impl PostgresStore {
             health: Arc::new(Mutex::new(StoreHealth { healthy: true, detail: String::new(), nodes })),
             counts: Arc::new(Mutex::new(ViewCounts::default())),
             keyword_corpus: bm25::CorpusCache::default(),
+            term_counts: bm25::TermCounts::default(),
         });
         // Before the server serves: a replica is reported missing only once a check failed.
         store.refresh_health().await;
@@ -590,14 +593,32 @@ impl CorpusStore for PostgresStore {
     }
 
     async fn keyword_search(&self, query: KeywordQuery<'_>) -> Result<Vec<StoredHit>> {
-        let filter = sql_filter::translate(query.filter, 5);
+        let filter = sql_filter::translate(query.filter, 6);
         let condition = (!query.filter.is_empty()).then_some(filter.condition.as_str());
         let columns = ChunkColumns::new("scored.score", query.content());
         let sql = bm25::search_sql(&self.schema, &columns.sql, condition);
         let corpus = self.keyword_corpus().await?;
         let text = query.leading_words();
+        let lexemes: Vec<String> = self
+            .query_reader("keyword terms", bm25::LEXEMES_SQL, &[&text])
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        if lexemes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (mut counted, uncounted) = self.term_counts.split(lexemes, corpus);
+        if !uncounted.is_empty() {
+            let rows =
+                self.query_reader("keyword term counts", &bm25::term_counts_sql(&self.schema), &[&uncounted]).await?;
+            let fresh: Vec<(String, f64)> = rows.iter().map(|row| (row.get(0), row.get(1))).collect();
+            self.term_counts.store(&fresh);
+            counted.extend(fresh);
+        }
+        let (terms, counts): (Vec<String>, Vec<f64>) = counted.into_iter().unzip();
         let limit = query.count as i64;
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&text, &limit, &corpus.chunks, &corpus.mean_length];
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&terms, &limit, &corpus.chunks, &corpus.mean_length, &counts];
         params.extend(filter.params.iter().map(|p| p.as_sql()));
         let rows = self.query_reader("keyword search", &sql, &params).await?;
         Ok(rows.iter().map(|row| columns.hit(row, row.get::<_, f64>(4) as f32)).collect())
