@@ -109,9 +109,5 @@ async fn watch_to_end(
 /// What the index holds now.
 pub async fn index_stats(channel: Channel) -> anyhow::Result<GetIndexStatsResponse> {
     let mut client = SearchServiceClient::new(channel);
-    Ok(client
-        .get_index_stats(GetIndexStatsRequest { ..Default::default() })
-        .await
-        .context("GetIndexStats")?
-        .into_inner())
+    Ok(client.get_index_stats(GetIndexStatsRequest::default()).await.context("GetIndexStats")?.into_inner())
 }

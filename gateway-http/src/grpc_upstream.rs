@@ -630,10 +630,7 @@ impl GrpcUpstream {
         let mut search = self.search_client(member.channel.clone());
         let (info, stats) = tokio::join!(
             tokio::time::timeout(limit, embed.info(self.request(InfoRequest {}))),
-            tokio::time::timeout(
-                limit,
-                search.get_index_stats(self.request(GetIndexStatsRequest { ..Default::default() }))
-            ),
+            tokio::time::timeout(limit, search.get_index_stats(self.request(GetIndexStatsRequest::default()))),
         );
         let settled = {
             let mut seen = member.seen();
@@ -874,7 +871,7 @@ impl Upstream for GrpcUpstream {
     async fn index_stats(&self) -> Result<Served<GetIndexStatsResponse>, Status> {
         let (index, response) = self
             .call(self.stateful(), Retry::Idempotent, |channel| {
-                let request = self.request(GetIndexStatsRequest { ..Default::default() });
+                let request = self.request(GetIndexStatsRequest::default());
                 let mut client = self.search_client(channel);
                 async move { client.get_index_stats(request).await }
             })

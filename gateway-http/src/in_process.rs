@@ -94,7 +94,7 @@ impl<E: EmbedService, S: SearchService, R: RerankService> Upstream for InProcess
     }
 
     async fn index_stats(&self) -> Result<Served<GetIndexStatsResponse>, Status> {
-        let response = self.search.get_index_stats(Request::new(GetIndexStatsRequest { ..Default::default() })).await?;
+        let response = self.search.get_index_stats(Request::new(GetIndexStatsRequest::default())).await?;
         Ok(self.served(response).await)
     }
 

@@ -544,7 +544,7 @@ async fn probe(ingest: &Ingest) -> anyhow::Result<Probes> {
     }
     for (index, (upstream, acknowledged)) in per_index {
         let mut client = SearchServiceClient::new(connect(upstream).await?);
-        let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.context("GetIndexStats")?.into_inner();
+        let stats = client.get_index_stats(GetIndexStatsRequest::default()).await.context("GetIndexStats")?.into_inner();
         probes.indexes.push((index.to_string(), stats.document_count, stats.pending_documents, acknowledged));
     }
     probes.doubled.sort();

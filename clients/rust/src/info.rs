@@ -120,7 +120,7 @@ impl Client {
         let caller = &self.inner.caller;
         let stats = caller
             .unary(Route::Primary, Hedge::Allowed, |backend| {
-                let request = caller.request(pb::GetIndexStatsRequest { ..Default::default() });
+                let request = caller.request(pb::GetIndexStatsRequest::default());
                 async move { Ok(backend.search().get_index_stats(request).await?.into_inner()) }
             })
             .await?;

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::corpus::chunker::ChunkSettings;
-use crate::corpus::{Corpus, CorpusSettings, IndexStats, unix_now};
+use crate::corpus::{Corpus, CorpusSettings, unix_now};
 use crate::engine::EmbeddingEngine;
 use crate::error::{Error, Result};
 use crate::rerank::RerankEngine;
@@ -153,11 +153,6 @@ impl Collections {
         Ok(collections)
     }
 
-    /// The default collection.
-    pub fn default_corpus(&self) -> &Arc<Corpus> {
-        &self.default
-    }
-
     /// The collection `name` names (empty: the default); NOT_FOUND naming it.
     pub fn corpus(&self, name: &str) -> Result<Arc<Corpus>> {
         if name.is_empty() {
@@ -208,11 +203,6 @@ impl Collections {
         self.places.delete(name).await?;
         tracing::info!(collection = name, documents, "collection deleted");
         Ok(documents)
-    }
-
-    /// Counts of one collection.
-    pub async fn stats(&self, name: &str) -> Result<IndexStats> {
-        self.corpus(name)?.stats().await
     }
 
     /// Stops every named collection's runner and waits for each (the server's shutdown).

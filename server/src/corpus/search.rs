@@ -391,8 +391,7 @@ impl Corpus {
                 let mut fused = fusion::fuse(by_vector, by_keyword, alpha, params.fusion, depth);
                 fused.retain(above_threshold);
                 fused.truncate(pool);
-                let missing = HitContent { with_vector: false, ..page_content };
-                self.store.fill_content(fused.iter_mut().map(|fused| &mut fused.hit).collect(), missing).await?;
+                self.store.fill_content(fused.iter_mut().map(|fused| &mut fused.hit).collect(), page_content).await?;
                 Candidates { hits: fused, exhausted }
             }
         })

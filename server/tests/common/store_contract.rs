@@ -112,9 +112,8 @@ pub async fn same_answers_as_the_embedded_store(flags: Vec<String>, kind: &str, 
         assert_eq!(job.status, JobStatus::Completed as i32, "{job:?}");
         assert_eq!(job.processed_documents, 408);
     }
-    let exact_stats = exact.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
-    let shared_stats =
-        shared.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
+    let exact_stats = exact.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
+    let shared_stats = shared.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
     assert_eq!((shared_stats.document_count, shared_stats.chunk_count), (408, exact_stats.chunk_count));
     assert!(exact_stats.chunk_count > 408, "the long documents have several chunks");
 
@@ -350,7 +349,7 @@ pub async fn one_index_shared_by_two_servers_and_the_gateway(store: SharedStore)
         assert!(tokio::time::Instant::now() < deadline, "deleted through B, still on A: {missing:?} {hits:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let stats = client_a.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
+    let stats = client_a.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
     assert_eq!(stats.document_count, 198);
     a.stop().await.unwrap();
     b.stop().await.unwrap();

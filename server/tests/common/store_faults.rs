@@ -143,7 +143,7 @@ pub async fn exactly_once(client: &mut SearchServiceClient<Channel>, ids: &[Stri
         }
     }
     let stats = client
-        .get_index_stats(GetIndexStatsRequest { ..Default::default() })
+        .get_index_stats(GetIndexStatsRequest::default())
         .await
         .map_err(|status| format!("GetIndexStats: {status:?}"))?
         .into_inner();

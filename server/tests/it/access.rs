@@ -112,10 +112,7 @@ async fn call_every_rpc(channel: Channel, key: Option<&str>, job_id: &str) -> Ve
             Err(status) => status.code(),
         },
     ));
-    codes.push((
-        "GetIndexStats",
-        code(search.get_index_stats(with_key(GetIndexStatsRequest { ..Default::default() }, key)).await),
-    ));
+    codes.push(("GetIndexStats", code(search.get_index_stats(with_key(GetIndexStatsRequest::default(), key)).await)));
     codes
 }
 

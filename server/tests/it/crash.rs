@@ -67,7 +67,7 @@ async fn check_processed_are_searchable(client: &mut SearchServiceClient<Channel
             &got.missing_ids[..1]
         );
     }
-    let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
+    let stats = client.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
     assert!(stats.document_count >= processed as u64);
     assert_eq!(stats.chunk_count, stats.document_count, "one chunk per document, none duplicated");
     // Spread probes over the processed range (pseudo vectors: same text, same vector).
@@ -91,7 +91,7 @@ async fn check_processed_are_searchable(client: &mut SearchServiceClient<Channel
 /// (numbers from 97 on are in one text only: topics and subjects are smaller).
 pub async fn keyword_index_agrees(client: &mut SearchServiceClient<Channel>, processed: usize) {
     let chunks = async |client: &mut SearchServiceClient<Channel>| {
-        client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner().chunk_count
+        client.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner().chunk_count
     };
     let before = chunks(client).await;
     let every = SearchRequest {
@@ -177,6 +177,6 @@ async fn sigkill_during_ingest_loses_nothing_acknowledged() {
     let done = job(&mut client, &job_id).await;
     assert_eq!((done.processed_documents as usize, done.failed_documents), (DOCUMENTS, 0));
     check_processed_are_searchable(&mut client, DOCUMENTS).await;
-    let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
+    let stats = client.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
     assert_eq!((stats.document_count as usize, stats.pending_documents), (DOCUMENTS, 0));
 }

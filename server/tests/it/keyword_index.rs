@@ -78,7 +78,7 @@ async fn a_keyword_index_behind_the_file_or_missing_is_rebuilt_at_start() {
 
     for damage in ["behind", "missing"] {
         let (server, mut client) = start(&data.flag()).await;
-        let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
+        let stats = client.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
         assert_eq!(stats.chunk_count, 399, "{damage}");
         super::crash::keyword_index_agrees(&mut client, 0).await;
         assert_eq!(keyword_hits(&mut client, "350").await, ["doc-350"], "{damage}: a later document is found");

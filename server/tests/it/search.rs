@@ -209,7 +209,7 @@ async fn filters_paging_threshold_and_vectors() {
 async fn upsert_delete_get_and_stats() {
     let data = TempDir::new("upsert");
     let (server, mut client, _) = corpus_server(ONNX, &data).await;
-    let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
+    let stats = client.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
     assert_eq!((stats.document_count, stats.chunk_count, stats.pending_documents), (6, 6, 0));
     assert_eq!(stats.index_kind, "exact");
 
@@ -224,7 +224,7 @@ async fn upsert_delete_get_and_stats() {
     assert!(!hits.iter().any(|h| h.text.contains("purr")), "the old version is gone");
     let lava = client.search(search(&["lava"], 1)).await.unwrap().into_inner().results.remove(0).hits;
     assert_eq!((lava[0].document_id.as_str(), lava[0].metadata["topic"].as_str()), ("cats", "geo"));
-    let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
+    let stats = client.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
     assert_eq!((stats.document_count, stats.chunk_count), (6, 6));
 
     // Delete by id and by filter; Get reports what is missing.
@@ -289,7 +289,7 @@ async fn long_documents_are_chunked_with_overlap_and_identical_chunks_share_vect
     }
     assert_eq!(got.documents[1].text, paragraph, "surrounding whitespace is trimmed");
 
-    let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
+    let stats = client.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
     assert_eq!(stats.chunk_count, long.chunks.len() as u64 + 2);
     assert_eq!(stats.unique_vector_count, stats.chunk_count - 1, "copy-a and copy-b share one vector");
 
@@ -427,7 +427,7 @@ async fn documents_and_jobs_survive_a_restart() {
     let after = client.search(search(&["which pet purrs?"], 3)).await.unwrap().into_inner().results.remove(0).hits;
     assert_eq!(ids(&before), ids(&after));
     assert_eq!(before[0].score, after[0].score);
-    let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
+    let stats = client.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
     assert_eq!(stats.document_count, 6);
     let job_after = client
         .get_job(GetJobRequest { job_id: job.job_id.clone(), ..Default::default() })

@@ -602,7 +602,7 @@ async fn lost_node_keeps_health_and_counts_truthful() {
         assert_eq!(upstream["store_healthy"], true, "{upstreams}");
     }
     for client in [&mut via_a, &mut via_b] {
-        let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
+        let stats = client.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
         assert_ne!(stats.counts_accuracy(), CountAccuracy::Exact, "{stats:?}");
         assert!(stats.counts_detail.contains(&lost), "{stats:?}");
         if stats.counts_accuracy() == CountAccuracy::LastExact {
@@ -644,7 +644,7 @@ async fn lost_node_keeps_health_and_counts_truthful() {
         eprintln!("{page} ok and exact {:.1?} after the restart", restarting.elapsed());
     }
     for client in [&mut via_a, &mut via_b] {
-        let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
+        let stats = client.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
         assert_eq!(stats.counts_accuracy(), CountAccuracy::Exact, "{stats:?}");
         assert_eq!((stats.document_count, stats.chunk_count), ((SEED + LATE) as u64, (SEED + LATE) as u64));
     }
@@ -704,7 +704,7 @@ async fn pending_documents_restored_after_their_job_completed_are_deleted() {
     let started = Instant::now();
     let mut seen = Vec::new();
     loop {
-        let stats = client.get_index_stats(GetIndexStatsRequest { ..Default::default() }).await.unwrap().into_inner();
+        let stats = client.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
         if seen.last() != Some(&pending(&stats)) {
             seen.push(pending(&stats));
         }
