@@ -6,8 +6,14 @@
 //! of them in constant time (`blake3::Hash`'s equality), so neither timing nor a
 //! memory dump gives a key away. Health and readiness stay open for probes; the
 //! metrics page is open or keyed by a setting. Read-only keys can embed and search but
-//! not ingest or delete.
+//! not ingest or delete; only admin keys create and delete collections.
+//!
+//! A key may be scoped to some collections (`KEY read-only collections=a,b`). The
+//! layer hands the key's [`Grant`] to what it serves as a request extension: HTTP
+//! routes name their collection in the path, so the layer checks them itself; a gRPC
+//! call names it in its message, so the service checks it ([`Grant::check`]).
 
+use std::collections::BTreeSet;
 use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::Arc;
@@ -30,8 +36,64 @@ use crate::error::ApiError;
 pub enum Role {
     /// Embed, search, read jobs and documents.
     ReadOnly,
-    /// Everything, ingest and delete included.
+    /// Everything within its collections, ingest and delete included.
     ReadWrite,
+    /// Everything in every collection, and creating and deleting collections.
+    Admin,
+}
+
+/// The name the default collection (the empty name in requests) has in scopes and
+/// HTTP paths.
+pub const DEFAULT_COLLECTION: &str = "default";
+
+/// The collections a key reaches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every collection: keys without `collections=`, and admin keys.
+    Every,
+    /// These (the default collection as [`DEFAULT_COLLECTION`]).
+    Only(Arc<BTreeSet<String>>),
+}
+
+/// What the key of a request may do, as the access layer found it: a request
+/// extension. Absent when the port has no keys: then every request may do anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub role: Role,
+    pub scope: Scope,
+}
+
+impl Grant {
+    /// The grant the access layer put on a request, if any.
+    pub fn of(extensions: &http::Extensions) -> Option<&Grant> {
+        extensions.get::<Grant>()
+    }
+
+    /// Whether the key reaches `collection` (empty: the default collection).
+    pub fn reaches(&self, collection: &str) -> bool {
+        match &self.scope {
+            Scope::Every => true,
+            Scope::Only(names) => names.contains(if collection.is_empty() { DEFAULT_COLLECTION } else { collection }),
+        }
+    }
+
+    /// PERMISSION_DENIED naming `collection` unless `grant` (none: keys are off)
+    /// reaches it.
+    pub fn check(grant: Option<&Grant>, collection: &str) -> Result<(), tonic::Status> {
+        match grant {
+            Some(grant) if !grant.reaches(collection) => {
+                Err(tonic::Status::permission_denied(out_of_scope(collection)))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The refusal of a collection outside a key's scope. It says no more than that, so a
+/// key cannot learn whether a collection it does not reach exists.
+fn out_of_scope(collection: &str) -> String {
+    let name = if collection.is_empty() { DEFAULT_COLLECTION } else { collection };
+    format!("collection: this API key does not reach collection {name:?}")
 }
 
 /// What a request needs.
@@ -40,12 +102,13 @@ pub enum Requirement {
     Open,
     AnyKey,
     ReadWriteKey,
+    AdminKey,
 }
 
 /// The configured keys.
 #[derive(Default)]
 pub struct ApiKeys {
-    keys: Vec<(blake3::Hash, Role)>,
+    keys: Vec<(blake3::Hash, Grant)>,
 }
 
 impl std::fmt::Debug for ApiKeys {
@@ -55,15 +118,17 @@ impl std::fmt::Debug for ApiKeys {
 }
 
 impl ApiKeys {
-    /// Keys from flags and from a file with one key per line (`KEY` or
-    /// `KEY read-only`; blank lines and `#` comments skipped).
+    /// Keys from flags (read-write and read-only, every collection) and from a file
+    /// with one key per line: `KEY [read-write|read-only|admin] [collections=a,b]`
+    /// (read-write and every collection when left out; blank lines and `#` comments
+    /// skipped).
     pub fn load(read_write: &[String], read_only: &[String], file: Option<&Path>) -> Result<Self, String> {
         let mut keys = ApiKeys::default();
         for key in read_write {
-            keys.add(key, Role::ReadWrite)?;
+            keys.add(key, Grant { role: Role::ReadWrite, scope: Scope::Every })?;
         }
         for key in read_only {
-            keys.add(key, Role::ReadOnly)?;
+            keys.add(key, Grant { role: Role::ReadOnly, scope: Scope::Every })?;
         }
         if let Some(path) = file {
             let text = std::fs::read_to_string(path).map_err(|e| format!("--api-keys-file {}: {e}", path.display()))?;
@@ -74,24 +139,15 @@ impl ApiKeys {
                 }
                 let mut words = line.split_whitespace();
                 let key = words.next().unwrap_or_default();
-                let role = match words.next() {
-                    None | Some("read-write") => Role::ReadWrite,
-                    Some("read-only") => Role::ReadOnly,
-                    Some(other) => {
-                        return Err(format!(
-                            "--api-keys-file {} line {}: role {other:?} is not read-only or read-write",
-                            path.display(),
-                            number + 1
-                        ));
-                    }
-                };
-                keys.add(key, role)?;
+                let grant = parse_grant(words)
+                    .map_err(|error| format!("--api-keys-file {} line {}: {error}", path.display(), number + 1))?;
+                keys.add(key, grant)?;
             }
         }
         Ok(keys)
     }
 
-    fn add(&mut self, key: &str, role: Role) -> Result<(), String> {
+    fn add(&mut self, key: &str, grant: Grant) -> Result<(), String> {
         let key = key.trim();
         if key.len() < 16 {
             return Err("API keys must have at least 16 characters".into());
@@ -99,7 +155,7 @@ impl ApiKeys {
         if key.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err("API keys cannot contain spaces or control characters".into());
         }
-        self.keys.push((blake3::hash(key.as_bytes()), role));
+        self.keys.push((blake3::hash(key.as_bytes()), grant));
         Ok(())
     }
 
@@ -108,18 +164,59 @@ impl ApiKeys {
         self.keys.is_empty()
     }
 
-    /// The index and role of `presented`, comparing against every key.
-    pub fn find(&self, presented: &str) -> Option<(usize, Role)> {
+    /// The index and grant of `presented`, comparing against every key.
+    pub fn find(&self, presented: &str) -> Option<(usize, &Grant)> {
         let hash = blake3::hash(presented.as_bytes());
         let mut found = None;
-        for (index, (key, role)) in self.keys.iter().enumerate() {
+        for (index, (key, grant)) in self.keys.iter().enumerate() {
             // No early exit: the time taken does not depend on which key matched.
             if *key == hash {
-                found = Some((index, *role));
+                found = Some((index, grant));
             }
         }
         found
     }
+}
+
+/// A key file line's words after the key: its role and scope.
+fn parse_grant<'a>(words: impl Iterator<Item = &'a str>) -> Result<Grant, String> {
+    let (mut role, mut scope) = (None, None);
+    for word in words {
+        if let Some(list) = word.strip_prefix("collections=") {
+            let names: BTreeSet<String> = list.split(',').map(str::to_string).collect();
+            if let Some(bad) = names.iter().find(|name| !is_collection_name(name)) {
+                return Err(format!(
+                    "{bad:?} in {word:?} is not a collection name (lower-case letters, digits and underscores, \
+                     starting with a letter; {DEFAULT_COLLECTION} for the default collection)"
+                ));
+            }
+            if scope.replace(Scope::Only(Arc::new(names))).is_some() {
+                return Err("collections= is given twice".into());
+            }
+            continue;
+        }
+        let named = match word {
+            "read-write" => Role::ReadWrite,
+            "read-only" => Role::ReadOnly,
+            "admin" => Role::Admin,
+            other => return Err(format!("{other:?} is not read-only, read-write, admin or collections=NAME,...")),
+        };
+        if role.replace(named).is_some() {
+            return Err("a key has one role".into());
+        }
+    }
+    let role = role.unwrap_or(Role::ReadWrite);
+    if role == Role::Admin && scope.is_some() {
+        return Err("an admin key reaches every collection: leave out collections=".into());
+    }
+    Ok(Grant { role, scope: scope.unwrap_or(Scope::Every) })
+}
+
+/// The collection name rule (the server's, which this layer does not depend on).
+fn is_collection_name(name: &str) -> bool {
+    name.len() <= 48
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// Requests per second and burst allowed per key, as governor's quota.
@@ -159,17 +256,42 @@ impl AccessPolicy {
         if self.keys.is_empty() {
             return Requirement::Open;
         }
+        let post = method == http::Method::POST;
         match path {
             "/healthz" | "/readyz" | "/" | "/openapi.json" => Requirement::Open,
             "/metrics" if self.metrics_open => Requirement::Open,
-            "/v1/ingest" if method == http::Method::POST => Requirement::ReadWriteKey,
+            "/v1/ingest" if post => Requirement::ReadWriteKey,
+            "/v1/collections" if post => Requirement::AdminKey,
             "/embedwire.v1.SearchService/Ingest"
             | "/embedwire.v1.SearchService/IngestStream"
             | "/embedwire.v1.SearchService/DeleteDocuments" => Requirement::ReadWriteKey,
+            "/embedwire.v1.CollectionService/CreateCollection" | "/embedwire.v1.CollectionService/DeleteCollection" => {
+                Requirement::AdminKey
+            }
             path if path.starts_with("/grpc.health.v1.Health/") => Requirement::Open,
-            _ => Requirement::AnyKey,
+            path => match collection_route(path) {
+                Some((_, "")) if method == http::Method::DELETE => Requirement::AdminKey,
+                Some((_, "ingest")) if post => Requirement::ReadWriteKey,
+                _ => Requirement::AnyKey,
+            },
         }
     }
+}
+
+/// The collection an HTTP route acts on, by its path: `/v1/collections/NAME/REST` (the
+/// name and the rest, empty for the collection itself), or the default collection's
+/// routes of the existing contract. None for the rest (gRPC calls name theirs in
+/// their messages).
+fn collection_route(path: &str) -> Option<(&str, &str)> {
+    if let Some(tail) = path.strip_prefix("/v1/collections/") {
+        let (name, rest) = tail.split_once('/').unwrap_or((tail, ""));
+        return Some((name, rest));
+    }
+    let default = path == "/v1/ingest"
+        || path == "/v1/search"
+        || path.starts_with("/v1/jobs/")
+        || path.starts_with("/v1/documents/");
+    default.then_some(("", ""))
 }
 
 /// The layer that enforces an [`AccessPolicy`].
@@ -206,17 +328,20 @@ pub struct Access<S> {
 /// Why a request was turned away.
 enum Refusal {
     Unauthenticated(&'static str),
-    PermissionDenied,
+    PermissionDenied(String),
     /// Over the key's rate; the bucket has room again after this long.
     RateLimited(Duration),
 }
 
 impl AccessLayer {
-    fn check<B>(&self, request: &Request<B>) -> Result<(), Refusal> {
+    /// The grant of the request's key (None when the port has no keys or the route is
+    /// open), or why it is refused.
+    fn check<B>(&self, request: &Request<B>) -> Result<Option<Grant>, Refusal> {
         let policy = &self.policy;
-        let requirement = policy.requirement(request.method(), request.uri().path());
+        let path = request.uri().path();
+        let requirement = policy.requirement(request.method(), path);
         if requirement == Requirement::Open {
-            return Ok(());
+            return Ok(None);
         }
         let presented = request
             .headers()
@@ -228,16 +353,30 @@ impl AccessLayer {
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, key)| key.trim())
             .ok_or(Refusal::Unauthenticated("the authorization header must be `Bearer KEY`"))?;
-        let (index, role) = policy.keys.find(presented).ok_or(Refusal::Unauthenticated("the API key is not valid"))?;
-        if requirement == Requirement::ReadWriteKey && role != Role::ReadWrite {
-            return Err(Refusal::PermissionDenied);
+        let (index, grant) = policy.keys.find(presented).ok_or(Refusal::Unauthenticated("the API key is not valid"))?;
+        match (requirement, grant.role) {
+            (Requirement::AdminKey, Role::Admin) | (Requirement::ReadWriteKey, Role::ReadWrite | Role::Admin) => {}
+            (Requirement::AdminKey, _) => {
+                return Err(Refusal::PermissionDenied(
+                    "this API key is not an admin key: only admin keys create and delete collections".into(),
+                ));
+            }
+            (Requirement::ReadWriteKey, _) => {
+                return Err(Refusal::PermissionDenied("this API key is read-only: it cannot ingest or delete".into()));
+            }
+            _ => {}
+        }
+        if let Some((collection, _)) = collection_route(path)
+            && !grant.reaches(collection)
+        {
+            return Err(Refusal::PermissionDenied(out_of_scope(collection)));
         }
         if let Some(limiter) = &self.limiter
             && let Err(not_until) = limiter.check_key(&index)
         {
             return Err(Refusal::RateLimited(not_until.wait_time_from(limiter.clock().now())));
         }
-        Ok(())
+        Ok(Some(grant.clone()))
     }
 }
 
@@ -246,9 +385,7 @@ impl AccessLayer {
 fn refusal_response<B>(request: &Request<B>, refusal: Refusal) -> Response<axum::body::Body> {
     let (code, message, retry_after) = match refusal {
         Refusal::Unauthenticated(message) => (Code::Unauthenticated, message.to_string(), None),
-        Refusal::PermissionDenied => {
-            (Code::PermissionDenied, "this API key is read-only: it cannot ingest or delete".into(), None)
-        }
+        Refusal::PermissionDenied(message) => (Code::PermissionDenied, message, None),
         Refusal::RateLimited(wait) => {
             (Code::ResourceExhausted, "rate limit of this API key exceeded; retry later".into(), Some(wait))
         }
@@ -291,7 +428,13 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         match self.layer.check(&request) {
-            Ok(()) => self.inner.call(request).map(|result| result.map(|r| r.map(axum::body::Body::new))).boxed(),
+            Ok(grant) => {
+                let mut request = request;
+                if let Some(grant) = grant {
+                    request.extensions_mut().insert(grant);
+                }
+                self.inner.call(request).map(|result| result.map(|r| r.map(axum::body::Body::new))).boxed()
+            }
             Err(refusal) => {
                 let response = refusal_response(&request, refusal);
                 async move { Ok(response) }.boxed()
@@ -304,20 +447,60 @@ where
 mod tests {
     use super::*;
 
+    fn role_of(keys: &ApiKeys, key: &str) -> Option<Role> {
+        keys.find(key).map(|(_, grant)| grant.role)
+    }
+
     #[test]
     fn keys_roles_and_requirements() {
         let keys = ApiKeys::load(&["rw-key-0123456789".into()], &["ro-key-0123456789".into()], None).unwrap();
-        assert_eq!(keys.find("rw-key-0123456789"), Some((0, Role::ReadWrite)));
-        assert_eq!(keys.find("ro-key-0123456789"), Some((1, Role::ReadOnly)));
+        assert_eq!(keys.find("rw-key-0123456789").map(|(index, _)| index), Some(0));
+        assert_eq!(role_of(&keys, "rw-key-0123456789"), Some(Role::ReadWrite));
+        assert_eq!(role_of(&keys, "ro-key-0123456789"), Some(Role::ReadOnly));
         assert_eq!(keys.find("rw-key-012345678"), None);
         assert!(ApiKeys::load(&["short".into()], &[], None).is_err());
         let policy = AccessPolicy { keys, metrics_open: true, rate_limit: None };
-        let post = http::Method::POST;
+        let (post, get, delete) = (http::Method::POST, http::Method::GET, http::Method::DELETE);
         assert_eq!(policy.requirement(&post, "/v1/ingest"), Requirement::ReadWriteKey);
         assert_eq!(policy.requirement(&post, "/v1/search"), Requirement::AnyKey);
         assert_eq!(policy.requirement(&post, "/grpc.health.v1.Health/Check"), Requirement::Open);
         assert_eq!(policy.requirement(&post, "/embedwire.v1.SearchService/DeleteDocuments"), Requirement::ReadWriteKey);
-        assert_eq!(policy.requirement(&http::Method::GET, "/metrics"), Requirement::Open);
+        assert_eq!(policy.requirement(&get, "/metrics"), Requirement::Open);
+        assert_eq!(policy.requirement(&post, "/v1/collections"), Requirement::AdminKey);
+        assert_eq!(policy.requirement(&get, "/v1/collections"), Requirement::AnyKey);
+        assert_eq!(policy.requirement(&delete, "/v1/collections/a"), Requirement::AdminKey);
+        assert_eq!(policy.requirement(&get, "/v1/collections/a"), Requirement::AnyKey);
+        assert_eq!(policy.requirement(&post, "/v1/collections/a/ingest"), Requirement::ReadWriteKey);
+        assert_eq!(policy.requirement(&post, "/v1/collections/a/search"), Requirement::AnyKey);
+        let create = "/embedwire.v1.CollectionService/CreateCollection";
+        assert_eq!(policy.requirement(&post, create), Requirement::AdminKey);
+        assert_eq!(policy.requirement(&post, "/embedwire.v1.CollectionService/ListCollections"), Requirement::AnyKey);
+    }
+
+    #[test]
+    fn routes_name_their_collection() {
+        assert_eq!(collection_route("/v1/collections/a/search"), Some(("a", "search")));
+        assert_eq!(collection_route("/v1/collections/a/jobs/j1"), Some(("a", "jobs/j1")));
+        assert_eq!(collection_route("/v1/collections/a"), Some(("a", "")));
+        assert_eq!(collection_route("/v1/search"), Some(("", "")));
+        assert_eq!(collection_route("/v1/documents/d"), Some(("", "")));
+        assert_eq!(collection_route("/v1/collections"), None);
+        assert_eq!(collection_route("/v1/embeddings"), None);
+        assert_eq!(collection_route("/embedwire.v1.SearchService/Search"), None);
+    }
+
+    #[test]
+    fn scoped_keys_reach_their_collections_only() {
+        let scoped =
+            Grant { role: Role::ReadOnly, scope: Scope::Only(Arc::new(["a".into(), "default".into()].into())) };
+        assert!(scoped.reaches("a") && scoped.reaches("") && scoped.reaches("default"));
+        assert!(!scoped.reaches("b"));
+        let status = Grant::check(Some(&scoped), "b").unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied);
+        assert!(status.message().contains("\"b\""), "{}", status.message());
+        assert!(Grant::check(None, "b").is_ok(), "no keys: no scope");
+        let only_a = Grant { role: Role::ReadWrite, scope: Scope::Only(Arc::new(["a".into()].into())) };
+        assert!(!only_a.reaches(""), "the default collection is outside a scope that does not name it");
     }
 
     #[test]
@@ -350,12 +533,32 @@ mod tests {
     #[test]
     fn key_file() {
         let path = std::env::temp_dir().join(format!("embedwire-keys-{}", std::process::id()));
-        std::fs::write(&path, "# keys\nfile-key-rw-0123456789\nfile-key-ro-0123456789 read-only\n\n").unwrap();
+        let lines = "# keys\nfile-key-rw-0123456789\nfile-key-ro-0123456789 read-only\n\n\
+                     file-key-ad-0123456789 admin\nfile-key-sc-0123456789 read-only collections=a,b\n\
+                     file-key-sw-0123456789 collections=default\n";
+        std::fs::write(&path, lines).unwrap();
         let keys = ApiKeys::load(&[], &[], Some(&path)).unwrap();
-        assert_eq!(keys.find("file-key-ro-0123456789").map(|k| k.1), Some(Role::ReadOnly));
-        assert_eq!(keys.find("file-key-rw-0123456789").map(|k| k.1), Some(Role::ReadWrite));
-        std::fs::write(&path, "file-key-rw-0123456789 admin\n").unwrap();
-        assert!(ApiKeys::load(&[], &[], Some(&path)).is_err());
+        assert_eq!(role_of(&keys, "file-key-ro-0123456789"), Some(Role::ReadOnly));
+        assert_eq!(role_of(&keys, "file-key-rw-0123456789"), Some(Role::ReadWrite));
+        assert_eq!(role_of(&keys, "file-key-ad-0123456789"), Some(Role::Admin));
+        let (_, scoped) = keys.find("file-key-sc-0123456789").unwrap();
+        assert_eq!(scoped.role, Role::ReadOnly);
+        assert!(scoped.reaches("a") && scoped.reaches("b") && !scoped.reaches("c") && !scoped.reaches(""));
+        let (_, default_only) = keys.find("file-key-sw-0123456789").unwrap();
+        assert_eq!(default_only.role, Role::ReadWrite);
+        assert!(default_only.reaches("") && !default_only.reaches("a"));
+        for bad in [
+            "file-key-rw-0123456789 owner",
+            "file-key-rw-0123456789 admin collections=a",
+            "file-key-rw-0123456789 read-only read-write",
+            "file-key-rw-0123456789 collections=",
+            "file-key-rw-0123456789 collections=a,B",
+            "file-key-rw-0123456789 collections=a collections=b",
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            let error = ApiKeys::load(&[], &[], Some(&path)).err().unwrap_or_else(|| panic!("{bad} loaded"));
+            assert!(error.contains("line 1"), "{error}");
+        }
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -65,13 +65,15 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use embedwire_proto::transport;
+use embedwire_proto::v1::collection_service_client::CollectionServiceClient;
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use embedwire_proto::v1::rerank_service_client::RerankServiceClient;
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
 use embedwire_proto::v1::{
-    EmbedRequest, EmbedResponse, GetDocumentsRequest, GetDocumentsResponse, GetIndexStatsRequest,
-    GetIndexStatsResponse, GetJobRequest, GetJobResponse, InfoRequest, InfoResponse, IngestRequest, IngestResponse,
-    RerankRequest, RerankResponse, SearchRequest, SearchResponse, StoreInfo,
+    CreateCollectionRequest, CreateCollectionResponse, DeleteCollectionRequest, DeleteCollectionResponse, EmbedRequest,
+    EmbedResponse, GetDocumentsRequest, GetDocumentsResponse, GetIndexStatsRequest, GetIndexStatsResponse,
+    GetJobRequest, GetJobResponse, InfoRequest, InfoResponse, IngestRequest, IngestResponse, ListCollectionsRequest,
+    ListCollectionsResponse, RerankRequest, RerankResponse, SearchRequest, SearchResponse, StoreInfo,
 };
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -524,6 +526,12 @@ impl GrpcUpstream {
             .max_encoding_message_size(self.settings.max_message_bytes)
     }
 
+    fn collection_client(&self, channel: Channel) -> CollectionServiceClient<Channel> {
+        CollectionServiceClient::new(channel)
+            .max_decoding_message_size(self.settings.max_message_bytes)
+            .max_encoding_message_size(self.settings.max_message_bytes)
+    }
+
     fn views(&self) -> Vec<MemberView> {
         let now = Instant::now();
         self.members.iter().map(|member| member.view(now)).collect()
@@ -748,6 +756,12 @@ impl GrpcUpstream {
 /// the server answered itself: see [`transport::UNAVAILABLE_CAUSE_METADATA`]). A
 /// connection that breaks under a call (the server SIGKILLed) comes back as UNKNOWN
 /// "transport error", with the channel's error as its source.
+/// Whether a request's collection is the default one (what health and the divergence
+/// checks count).
+fn is_default_collection(collection: &str) -> bool {
+    collection.is_empty() || collection == crate::access::DEFAULT_COLLECTION
+}
+
 fn is_unreachable(status: &Status) -> bool {
     match status.code() {
         Code::Unavailable => !transport::answered_unavailable(status),
@@ -808,7 +822,9 @@ impl Upstream for GrpcUpstream {
     }
 
     async fn ingest(&self, request: IngestRequest) -> Result<Served<IngestResponse>, Status> {
-        let has_documents = !request.documents.is_empty();
+        // Where documents went is tracked for the default collection, the one health
+        // reports on.
+        let has_documents = !request.documents.is_empty() && is_default_collection(&request.collection);
         let (index, response) = self
             .call(self.stateful(), Retry::OnlyIfNotSent, |channel| {
                 let request = self.request(request.clone());
@@ -823,12 +839,13 @@ impl Upstream for GrpcUpstream {
         Ok(self.served(index, response))
     }
 
-    async fn get_job(&self, job_id: String) -> Result<Served<GetJobResponse>, Status> {
+    async fn get_job(&self, collection: String, job_id: String) -> Result<Served<GetJobResponse>, Status> {
         let mut not_found = None;
         for index in self.stateful() {
             let found = self
                 .call(vec![index], Retry::Idempotent, |channel| {
-                    let request = self.request(GetJobRequest { job_id: job_id.clone(), ..Default::default() });
+                    let request =
+                        self.request(GetJobRequest { job_id: job_id.clone(), collection: collection.clone() });
                     let mut client = self.search_client(channel);
                     async move { client.get_job(request).await }
                 })
@@ -851,7 +868,8 @@ impl Upstream for GrpcUpstream {
                 async move { client.search(request).await }
             })
             .await?;
-        if response.get_ref().results.iter().any(|result| !result.hits.is_empty()) {
+        let found = response.get_ref().results.iter().any(|result| !result.hits.is_empty());
+        if found && is_default_collection(&request.collection) {
             self.saw_data(index);
         }
         Ok(self.served(index, response))
@@ -868,15 +886,56 @@ impl Upstream for GrpcUpstream {
         Ok(self.served(index, response))
     }
 
-    async fn index_stats(&self) -> Result<Served<GetIndexStatsResponse>, Status> {
+    async fn index_stats(&self, collection: String) -> Result<Served<GetIndexStatsResponse>, Status> {
+        let default = is_default_collection(&collection);
         let (index, response) = self
             .call(self.stateful(), Retry::Idempotent, |channel| {
-                let request = self.request(GetIndexStatsRequest::default());
+                let request = self.request(GetIndexStatsRequest { collection: collection.clone() });
                 let mut client = self.search_client(channel);
                 async move { client.get_index_stats(request).await }
             })
             .await?;
-        self.members[index].seen().record_stats(response.get_ref());
+        if default {
+            self.members[index].seen().record_stats(response.get_ref());
+        }
+        Ok(self.served(index, response))
+    }
+
+    /// Where ingests go, once: a retry after the request was sent could find the
+    /// collection created and answer ALREADY_EXISTS for the caller's own creation.
+    async fn create_collection(
+        &self,
+        request: CreateCollectionRequest,
+    ) -> Result<Served<CreateCollectionResponse>, Status> {
+        let (index, response) = self
+            .call(self.stateful(), Retry::OnlyIfNotSent, |channel| {
+                let request = self.request(request.clone());
+                let mut client = self.collection_client(channel);
+                async move { client.create_collection(request).await }
+            })
+            .await?;
+        Ok(self.served(index, response))
+    }
+
+    async fn list_collections(&self) -> Result<Served<ListCollectionsResponse>, Status> {
+        let (index, response) = self
+            .call(self.stateful(), Retry::Idempotent, |channel| {
+                let request = self.request(ListCollectionsRequest {});
+                let mut client = self.collection_client(channel);
+                async move { client.list_collections(request).await }
+            })
+            .await?;
+        Ok(self.served(index, response))
+    }
+
+    async fn delete_collection(&self, name: String) -> Result<Served<DeleteCollectionResponse>, Status> {
+        let (index, response) = self
+            .call(self.stateful(), Retry::OnlyIfNotSent, |channel| {
+                let request = self.request(DeleteCollectionRequest { name: name.clone() });
+                let mut client = self.collection_client(channel);
+                async move { client.delete_collection(request).await }
+            })
+            .await?;
         Ok(self.served(index, response))
     }
 

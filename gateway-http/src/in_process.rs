@@ -6,13 +6,15 @@
 
 use std::sync::{Arc, OnceLock};
 
+use embedwire_proto::v1::collection_service_server::CollectionService;
 use embedwire_proto::v1::embed_service_server::EmbedService;
 use embedwire_proto::v1::rerank_service_server::RerankService;
 use embedwire_proto::v1::search_service_server::SearchService;
 use embedwire_proto::v1::{
-    EmbedRequest, EmbedResponse, GetDocumentsRequest, GetDocumentsResponse, GetIndexStatsRequest,
-    GetIndexStatsResponse, GetJobRequest, GetJobResponse, InfoRequest, InfoResponse, IngestRequest, IngestResponse,
-    RerankRequest, RerankResponse, SearchRequest, SearchResponse,
+    CreateCollectionRequest, CreateCollectionResponse, DeleteCollectionRequest, DeleteCollectionResponse, EmbedRequest,
+    EmbedResponse, GetDocumentsRequest, GetDocumentsResponse, GetIndexStatsRequest, GetIndexStatsResponse,
+    GetJobRequest, GetJobResponse, InfoRequest, InfoResponse, IngestRequest, IngestResponse, ListCollectionsRequest,
+    ListCollectionsResponse, RerankRequest, RerankResponse, SearchRequest, SearchResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -22,21 +24,22 @@ use crate::upstream::{DocumentCount, HealthReport, IN_PROCESS, Origin, Readiness
 pub type ReadinessProbe = Arc<dyn Fn() -> Readiness + Send + Sync>;
 
 /// The server's handlers behind the HTTP routes.
-pub struct InProcessUpstream<E, S, R> {
+pub struct InProcessUpstream<E, S, R, C> {
     embed: Arc<E>,
     search: Arc<S>,
     rerank: Arc<R>,
+    collections: Arc<C>,
     readiness: ReadinessProbe,
     /// The index id from Info, once Info reported a store (it does not change while
     /// the process runs).
     index_id: OnceLock<String>,
 }
 
-impl<E: EmbedService, S: SearchService, R: RerankService> InProcessUpstream<E, S, R> {
-    /// Routes calls to `embed`, `search` and `rerank`, the same handler objects the
-    /// gRPC server uses.
-    pub fn new(embed: Arc<E>, search: Arc<S>, rerank: Arc<R>, readiness: ReadinessProbe) -> Self {
-        InProcessUpstream { embed, search, rerank, readiness, index_id: OnceLock::new() }
+impl<E: EmbedService, S: SearchService, R: RerankService, C: CollectionService> InProcessUpstream<E, S, R, C> {
+    /// Routes calls to `embed`, `search`, `rerank` and `collections`, the same handler
+    /// objects the gRPC server uses.
+    pub fn new(embed: Arc<E>, search: Arc<S>, rerank: Arc<R>, collections: Arc<C>, readiness: ReadinessProbe) -> Self {
+        InProcessUpstream { embed, search, rerank, collections, readiness, index_id: OnceLock::new() }
     }
 
     /// The store as Info reports it now.
@@ -60,7 +63,9 @@ impl<E: EmbedService, S: SearchService, R: RerankService> InProcessUpstream<E, S
     }
 }
 
-impl<E: EmbedService, S: SearchService, R: RerankService> Upstream for InProcessUpstream<E, S, R> {
+impl<E: EmbedService, S: SearchService, R: RerankService, C: CollectionService> Upstream
+    for InProcessUpstream<E, S, R, C>
+{
     async fn embed(&self, request: EmbedRequest) -> Result<Response<EmbedResponse>, Status> {
         self.embed.embed(Request::new(request)).await
     }
@@ -78,8 +83,8 @@ impl<E: EmbedService, S: SearchService, R: RerankService> Upstream for InProcess
         Ok(self.served(response).await)
     }
 
-    async fn get_job(&self, job_id: String) -> Result<Served<GetJobResponse>, Status> {
-        let response = self.search.get_job(Request::new(GetJobRequest { job_id, ..Default::default() })).await?;
+    async fn get_job(&self, collection: String, job_id: String) -> Result<Served<GetJobResponse>, Status> {
+        let response = self.search.get_job(Request::new(GetJobRequest { job_id, collection })).await?;
         Ok(self.served(response).await)
     }
 
@@ -93,8 +98,26 @@ impl<E: EmbedService, S: SearchService, R: RerankService> Upstream for InProcess
         Ok(self.served(response).await)
     }
 
-    async fn index_stats(&self) -> Result<Served<GetIndexStatsResponse>, Status> {
-        let response = self.search.get_index_stats(Request::new(GetIndexStatsRequest::default())).await?;
+    async fn index_stats(&self, collection: String) -> Result<Served<GetIndexStatsResponse>, Status> {
+        let response = self.search.get_index_stats(Request::new(GetIndexStatsRequest { collection })).await?;
+        Ok(self.served(response).await)
+    }
+
+    async fn create_collection(
+        &self,
+        request: CreateCollectionRequest,
+    ) -> Result<Served<CreateCollectionResponse>, Status> {
+        let response = self.collections.create_collection(Request::new(request)).await?;
+        Ok(self.served(response).await)
+    }
+
+    async fn list_collections(&self) -> Result<Served<ListCollectionsResponse>, Status> {
+        let response = self.collections.list_collections(Request::new(ListCollectionsRequest {})).await?;
+        Ok(self.served(response).await)
+    }
+
+    async fn delete_collection(&self, name: String) -> Result<Served<DeleteCollectionResponse>, Status> {
+        let response = self.collections.delete_collection(Request::new(DeleteCollectionRequest { name })).await?;
         Ok(self.served(response).await)
     }
 
@@ -104,7 +127,7 @@ impl<E: EmbedService, S: SearchService, R: RerankService> Upstream for InProcess
         let readiness = (self.readiness)();
         let store = self.store().await;
         let document_count = match readiness.ready {
-            true => match self.index_stats().await {
+            true => match self.index_stats(String::new()).await {
                 Ok(stats) => DocumentCount::from_stats(&stats.value),
                 Err(status) => DocumentCount::unknown(format!("counting failed: {}", status.message())),
             },

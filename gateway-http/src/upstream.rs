@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue};
 use embedwire_proto::v1::{
-    CountAccuracy, EmbedRequest, EmbedResponse, GetDocumentsRequest, GetDocumentsResponse, GetIndexStatsResponse,
-    GetJobResponse, InfoResponse, IngestRequest, IngestResponse, RerankRequest, RerankResponse, SearchRequest,
+    CountAccuracy, CreateCollectionRequest, CreateCollectionResponse, DeleteCollectionResponse, EmbedRequest,
+    EmbedResponse, GetDocumentsRequest, GetDocumentsResponse, GetIndexStatsResponse, GetJobResponse, InfoResponse,
+    IngestRequest, IngestResponse, ListCollectionsResponse, RerankRequest, RerankResponse, SearchRequest,
     SearchResponse, StoreInfo,
 };
 use serde::Serialize;
@@ -269,8 +270,12 @@ pub trait Upstream: Send + Sync + 'static {
     fn info(&self) -> impl Future<Output = Result<InfoResponse, Status>> + Send;
     /// `SearchService/Ingest`.
     fn ingest(&self, request: IngestRequest) -> impl Future<Output = Result<Served<IngestResponse>, Status>> + Send;
-    /// `SearchService/GetJob`.
-    fn get_job(&self, job_id: String) -> impl Future<Output = Result<Served<GetJobResponse>, Status>> + Send;
+    /// `SearchService/GetJob`: job `job_id` of `collection` (empty: the default).
+    fn get_job(
+        &self,
+        collection: String,
+        job_id: String,
+    ) -> impl Future<Output = Result<Served<GetJobResponse>, Status>> + Send;
     /// `SearchService/Search`.
     fn search(&self, request: SearchRequest) -> impl Future<Output = Result<Served<SearchResponse>, Status>> + Send;
     /// `SearchService/GetDocuments`, from the upstream searches go to.
@@ -278,8 +283,24 @@ pub trait Upstream: Send + Sync + 'static {
         &self,
         request: GetDocumentsRequest,
     ) -> impl Future<Output = Result<Served<GetDocumentsResponse>, Status>> + Send;
-    /// `SearchService/GetIndexStats`.
-    fn index_stats(&self) -> impl Future<Output = Result<Served<GetIndexStatsResponse>, Status>> + Send;
+    /// `SearchService/GetIndexStats` of `collection` (empty: the default).
+    fn index_stats(
+        &self,
+        collection: String,
+    ) -> impl Future<Output = Result<Served<GetIndexStatsResponse>, Status>> + Send;
+    /// `CollectionService/CreateCollection`, where ingests go.
+    fn create_collection(
+        &self,
+        request: CreateCollectionRequest,
+    ) -> impl Future<Output = Result<Served<CreateCollectionResponse>, Status>> + Send;
+    /// `CollectionService/ListCollections`: every collection (the route shows a key
+    /// only those it reaches).
+    fn list_collections(&self) -> impl Future<Output = Result<Served<ListCollectionsResponse>, Status>> + Send;
+    /// `CollectionService/DeleteCollection`.
+    fn delete_collection(
+        &self,
+        name: String,
+    ) -> impl Future<Output = Result<Served<DeleteCollectionResponse>, Status>> + Send;
     /// Readiness, the index that answers and whether data went missing.
     fn health(&self) -> impl Future<Output = HealthReport> + Send;
     /// Prometheus text the upstream adds to `/metrics` (a gateway's routing gauges).

@@ -152,7 +152,8 @@ impl EmbedServer {
             rerank.clone(),
         ));
         let search_api = Arc::new(SearchApi::new(collections.clone()));
-        let collection_service = CollectionServiceServer::new(CollectionApi::new(collections.clone()));
+        let collection_api = Arc::new(CollectionApi::new(collections.clone()));
+        let collection_service = CollectionServiceServer::from_arc(collection_api.clone());
         let rerank_api = Arc::new(RerankApi::new(rerank.clone(), config.stream_read_ahead));
         let mut metrics = HttpMetrics::default();
         metrics.register_collector(Box::new(ServerMetrics::new(
@@ -164,7 +165,12 @@ impl EmbedServer {
         let store_healthy = Arc::new(AtomicBool::new(true));
         let http_routes = http_routes(
             &config,
-            Handlers { embed: api.clone(), search: search_api.clone(), rerank: rerank_api.clone() },
+            Handlers {
+                embed: api.clone(),
+                search: search_api.clone(),
+                rerank: rerank_api.clone(),
+                collections: collection_api,
+            },
             corpus.clone(),
             store_healthy.clone(),
             metrics.clone(),
@@ -276,6 +282,7 @@ struct Handlers {
     embed: Arc<EmbedApi>,
     search: Arc<SearchApi>,
     rerank: Arc<RerankApi>,
+    collections: Arc<CollectionApi>,
 }
 
 /// What loading fills in.
@@ -301,8 +308,8 @@ fn http_routes(
         },
         None => Readiness { ready: false, detail: "the model and index are loading".into() },
     });
-    let Handlers { embed, search, rerank } = handlers;
-    let upstream = Arc::new(InProcessUpstream::new(embed, search, rerank, readiness));
+    let Handlers { embed, search, rerank, collections } = handlers;
+    let upstream = Arc::new(InProcessUpstream::new(embed, search, rerank, collections, readiness));
     let settings = GatewaySettings { max_body_bytes: config.max_request_bytes, ..GatewaySettings::default() };
     Routes::from(embedwire_gateway_http::router_with_metrics(upstream, settings, metrics))
 }

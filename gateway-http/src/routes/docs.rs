@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{Html, IntoResponse, Response};
 use utoipa::OpenApi;
 
-use crate::routes::{embed, health, openai, rerank, v1};
+use crate::routes::{collections, embed, health, openai, rerank, v1};
 use crate::state::AppState;
 use crate::upstream::Upstream;
 
@@ -23,6 +23,14 @@ use crate::upstream::Upstream;
         v1::get_job,
         v1::search,
         v1::get_document,
+        collections::create,
+        collections::list,
+        collections::describe,
+        collections::delete,
+        collections::ingest,
+        collections::get_job,
+        collections::search,
+        collections::get_document,
         embed::embed,
         openai::embeddings,
         rerank::tei,

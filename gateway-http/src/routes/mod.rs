@@ -1,5 +1,6 @@
 //! The HTTP routes and the router that holds them.
 
+pub mod collections;
 pub mod docs;
 pub mod embed;
 pub mod health;
@@ -40,6 +41,12 @@ pub fn router_with_metrics<U: Upstream>(
         .route("/v1/jobs/{job_id}", get(v1::get_job::<U>))
         .route("/v1/search", post(v1::search::<U>))
         .route("/v1/documents/{id}", get(v1::get_document::<U>))
+        .route("/v1/collections", post(collections::create::<U>).get(collections::list::<U>))
+        .route("/v1/collections/{name}", get(collections::describe::<U>).delete(collections::delete::<U>))
+        .route("/v1/collections/{name}/ingest", post(collections::ingest::<U>))
+        .route("/v1/collections/{name}/jobs/{job_id}", get(collections::get_job::<U>))
+        .route("/v1/collections/{name}/search", post(collections::search::<U>))
+        .route("/v1/collections/{name}/documents/{id}", get(collections::get_document::<U>))
         .route("/v1/embeddings", post(openai::embeddings::<U>))
         .route("/embed", post(embed::embed::<U>))
         .route("/rerank", post(rerank::tei::<U>))

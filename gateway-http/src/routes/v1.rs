@@ -225,13 +225,21 @@ pub async fn ingest<U: Upstream>(
     State(state): State<AppState<U>>,
     JsonBody(body): JsonBody<IngestBody>,
 ) -> Result<Response, ApiError> {
+    ingest_into(&state, String::new(), body).await
+}
+
+/// Ingests `body` into `collection` (empty: the default).
+pub async fn ingest_into<U: Upstream>(
+    state: &AppState<U>,
+    collection: String,
+    body: IngestBody,
+) -> Result<Response, ApiError> {
     let documents = body
         .documents
         .into_iter()
         .map(|d| Document { id: d.id.unwrap_or_default(), text: d.text, metadata: d.metadata.unwrap_or_default() })
         .collect();
-    let Served { value: reply, origin } =
-        state.upstream.ingest(IngestRequest { documents, ..Default::default() }).await?;
+    let Served { value: reply, origin } = state.upstream.ingest(IngestRequest { documents, collection }).await?;
     let job = reply.job.ok_or_else(|| missing("job"))?;
     let mut body = job_body(job);
     body.document_ids = Some(reply.document_ids);
@@ -251,7 +259,16 @@ pub async fn get_job<U: Upstream>(
     State(state): State<AppState<U>>,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let Served { value: reply, origin } = state.upstream.get_job(job_id).await?;
+    job_of(&state, String::new(), job_id).await
+}
+
+/// Job `job_id` of `collection` (empty: the default).
+pub async fn job_of<U: Upstream>(
+    state: &AppState<U>,
+    collection: String,
+    job_id: String,
+) -> Result<Response, ApiError> {
+    let Served { value: reply, origin } = state.upstream.get_job(collection, job_id).await?;
     let mut response = json_response(&job_body(reply.job.ok_or_else(|| missing("job"))?));
     origin.write_headers(response.headers_mut());
     Ok(response)
@@ -267,6 +284,15 @@ pub async fn get_job<U: Upstream>(
 pub async fn search<U: Upstream>(
     State(state): State<AppState<U>>,
     JsonBody(body): JsonBody<SearchBody>,
+) -> Result<Response, ApiError> {
+    search_in(&state, String::new(), body).await
+}
+
+/// Searches `collection` (empty: the default) with `body`.
+pub async fn search_in<U: Upstream>(
+    state: &AppState<U>,
+    collection: String,
+    body: SearchBody,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let citations = body.citations;
@@ -312,6 +338,7 @@ pub async fn search<U: Upstream>(
         group_by: group_by as i32,
         group_size: body.group_size,
         highlight,
+        collection,
         ..SearchRequest::default()
     };
     let Served { value: reply, origin } =
@@ -369,7 +396,16 @@ pub async fn get_document<U: Upstream>(
     State(state): State<AppState<U>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let request = wire::GetDocumentsRequest { ids: vec![id.clone()], ..Default::default() };
+    document_of(&state, String::new(), id).await
+}
+
+/// Document `id` of `collection` (empty: the default).
+pub async fn document_of<U: Upstream>(
+    state: &AppState<U>,
+    collection: String,
+    id: String,
+) -> Result<Response, ApiError> {
+    let request = wire::GetDocumentsRequest { ids: vec![id.clone()], collection };
     let Served { value: reply, origin } = state.upstream.get_documents(request).await?;
     let document =
         reply.documents.into_iter().next().ok_or_else(|| ApiError::not_found(format!("id: no document {id:?}")))?;
@@ -436,7 +472,8 @@ fn filter_to_wire(filter: FilterBody) -> Result<Filter, ApiError> {
     })
 }
 
-fn missing(field: &str) -> ApiError {
+/// A 502 for an upstream answer without `field`.
+pub(crate) fn missing(field: &str) -> ApiError {
     ApiError::with_status(
         axum::http::StatusCode::BAD_GATEWAY,
         tonic::Code::Internal,

@@ -153,9 +153,10 @@ impl Collections {
         Ok(collections)
     }
 
-    /// The collection `name` names (empty: the default); NOT_FOUND naming it.
+    /// The collection `name` names (empty or `default`: the default); NOT_FOUND
+    /// naming it.
     pub fn corpus(&self, name: &str) -> Result<Arc<Corpus>> {
-        if name.is_empty() {
+        if name.is_empty() || name == name::DEFAULT {
             return Ok(self.default.clone());
         }
         let named = self.named.read().expect("lock");
@@ -175,7 +176,7 @@ impl Collections {
 
     /// Creates an empty collection, durably.
     pub async fn create(&self, name: &str, request: CollectionRequest) -> Result<CollectionRecord> {
-        name::validate(name, "name")?;
+        name::validate_new(name, "name")?;
         let record = self.record(name, request)?;
         let _changing = self.changes.lock().await;
         if self.named.read().expect("lock").contains_key(name) {
@@ -190,7 +191,7 @@ impl Collections {
     /// Deletes a collection with its documents, jobs and vectors; returns the number
     /// of documents it held.
     pub async fn delete(&self, name: &str) -> Result<u64> {
-        name::validate(name, "name")?;
+        name::validate_new(name, "name")?;
         let _changing = self.changes.lock().await;
         let Some(open) = self.named.write().expect("lock").remove(name) else {
             return Err(Error::NotFound(format!("collection {name} does not exist")));

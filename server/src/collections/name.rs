@@ -11,6 +11,23 @@ use crate::error::{Error, Result};
 /// bytes of identifier.
 pub const MAX_NAME_CHARS: usize = 48;
 
+/// The default collection's name where a name is needed (key scopes, HTTP paths); in
+/// requests it may also be left empty. No named collection may take it.
+pub const DEFAULT: &str = embedwire_gateway_http::access::DEFAULT_COLLECTION;
+
+/// Checks the name of a collection to create or delete: a well-formed name that is
+/// not [`DEFAULT`].
+pub fn validate_new(name: &str, field: &str) -> Result<()> {
+    validate(name, field)?;
+    if name == DEFAULT {
+        return Err(Error::invalid(
+            field,
+            format!("{DEFAULT:?} names the default collection, which cannot be created or deleted"),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a collection name; `field` names the request field in the error.
 pub fn validate(name: &str, field: &str) -> Result<()> {
     let well_formed = name.len() <= MAX_NAME_CHARS

@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use embedwire_gateway_http::access::Grant;
 use embedwire_proto::v1::collection_service_server::CollectionService;
 use embedwire_proto::v1::{
     Collection, CollectionIndex, CollectionSettings, CreateCollectionRequest, CreateCollectionResponse,
@@ -71,9 +72,17 @@ impl CollectionService for CollectionApi {
 
     async fn list_collections(
         &self,
-        _request: Request<ListCollectionsRequest>,
+        request: Request<ListCollectionsRequest>,
     ) -> Result<Response<ListCollectionsResponse>, Status> {
-        let collections = self.collections()?.list().iter().map(collection_to_wire).collect();
+        // A key sees the collections it reaches, no others.
+        let grant = Grant::of(request.extensions());
+        let collections = self
+            .collections()?
+            .list()
+            .iter()
+            .filter(|record| grant.is_none_or(|grant| grant.reaches(&record.name)))
+            .map(collection_to_wire)
+            .collect();
         Ok(Response::new(ListCollectionsResponse { collections }))
     }
 

@@ -16,6 +16,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use tokio::sync::watch;
 
+use embedwire_gateway_http::access::Grant;
+
 use crate::collections::Collections;
 use crate::corpus::Corpus;
 use crate::error::{Error, Result};
@@ -37,13 +39,15 @@ impl SearchApi {
         SearchApi { collections }
     }
 
-    /// The collection a request names (empty: the default one).
-    fn corpus(&self, collection: &str) -> Result<Arc<Corpus>> {
+    /// The collection a request names (empty: the default one), if the request's key
+    /// reaches it.
+    fn corpus(&self, grant: Option<&Grant>, collection: &str) -> Result<Arc<Corpus>, Status> {
+        Grant::check(grant, collection)?;
         let collections = self
             .collections
             .get()
             .ok_or_else(|| Error::Unavailable("the index is still loading; retry shortly".into()))?;
-        collections.corpus(collection)
+        Ok(collections.corpus(collection)?)
     }
 
     /// A response naming the index it came from (`x-embedwire-index`), so a client
@@ -67,8 +71,9 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 #[tonic::async_trait]
 impl SearchService for SearchApi {
     async fn ingest(&self, request: Request<IngestRequest>) -> Result<Response<IngestResponse>, Status> {
+        let grant = Grant::of(request.extensions()).cloned();
         let request = request.into_inner();
-        let corpus = self.corpus(&request.collection)?;
+        let corpus = self.corpus(grant.as_ref(), &request.collection)?;
         let documents = corpus.prepare_documents(convert::documents_from_wire(request.documents), "documents")?;
         let document_ids = documents.iter().map(|d| d.id.clone()).collect();
         let job = corpus.ingest(documents).await?;
@@ -81,6 +86,7 @@ impl SearchService for SearchApi {
         &self,
         request: Request<Streaming<IngestStreamRequest>>,
     ) -> Result<Response<IngestStreamResponse>, Status> {
+        let grant = Grant::of(request.extensions()).cloned();
         let mut inbound = request.into_inner();
         // The first message names the collection; the others may repeat it.
         let mut target: Option<(String, Arc<Corpus>)> = None;
@@ -90,7 +96,7 @@ impl SearchService for SearchApi {
         while let Some(message) = inbound.next().await {
             let message = message.map_err(wire::oversized_message_status)?;
             if target.is_none() {
-                target = Some((message.collection.clone(), self.corpus(&message.collection)?));
+                target = Some((message.collection.clone(), self.corpus(grant.as_ref(), &message.collection)?));
             }
             let (collection, corpus) = target.as_ref().expect("chosen by the first message");
             if !message.collection.is_empty() && message.collection != *collection {
@@ -122,8 +128,9 @@ impl SearchService for SearchApi {
     }
 
     async fn get_job(&self, request: Request<GetJobRequest>) -> Result<Response<GetJobResponse>, Status> {
+        let grant = Grant::of(request.extensions()).cloned();
         let request = request.into_inner();
-        let corpus = self.corpus(&request.collection)?;
+        let corpus = self.corpus(grant.as_ref(), &request.collection)?;
         let job = corpus.job(&request.job_id).await?;
         Ok(self.tagged(&corpus, GetJobResponse { job: Some(convert::job_to_wire(&job)) }))
     }
@@ -131,8 +138,9 @@ impl SearchService for SearchApi {
     type WatchJobStream = BoxStream<WatchJobResponse>;
 
     async fn watch_job(&self, request: Request<WatchJobRequest>) -> Result<Response<Self::WatchJobStream>, Status> {
+        let grant = Grant::of(request.extensions()).cloned();
         let request = request.into_inner();
-        let corpus = self.corpus(&request.collection)?;
+        let corpus = self.corpus(grant.as_ref(), &request.collection)?;
         let updates = corpus.watch_job(&request.job_id).await?;
         Ok(self.tagged(&corpus, job_updates(updates)))
     }
@@ -141,8 +149,9 @@ impl SearchService for SearchApi {
         &self,
         request: Request<GetDocumentsRequest>,
     ) -> Result<Response<GetDocumentsResponse>, Status> {
+        let grant = Grant::of(request.extensions()).cloned();
         let GetDocumentsRequest { ids, collection } = request.into_inner();
-        let corpus = self.corpus(&collection)?;
+        let corpus = self.corpus(grant.as_ref(), &collection)?;
         if ids.is_empty() {
             return Err(Error::invalid("ids", "must name at least one document").into());
         }
@@ -161,8 +170,9 @@ impl SearchService for SearchApi {
         &self,
         request: Request<DeleteDocumentsRequest>,
     ) -> Result<Response<DeleteDocumentsResponse>, Status> {
+        let grant = Grant::of(request.extensions()).cloned();
         let request = request.into_inner();
-        let corpus = self.corpus(&request.collection)?;
+        let corpus = self.corpus(grant.as_ref(), &request.collection)?;
         let filter = convert::filter_from_wire(request.filter, "filter")?;
         if request.ids.is_empty() && filter.is_empty() {
             return Err(Error::invalid("ids", "give ids or a filter to delete").into());
@@ -175,8 +185,9 @@ impl SearchService for SearchApi {
 
     async fn search(&self, request: Request<SearchRequest>) -> Result<Response<SearchResponse>, Status> {
         let started = Instant::now();
+        let grant = Grant::of(request.extensions()).cloned();
         let request = request.into_inner();
-        let corpus = self.corpus(&request.collection)?;
+        let corpus = self.corpus(grant.as_ref(), &request.collection)?;
         let (params, dtype) = convert::search_from_wire(request, corpus.settings().max_top_k)?;
         let results = corpus.search(params).await?;
         let results = results
@@ -192,9 +203,10 @@ impl SearchService for SearchApi {
         &self,
         request: Request<SearchStreamRequest>,
     ) -> Result<Response<Self::SearchStreamStream>, Status> {
+        let grant = Grant::of(request.extensions()).cloned();
         let request = request.into_inner();
         let search = request.search.ok_or_else(|| Error::invalid("search", "is missing"))?;
-        let corpus = self.corpus(&search.collection)?;
+        let corpus = self.corpus(grant.as_ref(), &search.collection)?;
         let page_size = if request.page_size == 0 { DEFAULT_PAGE_SIZE } else { request.page_size as usize };
         let (params, dtype) = convert::search_from_wire(search, corpus.settings().max_stream_top_k)?;
         let results = corpus.search(params).await?;
@@ -221,7 +233,8 @@ impl SearchService for SearchApi {
         &self,
         request: Request<GetIndexStatsRequest>,
     ) -> Result<Response<GetIndexStatsResponse>, Status> {
-        let corpus = self.corpus(&request.into_inner().collection)?;
+        let grant = Grant::of(request.extensions()).cloned();
+        let corpus = self.corpus(grant.as_ref(), &request.into_inner().collection)?;
         let stats = corpus.stats().await?;
         Ok(self.tagged(&corpus, convert::index_stats_to_wire(stats, corpus.index_kind_name())))
     }

@@ -23,6 +23,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 pub mod child;
+pub mod collection_access;
 pub mod grouping_contract;
 pub mod hybrid_contract;
 pub mod postgres;

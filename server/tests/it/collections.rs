@@ -321,3 +321,13 @@ async fn sigkill_during_ingest_into_two_collections_loses_nothing_acknowledged()
     }
     assert_eq!(documents_in(&mut search, "").await, 0, "nothing reached the default collection");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_matrix_on_the_embedded_store() {
+    let data = TempDir::new("collection-matrix");
+    let keys = common::collection_access::write_keys_file(&data.0, "a").display().to_string();
+    let data_dir = data.flag();
+    let flags = [PSEUDO, &["--data-dir", &data_dir, "--api-keys-file", &keys]].concat();
+    let server = InProcessServer::start(&flags).await;
+    common::collection_access::run(&server.address, "").await;
+}
