@@ -20,6 +20,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
+use crate::collections::Collections;
 use crate::corpus::Corpus;
 use crate::rerank::{RerankEngine, RerankStats};
 use crate::stats::Stats;
@@ -36,6 +37,8 @@ pub struct ServerMetrics {
     corpus: Arc<OnceLock<Arc<Corpus>>>,
     /// Filled once the rerank engine has loaded; its metrics are shown from then on.
     rerank: Arc<OnceLock<Arc<RerankEngine>>>,
+    /// Filled once the index has loaded: how many named collections, how many open.
+    collections: Arc<OnceLock<Arc<Collections>>>,
 }
 
 impl ServerMetrics {
@@ -43,8 +46,9 @@ impl ServerMetrics {
         stats: Arc<Stats>,
         corpus: Arc<OnceLock<Arc<Corpus>>>,
         rerank: Arc<OnceLock<Arc<RerankEngine>>>,
+        collections: Arc<OnceLock<Arc<Collections>>>,
     ) -> Self {
-        ServerMetrics { stats, corpus, rerank }
+        ServerMetrics { stats, corpus, rerank, collections }
     }
 }
 
@@ -132,6 +136,24 @@ impl Collector for ServerMetrics {
                 ("embedwire_store_errors", "Failed calls to the store, by store and operation", &store.errors),
             ],
         )?;
+        if let Some(collections) = self.collections.get() {
+            let (named, open) = collections.counts();
+            encode_all(
+                &mut encoder,
+                &[
+                    (
+                        "embedwire_collections",
+                        "Named collections (the default one not counted)",
+                        &ConstGauge::new(named),
+                    ),
+                    (
+                        "embedwire_collections_open",
+                        "Named collections open (used since the start, or resuming unfinished jobs)",
+                        &ConstGauge::new(open),
+                    ),
+                ],
+            )?;
+        }
         if let Some(corpus) = self.corpus.get() {
             let view = corpus.view_counts();
             // A count the store cannot vouch for now is left out rather than exported

@@ -160,6 +160,7 @@ impl EmbedServer {
             engine.stats().clone(),
             corpus.clone(),
             rerank.clone(),
+            collections.clone(),
         )));
         let metrics = Arc::new(metrics);
         let store_healthy = Arc::new(AtomicBool::new(true));

@@ -60,6 +60,19 @@ pub trait CollectionPlaces: Send + Sync + 'static {
     async fn open(&self, record: &CollectionRecord) -> Result<Arc<dyn CorpusStore>>;
     /// Deletes a collection's store with everything in it, durably.
     async fn delete(&self, name: &str) -> Result<()>;
+
+    /// A collection's store if it has jobs to finish (then it opens at the start, and
+    /// they resume), else None. By default its store is opened to ask.
+    async fn open_if_unfinished(&self, record: &CollectionRecord) -> Result<Option<Arc<dyn CorpusStore>>> {
+        let store = self.open(record).await?;
+        let unfinished = !store.jobs(true).await?.is_empty();
+        Ok(unfinished.then_some(store))
+    }
+
+    /// The documents of a collection not open here (what its deletion reports).
+    async fn document_count(&self, record: &CollectionRecord) -> Result<u64> {
+        Ok(self.open(record).await?.stats().await?.documents)
+    }
 }
 
 /// A store that has no named collections (yet): every call says so.
@@ -106,17 +119,38 @@ pub struct CorpusParts {
 
 /// An open named collection.
 struct Open {
-    record: CollectionRecord,
-    corpus: Arc<Corpus>,
     /// Stops its runner (and the runner's end is awaited before its files go).
     stop: Arc<watch::Sender<bool>>,
     runner: tokio::task::JoinHandle<()>,
 }
 
-/// Every collection of the server.
+impl Open {
+    /// Stops its runner and waits for the end of its current commit.
+    async fn close(self) {
+        let _ = self.stop.send(true);
+        let _ = self.runner.await;
+    }
+}
+
+/// A named collection: its record, and its store and runner once something used it.
+struct Slot {
+    record: CollectionRecord,
+    state: tokio::sync::RwLock<SlotState>,
+}
+
+enum SlotState {
+    Closed,
+    Open(Arc<Corpus>, Open),
+    /// Deleted while a request held the slot: it must not open again.
+    Deleted,
+}
+
+/// Every collection of the server. Named collections open at their first use (a
+/// request, or unfinished jobs found after the start), so a server of many collections
+/// pays for those it serves, not for every one it holds.
 pub struct Collections {
     default: Arc<Corpus>,
-    named: RwLock<BTreeMap<String, Arc<Open>>>,
+    named: RwLock<BTreeMap<String, Arc<Slot>>>,
     places: Box<dyn CollectionPlaces>,
     parts: CorpusParts,
     /// Creates and deletes one at a time.
@@ -126,55 +160,115 @@ pub struct Collections {
 }
 
 impl Collections {
-    /// Opens every named collection (their unfinished jobs resume) beside the default.
+    /// The named collections as the store lists them, none opened yet; a task then
+    /// opens those with unfinished jobs (they resume) in the background.
     pub async fn open(
         default: Arc<Corpus>,
         places: Box<dyn CollectionPlaces>,
         parts: CorpusParts,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Arc<Self>> {
+        let records = places.list().await?;
+        let count = records.len();
+        let named = records.into_iter().map(|record| (record.name.clone(), Slot::closed(record))).collect();
         let collections = Arc::new(Collections {
             default,
-            named: RwLock::new(BTreeMap::new()),
+            named: RwLock::new(named),
             places,
             parts,
             changes: tokio::sync::Mutex::new(()),
             shutdown,
         });
-        let records = collections.places.list().await?;
-        let count = records.len();
-        for record in records {
-            let store = collections.places.open(&record).await?;
-            collections.install(record, store).await?;
-        }
         if count > 0 {
-            tracing::info!(collections = count, "named collections open");
+            tracing::info!(collections = count, "named collections found");
+            tokio::spawn(collections.clone().resume_unfinished_jobs());
         }
         Ok(collections)
     }
 
-    /// The collection `name` names (empty or `default`: the default); NOT_FOUND
-    /// naming it.
-    pub fn corpus(&self, name: &str) -> Result<Arc<Corpus>> {
+    /// Opens each collection that has unfinished jobs, so they resume without waiting
+    /// for a request. One collection at a time: this runs beside serving.
+    async fn resume_unfinished_jobs(self: Arc<Self>) {
+        let slots: Vec<Arc<Slot>> = self.named.read().expect("lock").values().cloned().collect();
+        let mut resumed = 0usize;
+        for slot in slots {
+            if *self.shutdown.borrow() {
+                return;
+            }
+            match self.resume(&slot).await {
+                Ok(opened) => resumed += usize::from(opened),
+                Err(error) => tracing::error!(collection = %slot.record.name, %error, "cannot resume its jobs"),
+            }
+        }
+        if resumed > 0 {
+            tracing::info!(collections = resumed, "collections with unfinished jobs resumed");
+        }
+    }
+
+    /// Opens the slot if it is closed and has unfinished jobs; whether it did. Under
+    /// the slot's lock: a store is opened once at a time (redb refuses a second open).
+    async fn resume(&self, slot: &Slot) -> Result<bool> {
+        let mut state = slot.state.write().await;
+        if !matches!(*state, SlotState::Closed) {
+            return Ok(false);
+        }
+        let Some(store) = self.places.open_if_unfinished(&slot.record).await? else {
+            return Ok(false);
+        };
+        let (corpus, open) = self.start(&slot.record, store).await?;
+        *state = SlotState::Open(corpus, open);
+        Ok(true)
+    }
+
+    /// The collection `name` names (empty or `default`: the default), opened if it
+    /// was not yet; NOT_FOUND naming it.
+    pub async fn corpus(&self, name: &str) -> Result<Arc<Corpus>> {
         if name.is_empty() || name == name::DEFAULT {
             return Ok(self.default.clone());
         }
-        let named = self.named.read().expect("lock");
-        match named.get(name) {
-            Some(open) => Ok(open.corpus.clone()),
+        let slot = self.named.read().expect("lock").get(name).cloned();
+        match slot {
+            Some(slot) => self.opened(&slot).await,
             None => {
                 name::validate(name, "collection")?;
-                Err(Error::NotFound(format!("collection {name} does not exist")))
+                Err(not_found(name))
             }
         }
     }
 
-    /// The named collections, by name.
-    pub fn list(&self) -> Vec<CollectionRecord> {
-        self.named.read().expect("lock").values().map(|open| open.record.clone()).collect()
+    /// The slot's corpus, opening its store and starting its runner at the first use.
+    async fn opened(&self, slot: &Slot) -> Result<Arc<Corpus>> {
+        if let SlotState::Open(corpus, _) = &*slot.state.read().await {
+            return Ok(corpus.clone());
+        }
+        let mut state = slot.state.write().await;
+        match &*state {
+            SlotState::Open(corpus, _) => Ok(corpus.clone()),
+            SlotState::Deleted => Err(not_found(&slot.record.name)),
+            SlotState::Closed => {
+                let store = self.places.open(&slot.record).await?;
+                let (corpus, open) = self.start(&slot.record, store).await?;
+                *state = SlotState::Open(corpus.clone(), open);
+                Ok(corpus)
+            }
+        }
     }
 
-    /// Creates an empty collection, durably.
+    /// Named collections, and how many of them are open (what `/metrics` shows).
+    pub fn counts(&self) -> (u64, u64) {
+        let named = self.named.read().expect("lock");
+        // A slot being opened or closed right now is not counted as open.
+        let open =
+            named.values().filter(|slot| matches!(slot.state.try_read().as_deref(), Ok(SlotState::Open(..)))).count();
+        (named.len() as u64, open as u64)
+    }
+
+    /// The named collections, by name.
+    pub fn list(&self) -> Vec<CollectionRecord> {
+        self.named.read().expect("lock").values().map(|slot| slot.record.clone()).collect()
+    }
+
+    /// Creates an empty collection, durably, and opens it.
     pub async fn create(&self, name: &str, request: CollectionRequest) -> Result<CollectionRecord> {
         name::validate_new(name, "name")?;
         let record = self.record(name, request)?;
@@ -183,7 +277,9 @@ impl Collections {
             return Err(Error::AlreadyExists(format!("collection {name} exists already")));
         }
         let store = self.places.create(&record).await?;
-        self.install(record.clone(), store).await?;
+        let (corpus, open) = self.start(&record, store).await?;
+        let slot = Slot { record: record.clone(), state: tokio::sync::RwLock::new(SlotState::Open(corpus, open)) };
+        self.named.write().expect("lock").insert(name.to_string(), Arc::new(slot));
         tracing::info!(collection = name, "collection created");
         Ok(record)
     }
@@ -193,26 +289,31 @@ impl Collections {
     pub async fn delete(&self, name: &str) -> Result<u64> {
         name::validate_new(name, "name")?;
         let _changing = self.changes.lock().await;
-        let Some(open) = self.named.write().expect("lock").remove(name) else {
-            return Err(Error::NotFound(format!("collection {name} does not exist")));
+        let Some(slot) = self.named.write().expect("lock").remove(name) else {
+            return Err(not_found(name));
         };
-        // Nothing new reaches it from here; its runner ends after its current commit.
-        let documents = open.corpus.stats().await.map(|stats| stats.documents).unwrap_or(0);
-        let _ = open.stop.send(true);
-        let open = Arc::into_inner(open).expect("the registry held the only reference");
-        let _ = open.runner.await;
+        // Nothing new reaches it from here (an opening in progress finishes first); its
+        // runner ends after its current commit.
+        let mut state = slot.state.write().await;
+        let documents = match std::mem::replace(&mut *state, SlotState::Deleted) {
+            SlotState::Open(corpus, open) => {
+                let documents = corpus.stats().await.map(|stats| stats.documents).unwrap_or(0);
+                open.close().await;
+                documents
+            }
+            SlotState::Closed | SlotState::Deleted => self.places.document_count(&slot.record).await.unwrap_or(0),
+        };
         self.places.delete(name).await?;
         tracing::info!(collection = name, documents, "collection deleted");
         Ok(documents)
     }
 
-    /// Stops every named collection's runner and waits for each (the server's shutdown).
+    /// Stops every open collection's runner and waits for each (the server's shutdown).
     pub async fn stop(&self) {
-        let open: Vec<Arc<Open>> = std::mem::take(&mut *self.named.write().expect("lock")).into_values().collect();
-        for open in open {
-            let _ = open.stop.send(true);
-            if let Some(open) = Arc::into_inner(open) {
-                let _ = open.runner.await;
+        let slots: Vec<Arc<Slot>> = std::mem::take(&mut *self.named.write().expect("lock")).into_values().collect();
+        for slot in slots {
+            if let SlotState::Open(_, open) = std::mem::replace(&mut *slot.state.write().await, SlotState::Deleted) {
+                open.close().await;
             }
         }
     }
@@ -242,7 +343,7 @@ impl Collections {
     }
 
     /// Opens the corpus over `store` and starts its runner.
-    async fn install(&self, record: CollectionRecord, store: Arc<dyn CorpusStore>) -> Result<()> {
+    async fn start(&self, record: &CollectionRecord, store: Arc<dyn CorpusStore>) -> Result<(Arc<Corpus>, Open)> {
         let mut settings = self.parts.settings.clone();
         settings.chunking = ChunkSettings {
             max_tokens: record.chunk_tokens,
@@ -261,8 +362,16 @@ impl Collections {
             }
         });
         let runner = tokio::spawn(corpus.clone().run_jobs(stopped));
-        let open = Open { record: record.clone(), corpus, stop, runner };
-        self.named.write().expect("lock").insert(record.name, Arc::new(open));
-        Ok(())
+        Ok((corpus, Open { stop, runner }))
     }
+}
+
+impl Slot {
+    fn closed(record: CollectionRecord) -> Arc<Self> {
+        Arc::new(Slot { record, state: tokio::sync::RwLock::new(SlotState::Closed) })
+    }
+}
+
+fn not_found(name: &str) -> Error {
+    Error::NotFound(format!("collection {name} does not exist"))
 }

@@ -41,13 +41,13 @@ impl SearchApi {
 
     /// The collection a request names (empty: the default one), if the request's key
     /// reaches it.
-    fn corpus(&self, grant: Option<&Grant>, collection: &str) -> Result<Arc<Corpus>, Status> {
+    async fn corpus(&self, grant: Option<&Grant>, collection: &str) -> Result<Arc<Corpus>, Status> {
         Grant::check(grant, collection)?;
         let collections = self
             .collections
             .get()
             .ok_or_else(|| Error::Unavailable("the index is still loading; retry shortly".into()))?;
-        Ok(collections.corpus(collection)?)
+        Ok(collections.corpus(collection).await?)
     }
 
     /// A response naming the index it came from (`x-embedwire-index`), so a client
@@ -73,7 +73,7 @@ impl SearchService for SearchApi {
     async fn ingest(&self, request: Request<IngestRequest>) -> Result<Response<IngestResponse>, Status> {
         let grant = Grant::of(request.extensions()).cloned();
         let request = request.into_inner();
-        let corpus = self.corpus(grant.as_ref(), &request.collection)?;
+        let corpus = self.corpus(grant.as_ref(), &request.collection).await?;
         let documents = corpus.prepare_documents(convert::documents_from_wire(request.documents), "documents")?;
         let document_ids = documents.iter().map(|d| d.id.clone()).collect();
         let job = corpus.ingest(documents).await?;
@@ -96,7 +96,7 @@ impl SearchService for SearchApi {
         while let Some(message) = inbound.next().await {
             let message = message.map_err(wire::oversized_message_status)?;
             if target.is_none() {
-                target = Some((message.collection.clone(), self.corpus(grant.as_ref(), &message.collection)?));
+                target = Some((message.collection.clone(), self.corpus(grant.as_ref(), &message.collection).await?));
             }
             let (collection, corpus) = target.as_ref().expect("chosen by the first message");
             if !message.collection.is_empty() && message.collection != *collection {
@@ -130,7 +130,7 @@ impl SearchService for SearchApi {
     async fn get_job(&self, request: Request<GetJobRequest>) -> Result<Response<GetJobResponse>, Status> {
         let grant = Grant::of(request.extensions()).cloned();
         let request = request.into_inner();
-        let corpus = self.corpus(grant.as_ref(), &request.collection)?;
+        let corpus = self.corpus(grant.as_ref(), &request.collection).await?;
         let job = corpus.job(&request.job_id).await?;
         Ok(self.tagged(&corpus, GetJobResponse { job: Some(convert::job_to_wire(&job)) }))
     }
@@ -140,7 +140,7 @@ impl SearchService for SearchApi {
     async fn watch_job(&self, request: Request<WatchJobRequest>) -> Result<Response<Self::WatchJobStream>, Status> {
         let grant = Grant::of(request.extensions()).cloned();
         let request = request.into_inner();
-        let corpus = self.corpus(grant.as_ref(), &request.collection)?;
+        let corpus = self.corpus(grant.as_ref(), &request.collection).await?;
         let updates = corpus.watch_job(&request.job_id).await?;
         Ok(self.tagged(&corpus, job_updates(updates)))
     }
@@ -151,7 +151,7 @@ impl SearchService for SearchApi {
     ) -> Result<Response<GetDocumentsResponse>, Status> {
         let grant = Grant::of(request.extensions()).cloned();
         let GetDocumentsRequest { ids, collection } = request.into_inner();
-        let corpus = self.corpus(grant.as_ref(), &collection)?;
+        let corpus = self.corpus(grant.as_ref(), &collection).await?;
         if ids.is_empty() {
             return Err(Error::invalid("ids", "must name at least one document").into());
         }
@@ -172,7 +172,7 @@ impl SearchService for SearchApi {
     ) -> Result<Response<DeleteDocumentsResponse>, Status> {
         let grant = Grant::of(request.extensions()).cloned();
         let request = request.into_inner();
-        let corpus = self.corpus(grant.as_ref(), &request.collection)?;
+        let corpus = self.corpus(grant.as_ref(), &request.collection).await?;
         let filter = convert::filter_from_wire(request.filter, "filter")?;
         if request.ids.is_empty() && filter.is_empty() {
             return Err(Error::invalid("ids", "give ids or a filter to delete").into());
@@ -187,7 +187,7 @@ impl SearchService for SearchApi {
         let started = Instant::now();
         let grant = Grant::of(request.extensions()).cloned();
         let request = request.into_inner();
-        let corpus = self.corpus(grant.as_ref(), &request.collection)?;
+        let corpus = self.corpus(grant.as_ref(), &request.collection).await?;
         let (params, dtype) = convert::search_from_wire(request, corpus.settings().max_top_k)?;
         let results = corpus.search(params).await?;
         let results = results
@@ -206,7 +206,7 @@ impl SearchService for SearchApi {
         let grant = Grant::of(request.extensions()).cloned();
         let request = request.into_inner();
         let search = request.search.ok_or_else(|| Error::invalid("search", "is missing"))?;
-        let corpus = self.corpus(grant.as_ref(), &search.collection)?;
+        let corpus = self.corpus(grant.as_ref(), &search.collection).await?;
         let page_size = if request.page_size == 0 { DEFAULT_PAGE_SIZE } else { request.page_size as usize };
         let (params, dtype) = convert::search_from_wire(search, corpus.settings().max_stream_top_k)?;
         let results = corpus.search(params).await?;
@@ -234,7 +234,7 @@ impl SearchService for SearchApi {
         request: Request<GetIndexStatsRequest>,
     ) -> Result<Response<GetIndexStatsResponse>, Status> {
         let grant = Grant::of(request.extensions()).cloned();
-        let corpus = self.corpus(grant.as_ref(), &request.into_inner().collection)?;
+        let corpus = self.corpus(grant.as_ref(), &request.into_inner().collection).await?;
         let stats = corpus.stats().await?;
         Ok(self.tagged(&corpus, convert::index_stats_to_wire(stats, corpus.index_kind_name())))
     }

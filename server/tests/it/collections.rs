@@ -22,7 +22,11 @@ struct Clients {
 }
 
 async fn clients(server: &InProcessServer) -> Clients {
-    let channel = Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap();
+    clients_at(&server.address).await
+}
+
+async fn clients_at(address: &str) -> Clients {
+    let channel = Channel::from_shared(address.to_string()).unwrap().connect().await.unwrap();
     Clients { collections: CollectionServiceClient::new(channel.clone()), search: SearchServiceClient::new(channel) }
 }
 
@@ -330,4 +334,64 @@ async fn access_matrix_on_the_embedded_store() {
     let flags = [PSEUDO, &["--data-dir", &data_dir, "--api-keys-file", &keys]].concat();
     let server = InProcessServer::start(&flags).await;
     common::collection_access::run(&server.address, "").await;
+}
+
+/// A collection whose job was cut short by SIGKILL opens by itself at the next start,
+/// and its job resumes, before any request names it (collections open at their first
+/// use otherwise: `/metrics` counts them).
+#[tokio::test(flavor = "multi_thread")]
+async fn unfinished_jobs_resume_after_a_restart_without_a_request() {
+    use common::{ServerProcess, wait_serving};
+    use std::time::{Duration, Instant};
+
+    let data = TempDir::new("collections-resume");
+    let data_dir = data.flag();
+    let flags = [
+        "--backend",
+        "pseudo",
+        "--data-dir",
+        &data_dir,
+        "--ingest-batch-documents",
+        "16",
+        "--max-documents-per-request",
+        "3000",
+    ];
+    let metric = async |address: &str, name: &str| -> f64 {
+        let page = reqwest::get(format!("{address}/metrics")).await.unwrap().text().await.unwrap();
+        page.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics"))
+    };
+    let mut server = ServerProcess::spawn(&flags).await;
+    wait_serving(&server.address).await;
+    let mut clients = clients_at(&server.address).await;
+    for name in ["idle", "busy"] {
+        clients.collections.create_collection(create(name, Default::default())).await.unwrap();
+    }
+    let documents =
+        (0..3000).map(|i| Document { id: format!("d{i}"), text: format!("text {i}"), ..Default::default() });
+    let request = IngestRequest { documents: documents.collect(), collection: "busy".into() };
+    let job = clients.search.ingest(request).await.unwrap().into_inner().job.unwrap();
+    server.child.start_kill().unwrap();
+    server.child.wait().await.unwrap();
+
+    let server = ServerProcess::spawn(&flags).await;
+    wait_serving(&server.address).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&server.address, "embedwire_ingested_documents_total").await < 1.0 {
+        assert!(Instant::now() < deadline, "the job did not resume by itself");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(metric(&server.address, "embedwire_collections").await, 2.0);
+    assert_eq!(metric(&server.address, "embedwire_collections_open").await, 1.0, "only the one with a job opened");
+    let mut clients = clients_at(&server.address).await;
+    let watch = WatchJobRequest { job_id: job.job_id.clone(), collection: "busy".into() };
+    let mut updates = clients.search.watch_job(watch).await.unwrap().into_inner();
+    let mut last = None;
+    while let Some(update) = updates.next().await {
+        last = update.unwrap().job;
+    }
+    assert_eq!(last.unwrap().processed_documents, 3000);
+    assert_eq!(documents_in(&mut clients.search, "idle").await, 0);
+    assert_eq!(metric(&server.address, "embedwire_collections_open").await, 2.0, "opened by the request");
 }

@@ -66,8 +66,11 @@ struct Fields {
 
 /// BM25 over chunks; searches and writes may come from any thread.
 pub struct KeywordIndex {
+    index: Index,
     reader: IndexReader,
-    writer: Mutex<IndexWriter>,
+    /// Made at the first write: a writer holds threads and a memory budget, which a
+    /// server of many collections, most of them only read, should not pay for each.
+    writer: Mutex<Option<IndexWriter>>,
     fields: Fields,
 }
 
@@ -136,8 +139,7 @@ impl KeywordIndex {
         let index = Index::create_in_dir(dir, schema().0).map_err(keyword_error)?;
         let rebuilt = Self::ready(index)?;
         let mut added = 0usize;
-        {
-            let writer = rebuilt.writer.lock().unwrap_or_else(|p| p.into_inner());
+        rebuilt.with_writer(|writer| {
             let mut failure = None;
             documents(&mut |document_id, chunks| {
                 for chunk in chunks {
@@ -147,10 +149,11 @@ impl KeywordIndex {
                     added += 1;
                 }
             })?;
-            if let Some(error) = failure {
-                return Err(keyword_error(error));
+            match failure {
+                Some(error) => Err(keyword_error(error)),
+                None => Ok(()),
             }
-        }
+        })?;
         rebuilt.commit(generation)?;
         tracing::info!(chunks = added, generation, "keyword index built");
         Ok(rebuilt)
@@ -168,8 +171,16 @@ impl KeywordIndex {
     fn ready(index: Index) -> Result<Self> {
         index.tokenizers().register(ANALYZER, analyzer());
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(keyword_error)?;
-        let writer = index.writer(WRITER_MEMORY_BYTES).map_err(keyword_error)?;
-        Ok(KeywordIndex { reader, writer: Mutex::new(writer), fields: schema().1 })
+        Ok(KeywordIndex { index, reader, writer: Mutex::new(None), fields: schema().1 })
+    }
+
+    /// Runs `work` with the writer, made now if this is the first write.
+    fn with_writer<T>(&self, work: impl FnOnce(&mut IndexWriter) -> Result<T>) -> Result<T> {
+        let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if writer.is_none() {
+            *writer = Some(self.index.writer(WRITER_MEMORY_BYTES).map_err(keyword_error)?);
+        }
+        work(writer.as_mut().expect("made above"))
     }
 
     fn document(&self, document_id: &str, chunk: &KeywordChunk<'_>) -> TantivyDocument {
@@ -183,8 +194,7 @@ impl KeywordIndex {
     /// Applies one redb commit's changes and commits them, durably, with the
     /// generation; searches see them when this returns. Blocking.
     pub fn apply(&self, changes: KeywordChanges<'_>) -> Result<()> {
-        {
-            let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        self.with_writer(|writer| {
             for id in &changes.removed_documents {
                 writer.delete_term(Term::from_field_text(self.fields.document_id, id));
             }
@@ -194,16 +204,18 @@ impl KeywordIndex {
                     writer.add_document(self.document(id, chunk)).map_err(keyword_error)?;
                 }
             }
-        }
+            Ok(())
+        })?;
         self.commit(changes.generation)
     }
 
     fn commit(&self, generation: u64) -> Result<()> {
-        let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        let mut prepared = writer.prepare_commit().map_err(keyword_error)?;
-        prepared.set_payload(&generation.to_string());
-        prepared.commit().map_err(keyword_error)?;
-        drop(writer);
+        self.with_writer(|writer| {
+            let mut prepared = writer.prepare_commit().map_err(keyword_error)?;
+            prepared.set_payload(&generation.to_string());
+            prepared.commit().map_err(keyword_error)?;
+            Ok(())
+        })?;
         self.reader.reload().map_err(keyword_error)
     }
 

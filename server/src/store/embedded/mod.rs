@@ -81,12 +81,14 @@ impl EmbeddedStore {
             None
         };
         view.load(stored)?;
-        tracing::info!(
-            documents = view.document_count(),
-            chunks = view.chunk_count(),
-            keyword_chunks = keywords.as_ref().map(KeywordIndex::chunk_count),
-            "embedded store loaded"
-        );
+        let (documents, chunks) = (view.document_count(), view.chunk_count());
+        let keyword_chunks = keywords.as_ref().map(KeywordIndex::chunk_count);
+        // An empty one quietly: a server of many collections opens each at its start.
+        if documents > 0 {
+            tracing::info!(documents, chunks, keyword_chunks, "embedded store loaded");
+        } else {
+            tracing::debug!(documents, chunks, keyword_chunks, "embedded store loaded");
+        }
         let description = StoreDescription {
             kind: "embedded",
             shared: false,
