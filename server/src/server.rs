@@ -27,7 +27,9 @@ use crate::backend::local::{LocalBackend, LocalModelConfig};
 use crate::backend::{Backend, RemoteBackend};
 use crate::batcher::BatchLimits;
 use crate::collections::embedded_places::EmbeddedPlaces;
-use crate::collections::{CollectionPlaces, Collections, CorpusParts, NoPlaces};
+use crate::collections::postgres_places::PostgresPlaces;
+use crate::collections::weaviate_places::WeaviatePlaces;
+use crate::collections::{CollectionPlaces, Collections, CorpusParts};
 use crate::config::{BackendKind, IndexChoice, ServerConfig, StoreChoice};
 use crate::corpus::chunker::ChunkSettings;
 use crate::corpus::{Corpus, CorpusSettings};
@@ -337,7 +339,7 @@ async fn load_and_install(
     engine.install(backend);
     let settings = corpus_settings(&config);
     let info = engine.info()?.clone();
-    let store = open_store(&config, &info).await?;
+    let (store, places) = open_store(&config, &info).await?;
     let reranker_config = config.clone();
     let rerank_engine = engine.clone();
     let reranker = tokio::task::spawn_blocking(move || load_reranker(&reranker_config, rerank_engine))
@@ -353,7 +355,6 @@ async fn load_and_install(
         hnsw: config.index == IndexChoice::Hnsw,
         keyword_index: config.keyword_index,
     };
-    let places = collection_places(&config, &info);
     let collections = Collections::open(corpus.clone(), places, parts, runner_shutdown.clone()).await?;
     let _ = cells.collections.set(collections);
     let _ = cells.corpus.set(corpus.clone());
@@ -384,36 +385,35 @@ fn embedded_settings(config: &ServerConfig) -> EmbeddedSettings {
     }
 }
 
-/// Where the store `--store` names keeps named collections.
-fn collection_places(config: &ServerConfig, model: &ModelInfo) -> Box<dyn CollectionPlaces> {
-    let model_name = format!("{} dim={}", model.model_id, model.dim);
-    match config.store {
-        StoreChoice::Embedded => Box::new(EmbeddedPlaces::new(embedded_settings(config), model_name, model.dim)),
-        StoreChoice::Weaviate => Box::new(NoPlaces { store_kind: "weaviate" }),
-        StoreChoice::Postgres => Box::new(NoPlaces { store_kind: "postgres" }),
-    }
-}
-
-/// Opens the store `--store` names, for `model`'s vectors. A store that cannot be
-/// reached or holds another model's vectors fails the start with a clear message.
-async fn open_store(config: &ServerConfig, model: &ModelInfo) -> Result<Arc<dyn CorpusStore>> {
+/// Opens the store `--store` names, for `model`'s vectors, with the places it keeps
+/// named collections in. A store that cannot be reached or holds another model's
+/// vectors fails the start with a clear message.
+async fn open_store(
+    config: &ServerConfig,
+    model: &ModelInfo,
+) -> Result<(Arc<dyn CorpusStore>, Box<dyn CollectionPlaces>)> {
     let model_name = format!("{} dim={}", model.model_id, model.dim);
     match config.store {
         StoreChoice::Embedded => {
             let settings = embedded_settings(config);
+            let places = EmbeddedPlaces::new(settings.clone(), model_name.clone(), model.dim);
             let dim = model.dim;
             let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&settings, &model_name, dim))
                 .await
                 .map_err(|e| Error::Config(format!("store loader: {e}")))??;
-            Ok(Arc::new(store))
+            Ok((Arc::new(store), Box::new(places)))
         }
         StoreChoice::Weaviate => {
             let settings = WeaviateSettings::from_config(config);
-            Ok(Arc::new(WeaviateStore::connect(settings, &model.model_id, model.dim).await?))
+            let store = Arc::new(WeaviateStore::connect(settings, &model.model_id, model.dim).await?);
+            let places = WeaviatePlaces::new(store.clone()).await?;
+            Ok((store, Box::new(places)))
         }
         StoreChoice::Postgres => {
             let settings = PostgresSettings::from_config(config);
-            Ok(PostgresStore::connect(settings, &model.model_id, model.dim).await?)
+            let store = PostgresStore::connect(settings, &model.model_id, model.dim).await?;
+            let places = PostgresPlaces::new(store.clone()).await?;
+            Ok((store, Box::new(places)))
         }
     }
 }

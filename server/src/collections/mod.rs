@@ -12,6 +12,8 @@
 
 pub mod embedded_places;
 pub mod name;
+pub mod postgres_places;
+pub mod weaviate_places;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -75,37 +77,6 @@ pub trait CollectionPlaces: Send + Sync + 'static {
     }
 }
 
-/// A store that has no named collections (yet): every call says so.
-pub struct NoPlaces {
-    pub store_kind: &'static str,
-}
-
-impl NoPlaces {
-    fn refusal(&self) -> Error {
-        Error::FailedPrecondition(format!(
-            "collection: named collections are not available with the {} store in this version \
-             (the embedded store has them); the default collection (an empty name) is",
-            self.store_kind
-        ))
-    }
-}
-
-#[async_trait]
-impl CollectionPlaces for NoPlaces {
-    async fn list(&self) -> Result<Vec<CollectionRecord>> {
-        Ok(Vec::new())
-    }
-    async fn create(&self, _record: &CollectionRecord) -> Result<Arc<dyn CorpusStore>> {
-        Err(self.refusal())
-    }
-    async fn open(&self, _record: &CollectionRecord) -> Result<Arc<dyn CorpusStore>> {
-        Err(self.refusal())
-    }
-    async fn delete(&self, _name: &str) -> Result<()> {
-        Err(self.refusal())
-    }
-}
-
 /// What every collection's corpus is made with besides its store.
 pub struct CorpusParts {
     /// The server's settings; a collection replaces the chunking.
@@ -116,6 +87,10 @@ pub struct CorpusParts {
     pub hnsw: bool,
     pub keyword_index: bool,
 }
+
+/// How often a server of a shared store looks for collections other servers created
+/// or deleted.
+const SHARED_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// An open named collection.
 struct Open {
@@ -183,7 +158,62 @@ impl Collections {
             tracing::info!(collections = count, "named collections found");
             tokio::spawn(collections.clone().resume_unfinished_jobs());
         }
+        if collections.is_shared() {
+            tokio::spawn(collections.clone().follow_other_servers());
+        }
         Ok(collections)
+    }
+
+    /// Whether other servers share the store, and may create and delete collections.
+    fn is_shared(&self) -> bool {
+        self.default.store_description().shared
+    }
+
+    /// In a shared store: takes in the collections other servers created or deleted,
+    /// now and then (a request naming one this server has not seen looks at once).
+    async fn follow_other_servers(self: Arc<Self>) {
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(SHARED_REFRESH) => {}
+                _ = shutdown.wait_for(|down| *down) => return,
+            }
+            if let Err(error) = self.refresh().await {
+                tracing::warn!(%error, "cannot read the store's collections");
+            }
+        }
+    }
+
+    /// Makes the registry what the store lists: new collections closed, gone ones
+    /// closed and forgotten.
+    async fn refresh(&self) -> Result<()> {
+        let _changing = self.changes.lock().await;
+        self.refresh_locked().await
+    }
+
+    /// [`Collections::refresh`], its caller holding `changes`.
+    async fn refresh_locked(&self) -> Result<()> {
+        let records = self.places.list().await?;
+        let listed: std::collections::BTreeSet<&str> = records.iter().map(|record| record.name.as_str()).collect();
+        let gone: Vec<Arc<Slot>> = {
+            let mut named = self.named.write().expect("lock");
+            let gone_names: Vec<String> =
+                named.keys().filter(|name| !listed.contains(name.as_str())).cloned().collect();
+            let gone = gone_names.iter().filter_map(|name| named.remove(name)).collect();
+            for record in &records {
+                if !named.contains_key(&record.name) {
+                    named.insert(record.name.clone(), Slot::closed(record.clone()));
+                }
+            }
+            gone
+        };
+        for slot in gone {
+            tracing::info!(collection = %slot.record.name, "collection deleted through another server");
+            if let SlotState::Open(_, open) = std::mem::replace(&mut *slot.state.write().await, SlotState::Deleted) {
+                open.close().await;
+            }
+        }
+        Ok(())
     }
 
     /// Opens each collection that has unfinished jobs, so they resume without waiting
@@ -226,13 +256,16 @@ impl Collections {
         if name.is_empty() || name == name::DEFAULT {
             return Ok(self.default.clone());
         }
-        let slot = self.named.read().expect("lock").get(name).cloned();
+        name::validate(name, "collection")?;
+        let mut slot = self.named.read().expect("lock").get(name).cloned();
+        if slot.is_none() && self.is_shared() {
+            // Maybe created through another server a moment ago.
+            self.refresh().await?;
+            slot = self.named.read().expect("lock").get(name).cloned();
+        }
         match slot {
             Some(slot) => self.opened(&slot).await,
-            None => {
-                name::validate(name, "collection")?;
-                Err(not_found(name))
-            }
+            None => Err(not_found(name)),
         }
     }
 
@@ -264,8 +297,12 @@ impl Collections {
     }
 
     /// The named collections, by name.
-    pub fn list(&self) -> Vec<CollectionRecord> {
-        self.named.read().expect("lock").values().map(|slot| slot.record.clone()).collect()
+    /// In a shared store, as the store lists them now.
+    pub async fn list(&self) -> Result<Vec<CollectionRecord>> {
+        if self.is_shared() {
+            self.refresh().await?;
+        }
+        Ok(self.named.read().expect("lock").values().map(|slot| slot.record.clone()).collect())
     }
 
     /// Creates an empty collection, durably, and opens it.
@@ -289,6 +326,10 @@ impl Collections {
     pub async fn delete(&self, name: &str) -> Result<u64> {
         name::validate_new(name, "name")?;
         let _changing = self.changes.lock().await;
+        if self.is_shared() {
+            // Maybe created through another server.
+            self.refresh_locked().await?;
+        }
         let Some(slot) = self.named.write().expect("lock").remove(name) else {
             return Err(not_found(name));
         };

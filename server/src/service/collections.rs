@@ -79,6 +79,7 @@ impl CollectionService for CollectionApi {
         let collections = self
             .collections()?
             .list()
+            .await?
             .iter()
             .filter(|record| grant.is_none_or(|grant| grant.reaches(&record.name)))
             .map(collection_to_wire)

@@ -342,3 +342,15 @@ async fn assert_no_leaks(clients: &mut Clients, base: &str, a: &Seeded, b: &Seed
         assert_eq!(found.documents.len(), 1, "{} lost its own document", seeded.name);
     }
 }
+
+/// Starts a server on `store_flags` (the real model) with the matrix's keys and runs
+/// the matrix against it.
+pub async fn on_store(store_flags: Vec<String>) {
+    let dir = super::TempDir::new("collection-matrix-keys");
+    let keys = write_keys_file(&dir.0, "a").display().to_string();
+    let mut flags: Vec<&str> = super::ONNX.to_vec();
+    flags.extend(store_flags.iter().map(String::as_str));
+    flags.extend(["--api-keys-file", &keys]);
+    let server = super::InProcessServer::start(&flags).await;
+    run(&server.address, "").await;
+}

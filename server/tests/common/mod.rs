@@ -24,6 +24,7 @@ use tonic_health::pb::health_client::HealthClient;
 
 pub mod child;
 pub mod collection_access;
+pub mod collection_contract;
 pub mod grouping_contract;
 pub mod hybrid_contract;
 pub mod postgres;

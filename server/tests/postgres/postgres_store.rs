@@ -29,6 +29,16 @@ fn postgres_flags(db: &str, collection: &str) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn collections_access_matrix() {
+    common::collection_access::on_store(postgres_flags("matrix", "matrix")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn collections_shared_by_two_servers() {
+    common::collection_contract::shared_by_two_servers(postgres_flags("tenants", "tenants")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn same_answers_as_the_embedded_store_filters_and_citations_included() {
     // halfvec (the default) keeps 11 bits of mantissa: scores agree to about 1e-3.
     store_contract::same_answers_as_the_embedded_store(postgres_flags("parity", "parity"), "postgres", 5e-3).await;

@@ -80,6 +80,16 @@ async fn grouped_by_document() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn collections_access_matrix() {
+    common::collection_access::on_store(weaviate_flags("matrix")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn collections_shared_by_two_servers() {
+    common::collection_contract::shared_by_two_servers(weaviate_flags("tenants")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn keyword_and_hybrid_search() {
     common::hybrid_contract::keyword_and_hybrid_search(weaviate_flags("hybrid"), "weaviate").await;
 }

@@ -17,6 +17,7 @@
 //! scans, so a filtered search still returns top_k hits.
 
 mod bm25;
+mod collections;
 pub mod connection;
 pub mod jobs;
 pub mod schema;
@@ -98,6 +99,8 @@ pub struct PostgresStore {
     settings: PostgresSettings,
     /// The schema, quoted for SQL.
     schema: String,
+    /// What its schema holds (named collections' schemas are made the same).
+    shape: IndexShape,
     description: StoreDescription,
     /// This server's name in job leases.
     server_id: String,
@@ -155,6 +158,7 @@ impl PostgresStore {
             .collect();
         let store = Arc::new(PostgresStore {
             schema: schema::quoted(&settings.schema),
+            shape,
             pools,
             settings,
             description,

@@ -37,6 +37,11 @@ pub fn pending_uuid(job_id: &str, sequence: u64) -> String {
     uuid::Uuid::new_v5(&ID_NAMESPACE, format!("pending\0{job_id}\0{sequence}").as_bytes()).to_string()
 }
 
+/// The object id of a named collection's registry entry.
+pub fn collection_uuid(name: &str) -> String {
+    uuid::Uuid::new_v5(&ID_NAMESPACE, format!("collection\0{name}").as_bytes()).to_string()
+}
+
 /// The object id of one part of a job ("header" or "progress").
 pub fn job_uuid(job_id: &str, part: &str) -> String {
     uuid::Uuid::new_v5(&ID_NAMESPACE, format!("job\0{job_id}\0{part}").as_bytes()).to_string()

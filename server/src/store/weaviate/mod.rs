@@ -20,6 +20,7 @@
 //! objects that replica did not receive (see [`jobs`]).
 
 pub mod client;
+mod collections;
 pub mod convert;
 pub mod ghosts;
 pub mod indexing;
@@ -117,6 +118,10 @@ pub struct WeaviateStore {
     replica_errors: Arc<ReplicaErrors>,
     /// What keyword search ranks, if anything (see [`schema::Ensured`]).
     keyword: Option<schema::KeywordField>,
+    /// The model marker and layout its classes were made with (named collections'
+    /// classes are made the same).
+    model: String,
+    layout: Layout,
 }
 
 /// Objects in the three collections that [`IndexStats`] reports.
@@ -196,7 +201,8 @@ impl WeaviateStore {
             )));
         }
         let names = Collections::named(&settings.collection);
-        let ensured = schema::ensure(&connection, &names, &format!("{model_id} dim={dim}"), layout).await?;
+        let model = format!("{model_id} dim={dim}");
+        let ensured = schema::ensure(&connection, &names, &model, layout).await?;
         let mut node_names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
         node_names.sort();
         let description = StoreDescription {
@@ -215,6 +221,8 @@ impl WeaviateStore {
             counts: Arc::new(Mutex::new(CountState::default())),
             replica_errors: Arc::new(ReplicaErrors::new(layout.replication_factor)),
             keyword: ensured.keyword,
+            model,
+            layout,
         };
         // The data API must answer too, not only the REST one.
         store
@@ -233,12 +241,14 @@ impl WeaviateStore {
             replication_factor = layout.replication_factor,
             "weaviate store ready"
         );
-        store.spawn_health_follower();
+        store.spawn_health_follower(true);
         Ok(store)
     }
 
-    /// Reads the node list and, now and then, the sizes, until the process ends.
-    fn spawn_health_follower(&self) {
+    /// Reads the node list and, now and then, the sizes, until the store is dropped.
+    /// A named collection's store (`reads_nodes` false) shares its root's node list
+    /// and only counts its own classes and sweeps their ghosts.
+    fn spawn_health_follower(&self, reads_nodes: bool) {
         let follower = WeaviateStore {
             connection: self.connection.clone(),
             names: self.names.clone(),
@@ -249,16 +259,23 @@ impl WeaviateStore {
             counts: self.counts.clone(),
             replica_errors: self.replica_errors.clone(),
             keyword: self.keyword,
+            model: self.model.clone(),
+            layout: self.layout,
         };
         tokio::spawn(async move {
             let mut ticks = 0u32;
             loop {
                 tokio::time::sleep(HEALTH_INTERVAL).await;
-                // Nobody else holds the health any more: the store is gone.
-                if Arc::strong_count(&follower.health) == 1 {
+                // Nobody else holds its counts any more: the store is gone.
+                if Arc::strong_count(&follower.counts) == 1 {
                     return;
                 }
-                let healthy = follower.read_health().await.is_ok_and(|missing| missing.is_empty());
+                let healthy = if reads_nodes {
+                    follower.read_health().await.is_ok_and(|missing| missing.is_empty())
+                } else {
+                    let health = follower.health.lock().expect("lock");
+                    health.healthy && health.nodes.iter().all(|node| node.healthy)
+                };
                 ticks += 1;
                 if healthy && ticks % COUNTS_EVERY == 0 {
                     let stats = follower.refresh_counts().await;

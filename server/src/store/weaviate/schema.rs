@@ -26,6 +26,19 @@ pub struct Collections {
 }
 
 impl Collections {
+    /// The classes of named collection `collection` beside the default collection's
+    /// `base` classes: `<Base>_<collection>_`, `<Base>_<collection>_Documents`, ... A
+    /// collection name is lower case and a suffix ends in a letter, so no two
+    /// collections' classes meet, even compared without case.
+    pub fn of_collection(base: &str, collection: &str) -> Self {
+        Collections::named(&format!("{base}_{collection}_"))
+    }
+
+    /// Every class, chunks first.
+    pub fn all(&self) -> [&str; 4] {
+        [&self.chunks, &self.documents, &self.jobs, &self.pending]
+    }
+
     /// The classes of `name` (first letter upper-cased, as Weaviate requires).
     pub fn named(name: &str) -> Self {
         let mut chars = name.chars();
@@ -256,6 +269,18 @@ pub async fn ensure(connection: &Connection, names: &Collections, model: &str, l
         wait_on_every_node(connection, &name).await;
     }
     Ok(Ensured { keyword })
+}
+
+/// Creates the registry of named collections (class `name`: one object per
+/// collection, its record as JSON) if it is missing.
+pub async fn ensure_registry(connection: &Connection, name: &str, layout: Layout) -> Result<()> {
+    let definition =
+        class(name, "embedwire named collections", layout, false, vec![text("name", true), text("record_json", false)]);
+    if connection.get_json(&format!("/v1/schema/{name}")).await?.is_none() {
+        create(connection, name, &definition).await?;
+    }
+    wait_on_every_node(connection, name).await;
+    Ok(())
 }
 
 /// Which of a chunk class's properties is indexed for BM25, the analyzed words first.

@@ -1,0 +1,44 @@
+//! Where the weaviate store keeps named collections: a set of classes each, listed in
+//! a registry class (see `store::weaviate::collections`). Every server sharing the
+//! cluster sees the same collections.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::{CollectionPlaces, CollectionRecord};
+use crate::error::Result;
+use crate::store::CorpusStore;
+use crate::store::weaviate::WeaviateStore;
+
+/// Named collections of the weaviate store, over the default collection's store.
+pub struct WeaviatePlaces {
+    root: Arc<WeaviateStore>,
+}
+
+impl WeaviatePlaces {
+    /// Places beside `root`'s classes, its registry created if missing.
+    pub async fn new(root: Arc<WeaviateStore>) -> Result<Self> {
+        root.ensure_collection_registry().await?;
+        Ok(WeaviatePlaces { root })
+    }
+}
+
+#[async_trait]
+impl CollectionPlaces for WeaviatePlaces {
+    async fn list(&self) -> Result<Vec<CollectionRecord>> {
+        self.root.collection_records().await
+    }
+
+    async fn create(&self, record: &CollectionRecord) -> Result<Arc<dyn CorpusStore>> {
+        Ok(Arc::new(self.root.create_collection(record).await?))
+    }
+
+    async fn open(&self, record: &CollectionRecord) -> Result<Arc<dyn CorpusStore>> {
+        Ok(Arc::new(self.root.open_collection(record).await?))
+    }
+
+    async fn delete(&self, name: &str) -> Result<()> {
+        self.root.delete_collection(name).await
+    }
+}

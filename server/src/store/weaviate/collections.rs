@@ -1,0 +1,125 @@
+//! Named collections in Weaviate: each is a set of classes of its own beside the
+//! default collection's ([`Collections::of_collection`]), made like them and served
+//! over the default store's connection. A registry class (`<Base>Collections`) lists
+//! them with their settings; a collection exists once its registry object is written.
+//!
+//! Create: leftover classes of the name are deleted, the classes made, then the object
+//! written; a crash between leaves classes without an object, which the next create of
+//! that name deletes first. Delete: the object first, then the classes.
+//!
+//! One class set per collection suits tens to hundreds of collections; Weaviate's
+//! multi-tenancy would carry thousands of small ones, at the price of a tenant on
+//! every request (not built).
+
+use std::sync::{Arc, Mutex};
+
+use embedwire_proto::weaviate::v1 as pb;
+
+use super::convert::{self, PropertiesBuilder, PropertiesReader};
+use super::schema::{self, Collections};
+use super::{CountState, MAX_RESULTS, WeaviateSettings, WeaviateStore};
+use crate::collections::CollectionRecord;
+use crate::error::{Error, Result};
+use crate::store::StoreDescription;
+
+impl WeaviateStore {
+    /// The registry class.
+    fn registry(&self) -> String {
+        format!("{}Collections", self.names.chunks)
+    }
+
+    /// Creates the registry if it is missing (every server may, at once).
+    pub async fn ensure_collection_registry(&self) -> Result<()> {
+        schema::ensure_registry(&self.connection, &self.registry(), self.layout).await
+    }
+
+    /// Every named collection, by name.
+    pub async fn collection_records(&self) -> Result<Vec<CollectionRecord>> {
+        let request =
+            self.lookup(&self.registry(), None, &["name", "record_json"], MAX_RESULTS, self.settings.read_consistency);
+        let mut records = Vec::new();
+        for result in self.query("list collections", request).await? {
+            let json = PropertiesReader::of(&result).text("record_json");
+            let record: CollectionRecord = serde_json::from_str(&json)
+                .map_err(|e| Error::Storage(format!("weaviate store: a collection record: {e}")))?;
+            records.push(record);
+        }
+        records.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(records)
+    }
+
+    async fn collection_exists(&self, name: &str) -> Result<bool> {
+        let filter = Some(convert::text_equals("name", name));
+        let request = self.lookup(&self.registry(), filter, &["name"], 1, self.settings.read_consistency);
+        Ok(!self.query("find collection", request).await?.is_empty())
+    }
+
+    /// Creates collection `record.name`: its classes, then its registry object.
+    pub async fn create_collection(&self, record: &CollectionRecord) -> Result<WeaviateStore> {
+        if self.collection_exists(&record.name).await? {
+            return Err(Error::AlreadyExists(format!("collection {} exists already", record.name)));
+        }
+        let names = Collections::of_collection(&self.names.chunks, &record.name);
+        // What a crash mid-create or mid-delete left.
+        self.delete_classes(&names).await?;
+        let store = self.sibling(names).await?;
+        let object = pb::BatchObject {
+            uuid: convert::collection_uuid(&record.name),
+            collection: self.registry(),
+            properties: Some(
+                PropertiesBuilder::default()
+                    .text("name", record.name.clone())
+                    .text("record_json", serde_json::to_string(record).expect("a record serializes"))
+                    .build(),
+            ),
+            ..Default::default()
+        };
+        self.put("create collection", vec![object]).await?;
+        Ok(store)
+    }
+
+    /// The store of an existing collection.
+    pub async fn open_collection(&self, record: &CollectionRecord) -> Result<WeaviateStore> {
+        self.sibling(Collections::of_collection(&self.names.chunks, &record.name)).await
+    }
+
+    /// Deletes collection `name`: its registry object, then its classes.
+    pub async fn delete_collection(&self, name: &str) -> Result<()> {
+        let path = format!("/v1/objects/{}/{}", self.registry(), convert::collection_uuid(name));
+        self.connection.delete(&path).await?;
+        self.delete_classes(&Collections::of_collection(&self.names.chunks, name)).await
+    }
+
+    async fn delete_classes(&self, names: &Collections) -> Result<()> {
+        for class in names.all() {
+            self.connection.delete(&format!("/v1/schema/{class}")).await?;
+        }
+        Ok(())
+    }
+
+    /// A store over the classes `names` (made here if missing) sharing this one's
+    /// connection, health and server id.
+    async fn sibling(&self, names: Collections) -> Result<WeaviateStore> {
+        let ensured = schema::ensure(&self.connection, &names, &self.model, self.layout).await?;
+        let description = StoreDescription {
+            index_id: self.description.index_id.replacen(&self.names.chunks, &names.chunks, 1),
+            ..self.description.clone()
+        };
+        let store = WeaviateStore {
+            connection: self.connection.clone(),
+            settings: WeaviateSettings { collection: names.chunks.clone(), ..self.settings.clone() },
+            names,
+            description,
+            server_id: self.server_id.clone(),
+            health: self.health.clone(),
+            counts: Arc::new(Mutex::new(CountState::default())),
+            replica_errors: self.replica_errors.clone(),
+            keyword: ensured.keyword,
+            model: self.model.clone(),
+            layout: self.layout,
+        };
+        store.refresh_counts().await;
+        store.spawn_health_follower(false);
+        Ok(store)
+    }
+}
