@@ -12,6 +12,10 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use super::store_contract::text_query;
+
+fn create(name: &str) -> CreateCollectionRequest {
+    CreateCollectionRequest { name: name.into(), settings: None }
+}
 use super::{InProcessServer, ONNX};
 
 struct Clients {
@@ -102,4 +106,97 @@ pub async fn shared_by_two_servers(store_flags: Vec<String>) {
     assert_eq!(documents_in(&mut two.search, NAME).await, Ok(0));
     let delete = DeleteCollectionRequest { name: NAME.into() };
     one.collections.delete_collection(delete).await.unwrap();
+}
+
+/// SIGKILL while two collections index: after every restart each collection's job
+/// has not gone back, what it reported processed is stored in that collection (and
+/// only there), and both jobs end with every acknowledged document.
+/// `store_flags` give the backend and the store; `documents` per collection (fewer on a
+/// slower store: the kills come at progress either way).
+pub async fn sigkill_during_ingest_into_two_collections(store_flags: Vec<String>, documents: usize) {
+    use super::{READY_TIMEOUT, ServerProcess, wait_serving};
+
+    const KILLS: usize = 3;
+    const SIDES: [&str; 2] = ["left", "right"];
+    let limit = documents.to_string();
+    // A shared store's job waits for the killed server's lease to run out.
+    let mut flags: Vec<&str> = store_flags.iter().map(String::as_str).collect();
+    flags.extend(["--ingest-batch-documents", "32", "--max-documents-per-request", &limit, "--job-lease-secs", "2"]);
+    let start = async || {
+        let server = ServerProcess::spawn(&flags).await;
+        wait_serving(&server.address).await;
+        let channel = Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap();
+        let clients = Clients {
+            collections: CollectionServiceClient::new(channel.clone()),
+            search: SearchServiceClient::new(channel).max_decoding_message_size(64 << 20),
+        };
+        (server, clients)
+    };
+    let job = async |search: &mut SearchServiceClient<Channel>, collection: &str, job_id: &str| -> Job {
+        let request = GetJobRequest { job_id: job_id.into(), collection: collection.into() };
+        search.get_job(request).await.unwrap().into_inner().job.unwrap()
+    };
+    // The first `processed` documents of `collection` are there, with its metadata.
+    let stored = async |search: &mut SearchServiceClient<Channel>, collection: &str, processed: usize| {
+        let ids: Vec<String> = (0..processed).map(|i| format!("doc-{i}")).collect();
+        for batch in ids.chunks(1000) {
+            let request = GetDocumentsRequest { ids: batch.to_vec(), collection: collection.into() };
+            let got = search.get_documents(request).await.unwrap().into_inner();
+            assert!(got.missing_ids.is_empty(), "{collection}: {} missing", got.missing_ids.len());
+            assert!(got.documents.iter().all(|d| d.metadata["collection"] == collection), "{collection}");
+        }
+    };
+
+    let (mut server, Clients { collections: mut admin, mut search }) = start().await;
+    let mut job_ids = Vec::new();
+    for side in SIDES {
+        admin.create_collection(create(side)).await.unwrap();
+        let batch = (0..documents)
+            .map(|i| Document {
+                id: format!("doc-{i}"),
+                text: format!("{side} document {i} on topic {}", i % 97),
+                metadata: [("collection".to_string(), side.to_string())].into(),
+            })
+            .collect();
+        let request = IngestRequest { documents: batch, collection: side.into() };
+        job_ids.push(search.ingest(request).await.unwrap().into_inner().job.unwrap().job_id);
+    }
+
+    let mut reported = [0usize; 2];
+    for kill in 0..KILLS {
+        // Some progress in either collection past what was seen, then a kill mid-flight.
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let left = job(&mut search, SIDES[0], &job_ids[0]).await.processed_documents as usize;
+            let right = job(&mut search, SIDES[1], &job_ids[1]).await.processed_documents as usize;
+            if left + right > reported[0] + reported[1] {
+                reported = [left, right];
+                break;
+            }
+            assert!(Instant::now() < deadline, "no progress before kill {kill}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(reported.iter().any(|&n| n < documents), "both finished before kill {kill}: make them larger");
+        server.child.start_kill().unwrap();
+        server.child.wait().await.unwrap();
+
+        (server, Clients { collections: _, search }) = start().await;
+        for ((side, job_id), reported) in SIDES.iter().zip(&job_ids).zip(reported) {
+            let after = job(&mut search, side, job_id).await.processed_documents as usize;
+            assert!(after >= reported, "{side}: processed went back from {reported} to {after}");
+            stored(&mut search, side, reported).await;
+        }
+        eprintln!("kill {}: {reported:?} processed before", kill + 1);
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(300);
+    for (side, job_id) in SIDES.iter().zip(&job_ids) {
+        while job(&mut search, side, job_id).await.status != JobStatus::Completed as i32 {
+            assert!(Instant::now() < deadline, "{side}: the job did not complete");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stored(&mut search, side, documents).await;
+        assert_eq!(documents_in(&mut search, side).await, Ok(documents as u64), "{side}");
+    }
+    assert_eq!(documents_in(&mut search, "").await, Ok(0), "nothing reached the default collection");
 }

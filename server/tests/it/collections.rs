@@ -222,108 +222,12 @@ async fn a_crash_between_create_steps_leaves_no_half_collection() {
     server.stop().await.unwrap();
 }
 
-/// SIGKILL while two collections index: after every restart each collection's job
-/// has not gone back, what it reported processed is stored in that collection (and
-/// only there), and both jobs end with every acknowledged document.
+/// SIGKILL while two collections index (see [`common::collection_contract`]).
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_during_ingest_into_two_collections_loses_nothing_acknowledged() {
-    use common::{READY_TIMEOUT, ServerProcess, wait_serving};
-    use embedwire_proto::v1::{Job, JobStatus};
-    use std::time::{Duration, Instant};
-
-    const DOCUMENTS: usize = 4_000;
-    const KILLS: usize = 3;
-    const SIDES: [&str; 2] = ["left", "right"];
     let data = TempDir::new("collections-kill");
-    let data_dir = data.flag();
-    let start = async || {
-        let flags = [
-            "--backend",
-            "pseudo",
-            "--data-dir",
-            &data_dir,
-            "--ingest-batch-documents",
-            "32",
-            "--max-documents-per-request",
-            "4000",
-        ];
-        let server = ServerProcess::spawn(&flags).await;
-        wait_serving(&server.address).await;
-        let channel = Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap();
-        let clients = Clients {
-            collections: CollectionServiceClient::new(channel.clone()),
-            search: SearchServiceClient::new(channel).max_decoding_message_size(64 << 20),
-        };
-        (server, clients)
-    };
-    let job = async |search: &mut SearchServiceClient<Channel>, collection: &str, job_id: &str| -> Job {
-        let request = GetJobRequest { job_id: job_id.into(), collection: collection.into() };
-        search.get_job(request).await.unwrap().into_inner().job.unwrap()
-    };
-    // The first `processed` documents of `collection` are there, with its metadata.
-    let stored = async |search: &mut SearchServiceClient<Channel>, collection: &str, processed: usize| {
-        let ids: Vec<String> = (0..processed).map(|i| format!("doc-{i}")).collect();
-        for batch in ids.chunks(1000) {
-            let request = GetDocumentsRequest { ids: batch.to_vec(), collection: collection.into() };
-            let got = search.get_documents(request).await.unwrap().into_inner();
-            assert!(got.missing_ids.is_empty(), "{collection}: {} missing", got.missing_ids.len());
-            assert!(got.documents.iter().all(|d| d.metadata["collection"] == collection), "{collection}");
-        }
-    };
-
-    let (mut server, Clients { collections: mut admin, mut search }) = start().await;
-    let mut job_ids = Vec::new();
-    for side in SIDES {
-        admin.create_collection(create(side, Default::default())).await.unwrap();
-        let documents = (0..DOCUMENTS)
-            .map(|i| Document {
-                id: format!("doc-{i}"),
-                text: format!("{side} document {i} on topic {}", i % 97),
-                metadata: [("collection".to_string(), side.to_string())].into(),
-            })
-            .collect();
-        let request = IngestRequest { documents, collection: side.into() };
-        job_ids.push(search.ingest(request).await.unwrap().into_inner().job.unwrap().job_id);
-    }
-
-    let mut reported = [0usize; 2];
-    for kill in 0..KILLS {
-        // Some progress in either collection past what was seen, then a kill mid-flight.
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            let left = job(&mut search, SIDES[0], &job_ids[0]).await.processed_documents as usize;
-            let right = job(&mut search, SIDES[1], &job_ids[1]).await.processed_documents as usize;
-            if left + right > reported[0] + reported[1] {
-                reported = [left, right];
-                break;
-            }
-            assert!(Instant::now() < deadline, "no progress before kill {kill}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert!(reported.iter().any(|&n| n < DOCUMENTS), "both finished before kill {kill}: make them larger");
-        server.child.start_kill().unwrap();
-        server.child.wait().await.unwrap();
-
-        (server, Clients { collections: admin, search }) = start().await;
-        for ((side, job_id), reported) in SIDES.iter().zip(&job_ids).zip(reported) {
-            let after = job(&mut search, side, job_id).await.processed_documents as usize;
-            assert!(after >= reported, "{side}: processed went back from {reported} to {after}");
-            stored(&mut search, side, reported).await;
-        }
-        eprintln!("kill {}: {reported:?} processed before", kill + 1);
-    }
-    let _ = &mut admin;
-
-    let deadline = Instant::now() + Duration::from_secs(120);
-    for (side, job_id) in SIDES.iter().zip(&job_ids) {
-        while job(&mut search, side, job_id).await.status != JobStatus::Completed as i32 {
-            assert!(Instant::now() < deadline, "{side}: the job did not complete");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        stored(&mut search, side, DOCUMENTS).await;
-        assert_eq!(documents_in(&mut search, side).await as usize, DOCUMENTS, "{side}");
-    }
-    assert_eq!(documents_in(&mut search, "").await, 0, "nothing reached the default collection");
+    let flags = ["--backend", "pseudo", "--data-dir", &data.flag()].map(String::from).to_vec();
+    common::collection_contract::sigkill_during_ingest_into_two_collections(flags, 4_000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
