@@ -16,6 +16,8 @@ use crate::transport::{Authorization, endpoint, normalize_address};
 #[derive(Clone)]
 pub struct Client {
     pub(crate) inner: Arc<Inner>,
+    /// The collection its document calls act on (empty: the server's default).
+    pub(crate) collection: Arc<str>,
 }
 
 pub(crate) struct Inner {
@@ -75,6 +77,18 @@ impl Client {
         self.inner.caller.pool.backends().iter().map(|backend| backend.address.clone()).collect()
     }
 
+    /// The same client (its connections shared) acting on collection `name`: ingest,
+    /// jobs, documents, search and statistics go there. `""` or `"default"` is the
+    /// server's default collection, the one a client acts on unless told.
+    pub fn collection(&self, name: impl AsRef<str>) -> Client {
+        Client { inner: self.inner.clone(), collection: Arc::from(name.as_ref()) }
+    }
+
+    /// The collection this client acts on (empty: the default one).
+    pub fn collection_name(&self) -> &str {
+        &self.collection
+    }
+
     /// What the retry and hedging policy has done so far.
     pub fn stats(&self) -> CallStats {
         self.inner.caller.stats()
@@ -111,7 +125,7 @@ fn build(
         .collect();
     let pool = Pool::new(backends, config.cool_down);
     let caller = Caller::new(pool, config.retry.clone(), config.timeout, config.hedge_after);
-    Ok(Client { inner: Arc::new(Inner { caller }) })
+    Ok(Client { inner: Arc::new(Inner { caller }), collection: Arc::from("") })
 }
 
 impl std::fmt::Debug for Client {

@@ -38,7 +38,8 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let request = pb::GetDocumentsRequest { ids: ids.into_iter().map(Into::into).collect(), ..Default::default() };
+        let ids = ids.into_iter().map(Into::into).collect();
+        let request = pb::GetDocumentsRequest { ids, collection: self.collection.to_string() };
         let caller = &self.inner.caller;
         let response = caller
             .unary(Route::Primary, Hedge::Allowed, |backend| {
@@ -64,7 +65,8 @@ impl Client {
     /// one of the two must select something); returns how many were deleted.
     /// Durable when it returns.
     pub async fn delete_documents(&self, ids: Vec<String>, filter: Option<&Filter>) -> Result<u32> {
-        let request = pb::DeleteDocumentsRequest { ids, filter: filter.map(Filter::to_proto), ..Default::default() };
+        let filter = filter.map(Filter::to_proto);
+        let request = pb::DeleteDocumentsRequest { ids, filter, collection: self.collection.to_string() };
         let caller = &self.inner.caller;
         let response = caller
             .unary(Route::Primary, Hedge::Never, |backend| {

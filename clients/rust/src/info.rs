@@ -115,12 +115,13 @@ impl Client {
         })
     }
 
-    /// The counts of the (primary) server's index.
+    /// The counts of the (primary) server's index: of this client's collection.
     pub async fn index_stats(&self) -> Result<IndexStats> {
         let caller = &self.inner.caller;
+        let collection = self.collection.to_string();
         let stats = caller
             .unary(Route::Primary, Hedge::Allowed, |backend| {
-                let request = caller.request(pb::GetIndexStatsRequest::default());
+                let request = caller.request(pb::GetIndexStatsRequest { collection: collection.clone() });
                 async move { Ok(backend.search().get_index_stats(request).await?.into_inner()) }
             })
             .await?;

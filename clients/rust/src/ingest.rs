@@ -81,7 +81,7 @@ impl Client {
     pub async fn ingest(&self, documents: Vec<Document>) -> Result<IngestReceipt> {
         let request = pb::IngestRequest {
             documents: documents.into_iter().map(Document::into_proto).collect(),
-            ..Default::default()
+            collection: self.collection.to_string(),
         };
         let caller = &self.inner.caller;
         let (address, response) = caller
@@ -105,9 +105,10 @@ impl Client {
     where
         S: Stream<Item = Document> + Send + 'static,
     {
-        let messages = documents.ready_chunks(DOCUMENTS_PER_MESSAGE).map(|chunk| pb::IngestStreamRequest {
+        let collection = self.collection.to_string();
+        let messages = documents.ready_chunks(DOCUMENTS_PER_MESSAGE).map(move |chunk| pb::IngestStreamRequest {
             documents: chunk.into_iter().map(Document::into_proto).collect(),
-            ..Default::default()
+            collection: collection.clone(),
         });
         let pool = &self.inner.caller.pool;
         let backend = pool.pick(Route::Primary);

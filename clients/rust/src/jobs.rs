@@ -103,7 +103,7 @@ impl Job {
 impl Client {
     /// The job's current state; an unknown id is NOT_FOUND.
     pub async fn get_job(&self, job_id: &str) -> Result<Job> {
-        let request = pb::GetJobRequest { job_id: job_id.to_string(), ..Default::default() };
+        let request = pb::GetJobRequest { job_id: job_id.to_string(), collection: self.collection.to_string() };
         let caller = &self.inner.caller;
         let (address, response) = caller
             .unary(Route::Primary, Hedge::Allowed, |backend| {
@@ -121,7 +121,7 @@ impl Client {
     pub async fn watch_job(&self, job_id: &str) -> Result<impl Stream<Item = Result<Job>> + use<>> {
         let pool = &self.inner.caller.pool;
         let backend = pool.pick(Route::Primary);
-        let request = pb::WatchJobRequest { job_id: job_id.to_string(), ..Default::default() };
+        let request = pb::WatchJobRequest { job_id: job_id.to_string(), collection: self.collection.to_string() };
         let response = pool.observe(&backend, backend.search().watch_job(request).await);
         let updates = response.map_err(|status| Error::from_status(status, &backend.address, None))?.into_inner();
         let address = backend.address.clone();

@@ -37,6 +37,7 @@
 //! - `cli` (default): the `embedwire` and `embedwire-client-bench` binaries.
 //! - `ndarray`: [`Embeddings::view`].
 
+pub mod collections;
 pub mod config;
 pub mod documents;
 pub mod embed;
@@ -54,6 +55,7 @@ mod pool;
 mod transport;
 
 pub use client::Client;
+pub use collections::{Collection, CollectionIndex, CollectionSettings};
 pub use config::{ClientConfig, RetryPolicy};
 pub use documents::{Documents, StoredDocument};
 pub use embed::{BulkOptions, EmbedOptions, WireDtype};

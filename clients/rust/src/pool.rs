@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use embedwire_proto::v1::collection_service_client::CollectionServiceClient;
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use embedwire_proto::v1::rerank_service_client::RerankServiceClient;
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
@@ -64,6 +65,12 @@ impl Backend {
 
     pub(crate) fn search(&self) -> SearchServiceClient<AuthChannel> {
         SearchServiceClient::with_interceptor(self.channel.clone(), self.auth.clone())
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes)
+    }
+
+    pub(crate) fn collections(&self) -> CollectionServiceClient<AuthChannel> {
+        CollectionServiceClient::with_interceptor(self.channel.clone(), self.auth.clone())
             .max_decoding_message_size(self.max_message_bytes)
             .max_encoding_message_size(self.max_message_bytes)
     }

@@ -152,7 +152,7 @@ pub struct SearchOptions {
     pub group_by_document: Option<u32>,
     /// Mark each hit's words that match the query's, in [`Hit::highlights`].
     pub highlight: bool,
-    /// The collection searched; None: the server's default collection.
+    /// The collection searched; None: the client's ([`Client::collection`]).
     pub collection: Option<String>,
 }
 
@@ -284,7 +284,7 @@ impl Client {
                 as i32,
             group_size: options.group_by_document,
             highlight: options.highlight,
-            collection: options.collection.clone().unwrap_or_default(),
+            collection: options.collection.clone().unwrap_or_else(|| self.collection.to_string()),
         };
         let caller = &self.inner.caller;
         let (address, response) = caller

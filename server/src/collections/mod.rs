@@ -363,7 +363,9 @@ impl Collections {
     fn record(&self, name: &str, request: CollectionRequest) -> Result<CollectionRecord> {
         let server = self.parts.settings.chunking;
         let chunk_tokens = request.chunk_tokens.unwrap_or(server.max_tokens);
-        let chunk_overlap_tokens = request.chunk_overlap_tokens.unwrap_or(server.overlap_tokens.min(chunk_tokens));
+        // The server's overlap, but less than half a chunk of the collection's size.
+        let chunk_overlap_tokens =
+            request.chunk_overlap_tokens.unwrap_or(server.overlap_tokens.min(chunk_tokens.saturating_sub(1) / 2));
         if chunk_tokens == 0 {
             return Err(Error::invalid("settings.chunk_tokens", "must be at least 1"));
         }

@@ -86,3 +86,51 @@ async fn a_streamed_bulk_load_is_one_job() {
     assert_eq!(error.code(), Code::InvalidArgument, "{error}");
     server.stop().await.unwrap();
 }
+
+/// A client bound to a collection acts on it only; collections are created, listed
+/// and deleted through the library and the CLI.
+#[tokio::test]
+async fn collections_through_the_library_and_the_cli() {
+    use embedwire_client::{CollectionIndex, CollectionSettings};
+
+    let server = start(PSEUDO).await;
+    let client = client(&[&server]).await;
+    let settings =
+        CollectionSettings { chunk_tokens: Some(32), index: Some(CollectionIndex::Hnsw), ..Default::default() };
+    let created = client.create_collection("tenant_a", settings).await.unwrap();
+    assert_eq!((created.name.as_str(), created.chunk_tokens, created.index), ("tenant_a", 32, CollectionIndex::Hnsw));
+    let again = client.create_collection("tenant_a", CollectionSettings::default()).await.unwrap_err();
+    assert!(matches!(&again, Error::Status { code: Code::AlreadyExists, .. }), "{again:?}");
+
+    let tenant = client.collection("tenant_a");
+    assert_eq!(tenant.collection_name(), "tenant_a");
+    let receipt = tenant.ingest(vec![Document::new("Only in tenant a.").with_id("a1")]).await.unwrap();
+    assert_eq!(tenant.wait_job(&receipt.job.id, |_| {}).await.unwrap().status, JobStatus::Completed);
+    let missing = client.get_job(&receipt.job.id).await.unwrap_err();
+    assert!(matches!(&missing, Error::Status { code: Code::NotFound, .. }), "the default collection has no such job");
+    assert_eq!(tenant.index_stats().await.unwrap().document_count, 1);
+    assert_eq!(client.index_stats().await.unwrap().document_count, 0);
+    let hits = tenant.search("Only in tenant a.", &SearchOptions::default()).await.unwrap();
+    assert_eq!(hits[0].document_id, "a1");
+    assert!(client.search("Only in tenant a.", &SearchOptions::default()).await.unwrap().is_empty());
+    assert_eq!(tenant.get_documents(["a1"]).await.unwrap().found.len(), 1);
+    assert!(client.get_documents(["a1"]).await.unwrap().found.is_empty());
+
+    // The CLI: --collection for document commands, `collections` to manage them.
+    let address = common::address(&server);
+    let listed = common::cli(&["--server", &address, "--json", "collections", "list"], None).await;
+    let listed: serde_json::Value = serde_json::from_str(&common::stdout_of(&listed)).unwrap();
+    assert_eq!(listed[0]["name"], "tenant_a", "{listed}");
+    let found =
+        common::cli(&["--server", &address, "--collection", "tenant_a", "--json", "search", "tenant a"], None).await;
+    assert!(common::stdout_of(&found).contains("\"a1\""), "{}", common::stdout_of(&found));
+    let create = ["--server", &address, "collections", "create", "tenant_b", "--index", "exact"];
+    assert!(common::stdout_of(&common::cli(&create, None).await).contains("created tenant_b"));
+    let deleted = common::cli(&["--server", &address, "--json", "collections", "delete", "tenant_a"], None).await;
+    let deleted: serde_json::Value = serde_json::from_str(&common::stdout_of(&deleted)).unwrap();
+    assert_eq!(deleted["deleted_documents"], 1);
+    let names: Vec<String> = client.list_collections().await.unwrap().into_iter().map(|c| c.name).collect();
+    assert_eq!(names, ["tenant_b"]);
+    let gone = tenant.index_stats().await.unwrap_err();
+    assert!(matches!(&gone, Error::Status { code: Code::NotFound, .. }), "{gone:?}");
+}

@@ -42,6 +42,10 @@ pub struct Global {
     /// Deadline of each call, in seconds (0: none)
     #[arg(long, env = "EMBEDWIRE_TIMEOUT", default_value_t = 30.0, global = true)]
     pub timeout: f64,
+    /// The collection that ingest, search, job and stats act on (default: the
+    /// server's default collection)
+    #[arg(long, env = "EMBEDWIRE_COLLECTION", default_value = "", hide_default_value = true, global = true)]
+    pub collection: String,
     /// Retries of a call after UNAVAILABLE or RESOURCE_EXHAUSTED (an overload
     /// refusal is retried after the wait the server hints, jittered)
     #[arg(long, env = "EMBEDWIRE_RETRIES", default_value_t = RetryPolicy::default().max_retries, global = true)]
@@ -82,6 +86,9 @@ pub enum Command {
     Rerank(RerankArgs),
     /// Show (or follow) an ingestion job
     Job(JobArgs),
+    /// List, create or delete collections (creating and deleting need an admin key)
+    #[command(subcommand)]
+    Collections(CollectionsCommand),
     /// Show the served model and the server's limits
     Info,
     /// Check whether each server is serving
@@ -123,6 +130,43 @@ pub enum DtypeArg {
     Float32,
     Float16,
     Int8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CollectionsCommand {
+    /// The collections the key reaches
+    List,
+    /// Create an empty collection; settings left out take the server's
+    Create(CreateCollectionArgs),
+    /// Delete a collection with its documents, jobs and vectors
+    Delete {
+        /// Its name
+        name: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct CreateCollectionArgs {
+    /// 1 to 48 lower-case letters, digits and underscores, starting with a letter
+    pub name: String,
+    /// Longest chunk, in model tokens
+    #[arg(long)]
+    pub chunk_tokens: Option<u32>,
+    /// Tokens each chunk repeats from the one before
+    #[arg(long)]
+    pub chunk_overlap_tokens: Option<u32>,
+    /// The vector index
+    #[arg(long, value_enum)]
+    pub index: Option<IndexArg>,
+    /// Whether keyword and hybrid search are possible
+    #[arg(long)]
+    pub keyword_index: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum IndexArg {
+    Exact,
+    Hnsw,
 }
 
 #[derive(Debug, Args)]

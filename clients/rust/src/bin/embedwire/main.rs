@@ -37,7 +37,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // Lazy: a server that is down is reported by the command's first call, with
     // the reason, instead of failing here.
-    let client = cli.global.client_config()?.connect_lazy()?;
+    let client = cli.global.client_config()?.connect_lazy()?.collection(&cli.global.collection);
     let json = cli.global.json;
     match cli.command {
         Command::Embed(args) => commands::embed::run(&client, args, json).await?,
@@ -45,6 +45,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Search(args) => commands::search::run(&client, args, json).await?,
         Command::Rerank(args) => commands::rerank::run(&client, args, json).await?,
         Command::Job(args) => commands::job::run(&client, args, json).await?,
+        Command::Collections(command) => commands::collections::run(&client, command, json).await?,
         Command::Info => commands::info::run(&client, json).await?,
         Command::Health => {
             if !commands::health::run(&client, json).await? {

@@ -1,6 +1,7 @@
 //! One module per subcommand; each prints its result as text or, with `--json`,
 //! as one JSON document (JSON lines for `embed`).
 
+pub mod collections;
 pub mod embed;
 pub mod health;
 pub mod info;
