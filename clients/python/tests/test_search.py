@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from embedwire import AsyncClient, Client, Document, Filter, JobStatus
+from embedwire import AsyncClient, Client, Document, Filter, JobStatus, NotFoundError
 from server_process import ServerProcess
 
 
@@ -155,3 +155,34 @@ def test_grouped_by_document_with_highlights(pseudo_server: ServerProcess) -> No
                 assert hit.text[start - hit.chunk.start_char : end - hit.chunk.start_char].lower() == word
         with pytest.raises(ValueError, match="group_by"):
             client.search(word, group_by="page")
+
+
+def test_collections_sync_and_async(pseudo_server: ServerProcess) -> None:
+    name = "py_" + uuid.uuid4().hex[:8]
+    with Client(pseudo_server.address) as client:
+        created = client.create_collection(name, chunk_tokens=48, index="hnsw")
+        assert (created.name, created.chunk_tokens, created.index) == (name, 48, "hnsw")
+        assert name in [c.name for c in client.list_collections()]
+        tenant = client.collection(name)
+        ingested = tenant.ingest([Document(id="only-here", text="a document of one collection")])
+        assert tenant.wait_for_job(ingested.job.job_id, timeout=30).status == JobStatus.COMPLETED
+        assert tenant.index_stats().document_count == 1
+        assert [h.document_id for h in tenant.search("a document of one collection")] == ["only-here"]
+        # Not in the default collection: neither the document nor the job.
+        assert not client.get_documents(["only-here"]).documents
+        with pytest.raises(NotFoundError):
+            client.get_job(ingested.job.job_id)
+
+    async def run() -> None:
+        async with AsyncClient(pseudo_server.address, collection=name) as tenant:
+            assert (await tenant.index_stats()).document_count == 1
+            streamed = await tenant.ingest_stream([Document(id="streamed", text="sent as a stream")])
+            await tenant.wait_for_job(streamed.job.job_id, timeout=30)
+            assert len((await tenant.get_documents(["only-here", "streamed"])).documents) == 2
+            assert await tenant.delete_collection(name) == 2
+
+    asyncio.run(run())
+    with Client(pseudo_server.address) as client:
+        assert name not in [c.name for c in client.list_collections()]
+        with pytest.raises(ValueError, match="index"):
+            client.create_collection("bad_index", index="ivf")

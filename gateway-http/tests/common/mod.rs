@@ -219,12 +219,18 @@ pub async fn get(url: &str) -> (u16, Value) {
 
 /// Ingests `documents` and polls the job until it ends; returns the final job.
 pub async fn ingest_and_wait(base: &str, documents: Value) -> Value {
-    let (status, job) = post(&format!("{base}/v1/ingest"), &json!({ "documents": documents })).await;
+    ingest_at_and_wait(&format!("{base}/v1"), documents).await
+}
+
+/// [`ingest_and_wait`] through the routes under `at`: `{base}/v1` for the default
+/// collection, `{base}/v1/collections/NAME` for a named one.
+pub async fn ingest_at_and_wait(at: &str, documents: Value) -> Value {
+    let (status, job) = post(&format!("{at}/ingest"), &json!({ "documents": documents })).await;
     assert_eq!(status, 200, "{job}");
     let job_id = job["job_id"].as_str().expect("job_id").to_string();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (status, job) = get(&format!("{base}/v1/jobs/{job_id}")).await;
+        let (status, job) = get(&format!("{at}/jobs/{job_id}")).await;
         assert_eq!(status, 200, "{job}");
         if job["status"] == "completed" || job["status"] == "failed" {
             return job;

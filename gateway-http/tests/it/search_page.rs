@@ -3,14 +3,15 @@
 //! steps, typing a query and pressing Search, then the ranked results read back from
 //! the page and compared with the /v1/search answer; on a server with a cross-encoder,
 //! the rerank checkbox's three states and each hit's rerank score beside its vector
-//! score; the mode switch, with a hybrid hit's vector and keyword scores.
+//! score; the mode switch, with a hybrid hit's vector and keyword scores; the
+//! collection switch.
 
 use crate::common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{http, ingest_and_wait, post, start_server, venv_python, workspace};
+use common::{http, ingest_and_wait, ingest_at_and_wait, post, start_server, venv_python, workspace};
 use serde_json::{Value, json};
 
 /// WebDriver's key for element references.
@@ -368,4 +369,33 @@ async fn one_entry_per_document_with_its_title_highlights_and_more_passages_by_k
     page.on_element("li.result details.more summary", "value", json!({"text": "\u{E007}"})).await;
     assert_eq!(page.script(open).await, json!(true), "Enter on the summary opens the passages");
     page.close().await;
+}
+
+/// The page lists the named collections and searches the one picked (here through
+/// `?collection=`), citing its documents: nothing of the default collection shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_searches_the_collection_picked() {
+    let server = start_server(&[]).await;
+    let base = server.url.clone();
+    let outside = json!([{"id": "default-cat", "text": "Cats purr when they are content."}]);
+    assert_eq!(ingest_and_wait(&base, outside).await["status"], "completed");
+    let (status, created) = post(&format!("{base}/v1/collections"), &json!({"name": "pets"})).await;
+    assert_eq!(status, 200, "{created}");
+    let inside = json!([{"id": "pets-cat", "text": "A kitten purrs on the sofa."}]);
+    assert_eq!(ingest_at_and_wait(&format!("{base}/v1/collections/pets"), inside).await["status"], "completed");
+
+    let driver = Driver::start().await;
+    let page = Page::open(&driver, &format!("{base}/?collection=pets")).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while page.script("return document.getElementById('collection').dataset.loaded || null;").await.is_null() {
+        assert!(Instant::now() < deadline, "the collections never loaded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let options = page.script("return [...document.querySelectorAll('#collection option')].map(o => o.value);").await;
+    assert_eq!(options, json!(["default", "pets"]));
+    page.on_element("#query", "value", json!({"text": "a purring cat"})).await;
+    let shown = page.search().await;
+    page.close().await;
+    let ids: Vec<&str> = shown["results"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["pets-cat"], "{shown}");
 }

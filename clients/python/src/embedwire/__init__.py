@@ -39,6 +39,7 @@ from .errors import (
 from .retry import NO_RETRY, RetryPolicy
 from .types import (
     ChunkSpan,
+    Collection,
     Document,
     Documents,
     EmbedResult,
@@ -65,6 +66,7 @@ __all__ = [
     "AuthenticationError",
     "ChunkSpan",
     "Client",
+    "Collection",
     "DeadlineExceededError",
     "Document",
     "Documents",

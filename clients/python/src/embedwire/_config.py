@@ -25,6 +25,7 @@ class ClientConfig:
         retry: how RESOURCE_EXHAUSTED and UNAVAILABLE are retried.
         root_certificates: PEM roots for TLS channels (None: the system's).
         options: gRPC channel arguments.
+        collection: the collection document calls act on ("": the default one).
     """
 
     addresses: tuple[Address, ...]
@@ -33,6 +34,7 @@ class ClientConfig:
     retry: RetryPolicy
     root_certificates: bytes | None
     options: tuple[tuple[str, Any], ...]
+    collection: str = ""
 
 
 def build_config(

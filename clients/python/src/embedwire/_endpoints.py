@@ -17,7 +17,7 @@ from typing import Any, Generic, Sequence, TypeVar
 import grpc
 import grpc.aio
 
-from .v1 import embed_pb2_grpc, rerank_pb2_grpc, search_pb2_grpc
+from .v1 import collections_pb2_grpc, embed_pb2_grpc, rerank_pb2_grpc, search_pb2_grpc
 from . import _health
 
 #: Largest message the client accepts: the server's default --max-response-bytes.
@@ -103,11 +103,13 @@ class Endpoint(Generic[ChannelT]):
         embed = embed_pb2_grpc.EmbedServiceStub(channel)
         search = search_pb2_grpc.SearchServiceStub(channel)
         rerank = rerank_pb2_grpc.RerankServiceStub(channel)
+        collections = collections_pb2_grpc.CollectionServiceStub(channel)
         self.methods: dict[str, Any] = {
             name: getattr(stub, name)
             for stub, names in (
                 (embed, ("Embed", "EmbedStream", "Tokenize", "Info")),
                 (rerank, ("Rerank", "RerankStream")),
+                (collections, ("CreateCollection", "ListCollections", "DeleteCollection")),
                 (
                     search,
                     (

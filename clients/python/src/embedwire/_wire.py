@@ -14,6 +14,7 @@ import numpy as np
 from .errors import ProtocolError
 from .types import (
     ChunkSpan,
+    Collection,
     Document,
     DocumentLike,
     Documents,
@@ -33,7 +34,7 @@ from .types import (
     StoredDocument,
     TokenizedInput,
 )
-from .v1 import embed_pb2, rerank_pb2, search_pb2
+from .v1 import collections_pb2, embed_pb2, rerank_pb2, search_pb2
 
 _DTYPE_TO_WIRE: dict[str, int] = {
     "float32": embed_pb2.EMBEDDING_DTYPE_FLOAT32,
@@ -356,13 +357,13 @@ def document(doc: DocumentLike) -> search_pb2.Document:
     raise TypeError(f"a document is a Document, a str or a mapping, not {type(doc).__name__}")
 
 
-def ingest_request(documents: Iterable[DocumentLike]) -> search_pb2.IngestRequest:
+def ingest_request(documents: Iterable[DocumentLike], collection: str = "") -> search_pb2.IngestRequest:
     """An IngestRequest for the documents."""
-    return search_pb2.IngestRequest(documents=[document(d) for d in documents])
+    return search_pb2.IngestRequest(documents=[document(d) for d in documents], collection=collection)
 
 
 def ingest_stream_messages(
-    documents: Iterable[DocumentLike], per_message: int
+    documents: Iterable[DocumentLike], per_message: int, collection: str = ""
 ) -> Iterator[search_pb2.IngestStreamRequest]:
     """Groups documents into IngestStream messages of up to ``per_message`` each,
     lazily, so a bulk load of any size holds one message in memory at a time."""
@@ -370,10 +371,10 @@ def ingest_stream_messages(
     for doc in documents:
         batch.append(document(doc))
         if len(batch) == per_message:
-            yield search_pb2.IngestStreamRequest(documents=batch)
+            yield search_pb2.IngestStreamRequest(documents=batch, collection=collection)
             batch = []
     if batch:
-        yield search_pb2.IngestStreamRequest(documents=batch)
+        yield search_pb2.IngestStreamRequest(documents=batch, collection=collection)
 
 
 def all_have_ids(request: search_pb2.IngestRequest) -> bool:
@@ -399,12 +400,12 @@ def documents(response: search_pb2.GetDocumentsResponse) -> Documents:
 
 
 def delete_request(
-    ids: Sequence[str] | None, filter: FilterLike | search_pb2.Filter | None
+    ids: Sequence[str] | None, filter: FilterLike | search_pb2.Filter | None, collection: str = ""
 ) -> search_pb2.DeleteDocumentsRequest:
     """A DeleteDocumentsRequest by ids and/or filter."""
     if isinstance(ids, str):
         raise TypeError("ids must be a sequence of ids, not one string")
-    request = search_pb2.DeleteDocumentsRequest(ids=list(ids or ()))
+    request = search_pb2.DeleteDocumentsRequest(ids=list(ids or ()), collection=collection)
     message = filter_message(filter)
     if message is not None:
         request.filter.CopyFrom(message)
@@ -452,3 +453,42 @@ def tokenized(response: embed_pb2.TokenizeResponse) -> list[TokenizedInput]:
         TokenizedInput(ids=tuple(t.ids), truncated=t.truncated, untruncated_count=t.untruncated_count)
         for t in response.tokenized
     ]
+
+
+_INDEXES = {"exact": collections_pb2.COLLECTION_INDEX_EXACT, "hnsw": collections_pb2.COLLECTION_INDEX_HNSW}
+
+
+def create_collection_request(
+    name: str,
+    *,
+    chunk_tokens: int | None,
+    chunk_overlap_tokens: int | None,
+    index: str | None,
+    keyword_index: bool | None,
+) -> collections_pb2.CreateCollectionRequest:
+    """A CreateCollectionRequest; settings left None take the server's."""
+    settings = collections_pb2.CollectionSettings()
+    if chunk_tokens is not None:
+        settings.chunk_tokens = chunk_tokens
+    if chunk_overlap_tokens is not None:
+        settings.chunk_overlap_tokens = chunk_overlap_tokens
+    if index is not None:
+        if index not in _INDEXES:
+            raise ValueError(f'index must be "exact" or "hnsw", not {index!r}')
+        settings.index = _INDEXES[index]
+    if keyword_index is not None:
+        settings.keyword_index = keyword_index
+    return collections_pb2.CreateCollectionRequest(name=name, settings=settings)
+
+
+def collection(message: collections_pb2.Collection) -> Collection:
+    """A Collection from its message."""
+    settings = message.settings
+    return Collection(
+        name=message.name,
+        chunk_tokens=settings.chunk_tokens,
+        chunk_overlap_tokens=settings.chunk_overlap_tokens,
+        index="hnsw" if settings.index == collections_pb2.COLLECTION_INDEX_HNSW else "exact",
+        keyword_index=settings.keyword_index,
+        created_at=message.created_at,
+    )

@@ -10,6 +10,8 @@ batch.
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -26,6 +28,7 @@ from ._endpoints import Endpoint, RoundRobin, make_endpoints
 from .errors import EmbedwireError, UnavailableError, from_rpc_error, status_of
 from .retry import RetryPolicy, is_retryable
 from .types import (
+    Collection,
     DocumentLike,
     Documents,
     Dtype,
@@ -41,7 +44,7 @@ from .types import (
     TokenizedInput,
     TruncationDirection,
 )
-from .v1 import embed_pb2, search_pb2
+from .v1 import collections_pb2, embed_pb2, search_pb2
 
 log = logging.getLogger("embedwire")
 
@@ -66,6 +69,7 @@ class AsyncClient:
         tls: bool | None = None,
         retry: RetryPolicy | None = None,
         channel_options: Sequence[tuple[str, Any]] = (),
+        collection: str = "",
     ) -> None:
         self._config = build_config(
             addresses,
@@ -77,6 +81,8 @@ class AsyncClient:
             retry=retry,
             channel_options_=channel_options,
         )
+        if collection:
+            self._config = dataclasses.replace(self._config, collection=collection)
         self._open(self._config)
 
     @classmethod
@@ -338,12 +344,13 @@ class AsyncClient:
             group_size=group_size,
             highlight=highlight,
         )
+        request.collection = self._config.collection
         results = _wire.hits_per_query(await self._call("Search", request, self._timeout(timeout)))
         return results[0] if single else results
 
     async def ingest(self, documents: Iterable[DocumentLike], *, timeout: float | None = _UNSET) -> IngestResult:
         """Stores documents and returns the job; see :meth:`embedwire.Client.ingest`."""
-        request = _wire.ingest_request(documents)
+        request = _wire.ingest_request(documents, self._config.collection)
         response = await self._call(
             "Ingest", request, self._timeout(timeout), idempotent=_wire.all_have_ids(request)
         )
@@ -360,9 +367,9 @@ class AsyncClient:
         as one job; see :meth:`embedwire.Client.ingest_stream`."""
         endpoint = self._stream_endpoint()
         if isinstance(documents, AsyncIterable):
-            messages: Any = _async_stream_messages(documents, documents_per_message)
+            messages: Any = _async_stream_messages(documents, documents_per_message, self._config.collection)
         else:
-            messages = _wire.ingest_stream_messages(documents, documents_per_message)
+            messages = _wire.ingest_stream_messages(documents, documents_per_message, self._config.collection)
         try:
             response = await endpoint.methods["IngestStream"](
                 messages, timeout=timeout, metadata=self._config.metadata
@@ -373,7 +380,7 @@ class AsyncClient:
 
     async def get_job(self, job_id: str, *, timeout: float | None = _UNSET) -> Job:
         """The current state of an ingestion job (NotFoundError for an unknown id)."""
-        response = await self._call("GetJob", search_pb2.GetJobRequest(job_id=job_id), self._timeout(timeout))
+        response = await self._call("GetJob", search_pb2.GetJobRequest(job_id=job_id, collection=self._config.collection), self._timeout(timeout))
         return _wire.job(response.job)
 
     async def wait_for_job(self, job_id: str, *, timeout: float | None = None) -> Job:
@@ -381,7 +388,7 @@ class AsyncClient:
         endpoint = self._stream_endpoint()
         last: Job | None = None
         call = endpoint.methods["WatchJob"](
-            search_pb2.WatchJobRequest(job_id=job_id), timeout=timeout, metadata=self._config.metadata
+            search_pb2.WatchJobRequest(job_id=job_id, collection=self._config.collection), timeout=timeout, metadata=self._config.metadata
         )
         try:
             async for response in call:
@@ -397,7 +404,7 @@ class AsyncClient:
 
     async def get_documents(self, ids: Sequence[str], *, timeout: float | None = _UNSET) -> Documents:
         """Stored documents by id, and the ids that are not stored."""
-        request = search_pb2.GetDocumentsRequest(ids=list(ids))
+        request = search_pb2.GetDocumentsRequest(ids=list(ids), collection=self._config.collection)
         return _wire.documents(await self._call("GetDocuments", request, self._timeout(timeout)))
 
     async def delete_documents(
@@ -408,27 +415,73 @@ class AsyncClient:
         timeout: float | None = _UNSET,
     ) -> int:
         """Deletes documents by id and/or metadata filter; returns how many were deleted."""
-        request = _wire.delete_request(ids, filter)
+        request = _wire.delete_request(ids, filter, self._config.collection)
         return (await self._call("DeleteDocuments", request, self._timeout(timeout))).deleted_count
 
     async def index_stats(self, *, timeout: float | None = _UNSET) -> IndexStats:
         """Counts of documents, chunks and vectors in the index."""
-        response = await self._call("GetIndexStats", search_pb2.GetIndexStatsRequest(), self._timeout(timeout))
+        response = await self._call("GetIndexStats", search_pb2.GetIndexStatsRequest(collection=self._config.collection), self._timeout(timeout))
         return _wire.index_stats(response)
+
+    # -- CollectionService ---------------------------------------------------------------
+
+    def collection(self, name: str) -> "AsyncClient":
+        """This client acting on collection ``name``: ingest, jobs, documents, search
+        and statistics go there (``""`` or ``"default"``: the default collection).
+        The two share their channels: close only one of them."""
+        twin = copy.copy(self)
+        twin._config = dataclasses.replace(self._config, collection=name)
+        return twin
+
+    async def create_collection(
+        self,
+        name: str,
+        *,
+        chunk_tokens: int | None = None,
+        chunk_overlap_tokens: int | None = None,
+        index: str | None = None,
+        keyword_index: bool | None = None,
+        timeout: float | None = _UNSET,
+    ) -> Collection:
+        """Creates an empty collection (an admin key where the server has keys);
+        settings left None take the server's. ``index``: ``"exact"`` or ``"hnsw"``.
+        Not retried after it was sent (a retry could find its own creation)."""
+        request = _wire.create_collection_request(
+            name,
+            chunk_tokens=chunk_tokens,
+            chunk_overlap_tokens=chunk_overlap_tokens,
+            index=index,
+            keyword_index=keyword_index,
+        )
+        response = await self._call("CreateCollection", request, self._timeout(timeout), idempotent=False)
+        return _wire.collection(response.collection)
+
+    async def list_collections(self, *, timeout: float | None = _UNSET) -> list[Collection]:
+        """The collections the key reaches, by name (the default one is not listed)."""
+        request = collections_pb2.ListCollectionsRequest()
+        response = await self._call("ListCollections", request, self._timeout(timeout))
+        return [_wire.collection(c) for c in response.collections]
+
+    async def delete_collection(self, name: str, *, timeout: float | None = _UNSET) -> int:
+        """Deletes a collection with its documents, jobs and vectors (an admin key
+        where the server has keys); returns how many documents it held."""
+        request = collections_pb2.DeleteCollectionRequest(name=name)
+        response = await self._call("DeleteCollection", request, self._timeout(timeout), idempotent=False)
+        return response.deleted_documents
 
 
 async def _async_stream_messages(
-    documents: AsyncIterable[DocumentLike], per_message: int
+    documents: AsyncIterable[DocumentLike], per_message: int, collection: str
 ) -> AsyncIterator[search_pb2.IngestStreamRequest]:
     """The async twin of ``_wire.ingest_stream_messages``."""
     batch: list[search_pb2.Document] = []
     async for doc in documents:
         batch.append(_wire.document(doc))
         if len(batch) == per_message:
-            yield search_pb2.IngestStreamRequest(documents=batch)
+            yield search_pb2.IngestStreamRequest(documents=batch, collection=collection)
             batch = []
     if batch:
-        yield search_pb2.IngestStreamRequest(documents=batch)
+        yield search_pb2.IngestStreamRequest(documents=batch, collection=collection)
 
 
 __all__ = ["AsyncClient"]

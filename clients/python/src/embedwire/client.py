@@ -11,6 +11,8 @@ futures, whose completion callbacks hop between gRPC's threads and the caller's.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import threading
 import time
@@ -29,6 +31,7 @@ from .aio import AsyncClient
 from .errors import EmbedwireError, UnavailableError, from_rpc_error, status_of
 from .retry import RetryPolicy, is_retryable
 from .types import (
+    Collection,
     DocumentLike,
     Documents,
     Dtype,
@@ -44,7 +47,7 @@ from .types import (
     TokenizedInput,
     TruncationDirection,
 )
-from .v1 import embed_pb2, search_pb2
+from .v1 import collections_pb2, embed_pb2, search_pb2
 
 log = logging.getLogger("embedwire")
 
@@ -83,6 +86,7 @@ class Client:
         tls: bool | None = None,
         retry: RetryPolicy | None = None,
         channel_options: Sequence[tuple[str, Any]] = (),
+        collection: str = "",
     ) -> None:
         self._config = build_config(
             addresses,
@@ -94,6 +98,8 @@ class Client:
             retry=retry,
             channel_options_=channel_options,
         )
+        if collection:
+            self._config = dataclasses.replace(self._config, collection=collection)
         self._endpoints: list[Endpoint[grpc.Channel]] = make_endpoints(
             self._config.addresses,
             root_certificates=self._config.root_certificates,
@@ -473,6 +479,7 @@ class Client:
             group_size=group_size,
             highlight=highlight,
         )
+        request.collection = self._config.collection
         results = _wire.hits_per_query(self._call("Search", request, self._timeout(timeout)))
         return results[0] if single else results
 
@@ -484,7 +491,7 @@ class Client:
         mappings. The call is retried on UNAVAILABLE only when every document has an id
         (an idempotent upsert); server-assigned ids could otherwise be stored twice.
         """
-        request = _wire.ingest_request(documents)
+        request = _wire.ingest_request(documents, self._config.collection)
         response = self._call("Ingest", request, self._timeout(timeout), idempotent=_wire.all_have_ids(request))
         return IngestResult(job=_wire.job(response.job), document_ids=tuple(response.document_ids))
 
@@ -502,7 +509,7 @@ class Client:
         replayed). The default timeout is None: a bulk load takes as long as it takes.
         """
         endpoint = self._stream_endpoint()
-        messages = _wire.ingest_stream_messages(documents, documents_per_message)
+        messages = _wire.ingest_stream_messages(documents, documents_per_message, self._config.collection)
         try:
             response = endpoint.methods["IngestStream"](
                 messages, timeout=timeout, metadata=self._config.metadata
@@ -513,7 +520,7 @@ class Client:
 
     def get_job(self, job_id: str, *, timeout: float | None = _UNSET) -> Job:
         """The current state of an ingestion job (NotFoundError for an unknown id)."""
-        response = self._call("GetJob", search_pb2.GetJobRequest(job_id=job_id), self._timeout(timeout))
+        response = self._call("GetJob", search_pb2.GetJobRequest(job_id=job_id, collection=self._config.collection), self._timeout(timeout))
         return _wire.job(response.job)
 
     def wait_for_job(self, job_id: str, *, timeout: float | None = None) -> Job:
@@ -527,7 +534,7 @@ class Client:
         last: Job | None = None
         try:
             for response in endpoint.methods["WatchJob"](
-                search_pb2.WatchJobRequest(job_id=job_id), timeout=timeout, metadata=self._config.metadata
+                search_pb2.WatchJobRequest(job_id=job_id, collection=self._config.collection), timeout=timeout, metadata=self._config.metadata
             ):
                 last = _wire.job(response.job)
                 if last.done:
@@ -540,7 +547,7 @@ class Client:
 
     def get_documents(self, ids: Sequence[str], *, timeout: float | None = _UNSET) -> Documents:
         """Stored documents by id, and the ids that are not stored."""
-        request = search_pb2.GetDocumentsRequest(ids=list(ids))
+        request = search_pb2.GetDocumentsRequest(ids=list(ids), collection=self._config.collection)
         return _wire.documents(self._call("GetDocuments", request, self._timeout(timeout)))
 
     def delete_documents(
@@ -552,13 +559,59 @@ class Client:
     ) -> int:
         """Deletes documents by id and/or metadata filter; returns how many were deleted.
         Durable when it returns."""
-        request = _wire.delete_request(ids, filter)
+        request = _wire.delete_request(ids, filter, self._config.collection)
         return self._call("DeleteDocuments", request, self._timeout(timeout)).deleted_count
 
     def index_stats(self, *, timeout: float | None = _UNSET) -> IndexStats:
         """Counts of documents, chunks and vectors in the index."""
-        response = self._call("GetIndexStats", search_pb2.GetIndexStatsRequest(), self._timeout(timeout))
+        response = self._call("GetIndexStats", search_pb2.GetIndexStatsRequest(collection=self._config.collection), self._timeout(timeout))
         return _wire.index_stats(response)
+
+    # -- CollectionService ---------------------------------------------------------------
+
+    def collection(self, name: str) -> "Client":
+        """This client acting on collection ``name``: ingest, jobs, documents, search
+        and statistics go there (``""`` or ``"default"``: the default collection).
+        The two share their channels: close only one of them."""
+        twin = copy.copy(self)
+        twin._config = dataclasses.replace(self._config, collection=name)
+        return twin
+
+    def create_collection(
+        self,
+        name: str,
+        *,
+        chunk_tokens: int | None = None,
+        chunk_overlap_tokens: int | None = None,
+        index: str | None = None,
+        keyword_index: bool | None = None,
+        timeout: float | None = _UNSET,
+    ) -> Collection:
+        """Creates an empty collection (an admin key where the server has keys);
+        settings left None take the server's. ``index``: ``"exact"`` or ``"hnsw"``.
+        Not retried after it was sent (a retry could find its own creation)."""
+        request = _wire.create_collection_request(
+            name,
+            chunk_tokens=chunk_tokens,
+            chunk_overlap_tokens=chunk_overlap_tokens,
+            index=index,
+            keyword_index=keyword_index,
+        )
+        response = self._call("CreateCollection", request, self._timeout(timeout), idempotent=False)
+        return _wire.collection(response.collection)
+
+    def list_collections(self, *, timeout: float | None = _UNSET) -> list[Collection]:
+        """The collections the key reaches, by name (the default one is not listed)."""
+        request = collections_pb2.ListCollectionsRequest()
+        response = self._call("ListCollections", request, self._timeout(timeout))
+        return [_wire.collection(c) for c in response.collections]
+
+    def delete_collection(self, name: str, *, timeout: float | None = _UNSET) -> int:
+        """Deletes a collection with its documents, jobs and vectors (an admin key
+        where the server has keys); returns how many documents it held."""
+        request = collections_pb2.DeleteCollectionRequest(name=name)
+        response = self._call("DeleteCollection", request, self._timeout(timeout), idempotent=False)
+        return response.deleted_documents
 
 
 __all__ = ["Client"]

@@ -294,6 +294,20 @@ class IndexStats:
 
 
 @dataclass(frozen=True)
+class Collection:
+    """A collection: a separate index on the server, with its own settings."""
+
+    name: str
+    chunk_tokens: int
+    chunk_overlap_tokens: int
+    #: ``"exact"`` or ``"hnsw"``.
+    index: str
+    keyword_index: bool
+    #: Unix seconds.
+    created_at: float
+
+
+@dataclass(frozen=True)
 class TokenizedInput:
     """How the model tokenizes one input."""
 
