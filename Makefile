@@ -90,6 +90,7 @@ bench: setup
 ## embedwire-bench store (~20 min: embedded store vs Weaviate 1 and 3 nodes and PostgreSQL, 10k documents)
 ## and embedwire-bench chaos, 100 SIGKILL-and-restart cycles under ingest per store (bench/results/chaos/)
 ## and embedwire-bench retrieval, search quality on SciFact's train split per store and mode (~40 min)
+## and embedwire-bench collections, what named collections cost (~2 min)
 bench-long: setup
 	./target/release/embedwire-bench search
 	./target/release/embedwire-bench overload
@@ -100,3 +101,4 @@ bench-long: setup
 	./target/release/embedwire-bench chaos --store postgres --cycles 100
 	./target/release/embedwire-bench chaos --store weaviate --cycles 100
 	./target/release/embedwire-bench retrieval
+	./target/release/embedwire-bench collections

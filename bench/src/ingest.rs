@@ -47,6 +47,17 @@ impl IngestRun {
 pub async fn ingest(
     channel: Channel,
     documents: &[Paragraph],
+    ids: (&str, usize),
+    per_call: usize,
+) -> anyhow::Result<IngestRun> {
+    ingest_into(channel, "", documents, ids, per_call).await
+}
+
+/// [`ingest`] into `collection` (empty: the default one).
+pub async fn ingest_into(
+    channel: Channel,
+    collection: &str,
+    documents: &[Paragraph],
     (id_prefix, first_id): (&str, usize),
     per_call: usize,
 ) -> anyhow::Result<IngestRun> {
@@ -56,8 +67,10 @@ pub async fn ingest(
         text: paragraph.text.clone(),
         metadata: HashMap::from([("source".to_string(), paragraph.source.clone())]),
     }));
-    let requests: Vec<_> =
-        all.chunks(per_call).map(|chunk| IngestRequest { documents: chunk.to_vec(), ..Default::default() }).collect();
+    let requests: Vec<_> = all
+        .chunks(per_call)
+        .map(|chunk| IngestRequest { documents: chunk.to_vec(), collection: collection.into() })
+        .collect();
     let calls = requests.len();
     let mut client = SearchServiceClient::new(channel);
     let started = Instant::now();
@@ -65,7 +78,7 @@ pub async fn ingest(
     for (call, request) in requests.into_iter().enumerate() {
         let response = client.ingest(request).await.with_context(|| format!("Ingest call {call} failed"))?.into_inner();
         let job = response.job.context("Ingest answered without a job")?;
-        watchers.push(tokio::spawn(watch_to_end(client.clone(), job.job_id, started)));
+        watchers.push(tokio::spawn(watch_to_end(client.clone(), collection.to_string(), job.job_id, started)));
     }
     let stored = started.elapsed();
     let mut completed = Duration::ZERO;
@@ -89,11 +102,12 @@ pub async fn ingest(
 /// Follows a job until its terminal update; returns it and when it arrived.
 async fn watch_to_end(
     mut client: SearchServiceClient<Channel>,
+    collection: String,
     job_id: String,
     started: Instant,
 ) -> anyhow::Result<(Job, Duration)> {
     let mut updates = client
-        .watch_job(WatchJobRequest { job_id: job_id.clone(), ..Default::default() })
+        .watch_job(WatchJobRequest { job_id: job_id.clone(), collection })
         .await
         .with_context(|| format!("WatchJob {job_id}"))?
         .into_inner();

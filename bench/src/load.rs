@@ -48,8 +48,9 @@ impl LoadResult {
 pub enum Rpc {
     /// `EmbedService/Embed` with default options (float32, normalized), as a typical client sends it.
     Embed,
-    /// `SearchService/Search`, one text query, default options (hit texts and metadata included, server-chosen rerank).
-    Search { top_k: u32 },
+    /// `SearchService/Search`, one text query, default options (hit texts and metadata included, server-chosen rerank),
+    /// in `collection` (empty: the default one).
+    Search { top_k: u32, collection: &'static str },
 }
 
 /// Runs `clients` clients over `channels` (client k on channel k mod n) until `stop`; a failed call fails the run.
@@ -130,10 +131,11 @@ impl Caller for OneText {
                     response.embeddings.len()
                 );
             }
-            Rpc::Search { top_k } => {
+            Rpc::Search { top_k, collection } => {
                 let request = SearchRequest {
                     queries: vec![SearchQuery { query: Some(Query::Text(text)) }],
                     top_k: Some(top_k),
+                    collection: collection.to_string(),
                     ..Default::default()
                 };
                 let mut client = SearchServiceClient::new(self.channel.clone());

@@ -54,4 +54,5 @@ scenarios! {
     clients => Clients,
     chaos => Chaos,
     retrieval => Retrieval,
+    collections => Collections,
 }

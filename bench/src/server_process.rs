@@ -51,7 +51,16 @@ impl ServerProcess {
     /// Spawns the server and waits for health SERVING. Also returns the cold start:
     /// the time from spawning the process to the first SERVING answer.
     pub async fn start(command: &ServerCommand) -> anyhow::Result<(Self, Duration)> {
-        let data_dir = fresh_data_dir();
+        Self::start_on(command, fresh_data_dir(), true).await
+    }
+
+    /// [`ServerProcess::start`] on `data_dir`, which is removed when it ends if
+    /// `remove` (else it stays, for a restart on the same data).
+    pub async fn start_on(
+        command: &ServerCommand,
+        data_dir: PathBuf,
+        remove: bool,
+    ) -> anyhow::Result<(Self, Duration)> {
         let mut spawn = Command::new(&command.binary);
         spawn.args(["--listen", "127.0.0.1:0"]).arg("--data-dir").arg(&data_dir).args(&command.args);
         // The address comes from an info line, so info must be on.
@@ -63,7 +72,8 @@ impl ServerProcess {
         };
         let timing = (READY_TIMEOUT, POLL_INTERVAL);
         let (process, cold) =
-            ChildProcess::start("embedwire-server", spawn, Some(data_dir), timing, connect, serving).await?;
+            ChildProcess::start("embedwire-server", spawn, remove.then_some(data_dir), timing, connect, serving)
+                .await?;
         Ok((ServerProcess { pid: process.pid, address: process.address, process }, cold))
     }
 

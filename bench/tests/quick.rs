@@ -383,3 +383,15 @@ fn retrieval_measures_each_mode_against_its_yardsticks() {
     assert_eq!(run.csv("retrieval_ingest.csv", "server,documents,documents_per_s,completed_s").len(), 2);
     assert!(std::fs::metadata(run.dir.join("retrieval.png")).map_or(0, |m| m.len()) > 1000, "the plot");
 }
+
+#[test]
+fn collections_measures_idle_cost_and_per_collection_work() {
+    let run = Run::scenario("collections", &[]);
+    run.prints([
+        "start to SERVING, 100 empty collections",
+        "RSS settled, 100 empty collections: extra",
+        "a collection / default",
+        "Search c=16, default / a collection",
+    ]);
+    assert!(run.dir.join("collections.json").is_file(), "the results");
+}

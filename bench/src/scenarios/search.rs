@@ -116,7 +116,7 @@ async fn measure(
 
     let channels = connections(&server, args.load.clients.div_ceil(args.load.clients_per_connection)).await?;
     let queries: Arc<[String]> = corpus.queries.clone().into();
-    let search_rpc = Rpc::Search { top_k: args.load.top_k };
+    let search_rpc = Rpc::Search { top_k: args.load.top_k, collection: "" };
     for rpc in [search_rpc, Rpc::Embed] {
         load::run(&channels, args.load.clients, queries.clone(), rpc, Stop::After(common.warmup(2.0, 0.5))).await?;
     }

@@ -252,7 +252,7 @@ async fn measure(
         println!("  {}: index of {documents} documents, {chunks} chunks ({kind})", store.label);
         counts.push(((documents, chunks), rss_bytes(store.server)? + nodes, store.data_dir.as_deref().map(dir_bytes)));
     }
-    let (rpc, warmup) = (Rpc::Search { top_k: args.load.top_k }, common.warmup(2.0, 0.5));
+    let (rpc, warmup) = (Rpc::Search { top_k: args.load.top_k, collection: "" }, common.warmup(2.0, 0.5));
     for store in &stores {
         load::run(&store.channels, args.load.clients, queries.clone(), rpc, Stop::After(warmup)).await?;
     }

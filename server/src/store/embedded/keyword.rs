@@ -155,6 +155,8 @@ impl KeywordIndex {
             }
         })?;
         rebuilt.commit(generation)?;
+        // Made again at the next write: a new collection's index may never see one.
+        *rebuilt.writer.lock().unwrap_or_else(|p| p.into_inner()) = None;
         tracing::info!(chunks = added, generation, "keyword index built");
         Ok(rebuilt)
     }

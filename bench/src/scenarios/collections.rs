@@ -1,0 +1,197 @@
+//! collections: what named collections cost, at the server's default flags with the real model. (1) Many empty
+//! collections: a server restarted on a data directory holding 1,000 of them against one on an empty directory, its
+//! start to SERVING and its memory once settled (the rounds alternate, medians taken). (2) A collection against the
+//! default one on the same server: the same paragraphs ingested into each, slice by slice, alternating, and Search at
+//! c=16 on the same queries, round by round, alternating. Every target is a ratio in one run, or the bound.
+
+use std::{path::Path, sync::Arc, time::Duration};
+
+use clap::Parser as _;
+use embedwire_bench::{
+    child_process::fresh_dir,
+    corpus::CorpusOptions,
+    ingest::{self, IngestRun},
+    latency::ms,
+    load::{self, LoadResult, Rpc, Stop},
+    memory::{mib, rss_bytes},
+    options::{Common, SearchLoad, connections},
+    report::{Report, Row, percentiles},
+    server_process::{ServerCommand, ServerProcess},
+};
+use embedwire_proto::v1::{CreateCollectionRequest, collection_service_client::CollectionServiceClient};
+use embedwire_server::ServerConfig;
+
+/// Empty collections of the idle-cost part (the figure).
+const EMPTY_COLLECTIONS: usize = 1_000;
+/// More memory than a server without collections, at most (MiB).
+const MAX_EXTRA_RSS_MIB: f64 = 50.0;
+/// Start to SERVING with them, at most (s).
+const MAX_START_SECS: f64 = 1.0;
+/// A collection's ingest time and search throughput against the default collection's.
+const MAX_COLLECTION_RATIO: f64 = 1.05;
+/// Restarts of each side in the idle-cost part.
+const START_ROUNDS: usize = 3;
+/// Settling time before memory is read: the start's background check of the collections ends well before.
+const SETTLE: Duration = Duration::from_secs(3);
+/// Query texts.
+const QUERIES: usize = 500;
+/// Alternating rounds of the search comparison.
+const ROUNDS: usize = 6;
+/// The named collection of part (2).
+const NAMED: &str = "bench_tenant";
+
+/// Options of the collections scenario.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub corpus: CorpusOptions,
+    #[command(flatten)]
+    pub load: SearchLoad,
+}
+
+pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
+    let command = common.server_command(common.server_binary()?, vec![]);
+    // Read as the server reads its flags: the bench must not run a configuration that would refuse to start.
+    ServerConfig::try_parse_from(["embedwire-server".to_string()].iter().chain(&common.server_args))?;
+    let documents = common.pick(2_000, 100);
+    let corpus = args.corpus.select(documents, 0, QUERIES)?;
+    let mut report = Report::new(common.results("collections"), "collections")?;
+    tokio::runtime::Runtime::new()?.block_on(async {
+        idle_cost(common, &command, &mut report).await?;
+        per_collection(common, &args, &command, &corpus, &mut report).await
+    })?;
+    report.finish()
+}
+
+/// Part (1): a server on an empty data directory against one on a directory of `EMPTY_COLLECTIONS` collections.
+async fn idle_cost(common: &Common, command: &ServerCommand, report: &mut Report) -> anyhow::Result<()> {
+    let count = common.pick(EMPTY_COLLECTIONS, 100);
+    let full = fresh_dir("collections");
+    let (server, _) = ServerProcess::start_on(command, full.clone(), false).await?;
+    let mut admin = CollectionServiceClient::new(server.connect().await?);
+    let created = std::time::Instant::now();
+    for n in 0..count {
+        admin.create_collection(CreateCollectionRequest { name: format!("empty_{n:04}"), settings: None }).await?;
+    }
+    let create_rate = count as f64 / created.elapsed().as_secs_f64();
+    let open_rss = rss_bytes(server.pid)?;
+    server.stop().await?;
+    println!("collections: {count} created ({create_rate:.0}/s), {:.1} MiB with all of them open", mib(open_rss));
+
+    let (mut plain, mut many) = (Vec::new(), Vec::new());
+    for round in 0..START_ROUNDS {
+        let empty = fresh_dir("collections-none");
+        for (side, dir) in [(&mut plain, &empty), (&mut many, &full)] {
+            let (server, cold) = ServerProcess::start_on(command, dir.clone(), false).await?;
+            tokio::time::sleep(SETTLE).await;
+            side.push((cold, rss_bytes(server.pid)?));
+            server.stop().await?;
+        }
+        remove(&empty);
+        let (a, b) = (plain[round], many[round]);
+        println!(
+            "round {}: none {:.3} s {:.1} MiB, {count} collections {:.3} s {:.1} MiB",
+            round + 1,
+            a.0.as_secs_f64(),
+            mib(a.1),
+            b.0.as_secs_f64(),
+            mib(b.1)
+        );
+    }
+    remove(&full);
+    let median = |side: &[(Duration, u64)]| {
+        let mut starts: Vec<f64> = side.iter().map(|(cold, _)| cold.as_secs_f64()).collect();
+        let mut rss: Vec<f64> = side.iter().map(|(_, rss)| mib(*rss)).collect();
+        starts.sort_by(f64::total_cmp);
+        rss.sort_by(f64::total_cmp);
+        (starts[starts.len() / 2], rss[rss.len() / 2])
+    };
+    let ((plain_start, plain_rss), (many_start, many_rss)) = (median(&plain), median(&many));
+    let extra = many_rss - plain_rss;
+    report.figures([
+        Row::info(format!("create {count} collections"), create_rate, "collections/s", format!("{create_rate:.0}/s")),
+        Row::info(format!("RSS with {count} collections open"), mib(open_rss), "MiB", format!("{:.1} MiB", mib(open_rss))),
+        Row::info("start to SERVING, no collections", plain_start, "s", format!("{plain_start:.3} s (median)")),
+        Row::info(format!("start to SERVING, {count} empty collections"), many_start, "s", format!("{many_start:.3} s"))
+            .at_most(MAX_START_SECS, format!("<= {MAX_START_SECS} s")),
+        Row::info("RSS settled, no collections", plain_rss, "MiB", format!("{plain_rss:.1} MiB (median)")),
+        Row::info(format!("RSS settled, {count} empty collections: extra"), extra, "MiB", format!("{extra:+.1} MiB"))
+            .at_most(MAX_EXTRA_RSS_MIB, format!("<= {MAX_EXTRA_RSS_MIB} MiB")),
+    ]);
+    Ok(())
+}
+
+fn remove(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Part (2): the same work in the default collection and in a named one, alternating.
+async fn per_collection(
+    common: &Common,
+    args: &Args,
+    command: &ServerCommand,
+    corpus: &embedwire_bench::corpus::Corpus,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let (server, _) = ServerProcess::start(command).await?;
+    let channel = server.connect().await?;
+    let create = CreateCollectionRequest { name: NAMED.into(), settings: None };
+    CollectionServiceClient::new(channel.clone()).create_collection(create).await?;
+    // Warm the model and both collections' paths.
+    let warm = &corpus.documents[..corpus.documents.len().min(32)];
+    for collection in ["", NAMED] {
+        ingest::ingest_into(channel.clone(), collection, warm, ("warm-", 0), args.load.ingest_batch).await?;
+    }
+    let (mut default_runs, mut named_runs) = (Vec::new(), Vec::new());
+    let slice_len = corpus.documents.len().div_ceil(common.pick(6, 2));
+    for (slice, paragraphs) in corpus.documents.chunks(slice_len).enumerate() {
+        // Alternate which side goes first, so a drift in the machine's load hits both alike.
+        let order = if slice % 2 == 0 { ["", NAMED] } else { [NAMED, ""] };
+        for collection in order {
+            let run = ingest::ingest_into(channel.clone(), collection, paragraphs, ("doc-", slice * slice_len), args.load.ingest_batch)
+                .await?;
+            if collection.is_empty() { &mut default_runs } else { &mut named_runs }.push(run);
+        }
+    }
+    let (ingest_default, ingest_named) = (IngestRun::combine(&default_runs), IngestRun::combine(&named_runs));
+
+    let channels = connections(&server, args.load.clients.div_ceil(args.load.clients_per_connection)).await?;
+    let queries: Arc<[String]> = corpus.queries.clone().into();
+    let rpc = |collection| Rpc::Search { top_k: args.load.top_k, collection };
+    for collection in ["", NAMED] {
+        load::run(&channels, args.load.clients, queries.clone(), rpc(collection), Stop::After(common.warmup(2.0, 0.5)))
+            .await?;
+    }
+    let round = common.duration(12.0, 2.0) / ROUNDS as u32;
+    let (mut default_search, mut named_search) = (Vec::new(), Vec::new());
+    for r in 0..ROUNDS {
+        let order = if r % 2 == 0 { ["", NAMED] } else { [NAMED, ""] };
+        for collection in order {
+            let run = load::run(&channels, args.load.clients, queries.clone(), rpc(collection), Stop::After(round)).await?;
+            if collection.is_empty() { &mut default_search } else { &mut named_search }.push(run);
+        }
+    }
+    server.stop().await?;
+    let (search_default, search_named) = (LoadResult::combine(&default_search), LoadResult::combine(&named_search));
+
+    let (ingest_a, ingest_b) = (ingest_default.completed.as_secs_f64(), ingest_named.completed.as_secs_f64());
+    let (search_a, search_b) = (search_default.rate(), search_named.rate());
+    println!("ingest: default {ingest_a:.1} s, {NAMED} {ingest_b:.1} s; search: {search_a:.1} /s, {search_b:.1} /s");
+    let c = args.load.clients;
+    let documents = ingest_default.documents;
+    report.figures([
+        Row::info(format!("ingest {documents} docs, default collection"), ingest_a, "s", format!("{ingest_a:.1} s")),
+        Row::info(format!("ingest {documents} docs, a collection / default"), ingest_b / ingest_a, "x", format!("{ingest_b:.1} s"))
+            .at_most(MAX_COLLECTION_RATIO, format!("<= {MAX_COLLECTION_RATIO} x")),
+        Row::info(format!("Search c={c}, default collection"), search_a, "searches/s", percentiles(&search_default.latency)),
+        Row::info(format!("Search c={c}, default / a collection"), search_a / search_b, "x", percentiles(&search_named.latency))
+            .at_most(MAX_COLLECTION_RATIO, format!("<= {MAX_COLLECTION_RATIO} x (throughput)")),
+        Row::info(
+            format!("Search c={c} p50, a collection / default"),
+            ms(search_named.latency.p50) / ms(search_default.latency.p50).max(1e-6),
+            "x",
+            format!("{:.2} / {:.2} ms", ms(search_named.latency.p50), ms(search_default.latency.p50)),
+        ),
+    ]);
+    Ok(())
+}
