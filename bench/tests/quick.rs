@@ -388,8 +388,8 @@ fn retrieval_measures_each_mode_against_its_yardsticks() {
 fn collections_measures_idle_cost_and_per_collection_work() {
     let run = Run::scenario("collections", &[]);
     run.prints([
-        "start to SERVING, 100 empty collections",
-        "RSS settled, 100 empty collections: extra",
+        "start to SERVING, 30 empty collections",
+        "RSS settled, 30 empty collections: extra",
         "a collection / default",
         "Search c=16, default / a collection",
     ]);

@@ -31,7 +31,8 @@ const MAX_START_SECS: f64 = 1.0;
 const MAX_COLLECTION_RATIO: f64 = 1.05;
 /// Restarts of each side in the idle-cost part.
 const START_ROUNDS: usize = 3;
-/// Settling time before memory is read: the start's background check of the collections ends well before.
+/// Settling time before memory is read: the start's background check of the collections ends well before (the
+/// check of 1,000 takes about 2 s).
 const SETTLE: Duration = Duration::from_secs(3);
 /// Query texts.
 const QUERIES: usize = 500;
@@ -53,7 +54,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let command = common.server_command(common.server_binary()?, vec![]);
     // Read as the server reads its flags: the bench must not run a configuration that would refuse to start.
     ServerConfig::try_parse_from(["embedwire-server".to_string()].iter().chain(&common.server_args))?;
-    let documents = common.pick(2_000, 100);
+    let documents = common.pick(2_000, 60);
     let corpus = args.corpus.select(documents, 0, QUERIES)?;
     let mut report = Report::new(common.results("collections"), "collections")?;
     tokio::runtime::Runtime::new()?.block_on(async {
@@ -65,7 +66,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
 
 /// Part (1): a server on an empty data directory against one on a directory of `EMPTY_COLLECTIONS` collections.
 async fn idle_cost(common: &Common, command: &ServerCommand, report: &mut Report) -> anyhow::Result<()> {
-    let count = common.pick(EMPTY_COLLECTIONS, 100);
+    let count = common.pick(EMPTY_COLLECTIONS, 30);
     let full = fresh_dir("collections");
     let (server, _) = ServerProcess::start_on(command, full.clone(), false).await?;
     let mut admin = CollectionServiceClient::new(server.connect().await?);
@@ -79,11 +80,11 @@ async fn idle_cost(common: &Common, command: &ServerCommand, report: &mut Report
     println!("collections: {count} created ({create_rate:.0}/s), {:.1} MiB with all of them open", mib(open_rss));
 
     let (mut plain, mut many) = (Vec::new(), Vec::new());
-    for round in 0..START_ROUNDS {
+    for round in 0..common.pick(START_ROUNDS, 1) {
         let empty = fresh_dir("collections-none");
         for (side, dir) in [(&mut plain, &empty), (&mut many, &full)] {
             let (server, cold) = ServerProcess::start_on(command, dir.clone(), false).await?;
-            tokio::time::sleep(SETTLE).await;
+            tokio::time::sleep(common.pick(SETTLE, Duration::from_secs(1))).await;
             side.push((cold, rss_bytes(server.pid)?));
             server.stop().await?;
         }
@@ -159,10 +160,10 @@ async fn per_collection(
     let queries: Arc<[String]> = corpus.queries.clone().into();
     let rpc = |collection| Rpc::Search { top_k: args.load.top_k, collection };
     for collection in ["", NAMED] {
-        load::run(&channels, args.load.clients, queries.clone(), rpc(collection), Stop::After(common.warmup(2.0, 0.5)))
+        load::run(&channels, args.load.clients, queries.clone(), rpc(collection), Stop::After(common.warmup(2.0, 0.2)))
             .await?;
     }
-    let round = common.duration(12.0, 2.0) / ROUNDS as u32;
+    let round = common.duration(12.0, 1.2) / ROUNDS as u32;
     let (mut default_search, mut named_search) = (Vec::new(), Vec::new());
     for r in 0..ROUNDS {
         let order = if r % 2 == 0 { ["", NAMED] } else { [NAMED, ""] };

@@ -71,10 +71,24 @@ pub trait CollectionPlaces: Send + Sync + 'static {
         Ok(unfinished.then_some(store))
     }
 
+    /// The index kind and keyword index every collection of this store has, when the
+    /// store decides them (None: each collection chooses).
+    fn fixed_index(&self) -> Option<FixedIndex> {
+        None
+    }
+
     /// The documents of a collection not open here (what its deletion reports).
     async fn document_count(&self, record: &CollectionRecord) -> Result<u64> {
         Ok(self.open(record).await?.stats().await?.documents)
     }
+}
+
+/// How a store that decides them indexes every collection.
+#[derive(Debug, Clone, Copy)]
+pub struct FixedIndex {
+    pub store_kind: &'static str,
+    pub hnsw: bool,
+    pub keyword_index: bool,
 }
 
 /// What every collection's corpus is made with besides its store.
@@ -375,14 +389,36 @@ impl Collections {
                 format!("must be less than chunk_tokens ({chunk_tokens}), not {chunk_overlap_tokens}"),
             ));
         }
+        let (hnsw, keyword_index) = self.index_settings(&request)?;
         Ok(CollectionRecord {
             name: name.to_string(),
             chunk_tokens,
             chunk_overlap_tokens,
-            hnsw: request.hnsw.unwrap_or(self.parts.hnsw),
-            keyword_index: request.keyword_index.unwrap_or(self.parts.keyword_index),
+            hnsw,
+            keyword_index,
             created_at: unix_now(),
         })
+    }
+
+    /// The index kind and keyword index of a new collection: asked for, else the
+    /// server's; a store that decides them refuses another choice (rather than record
+    /// one it does not keep).
+    fn index_settings(&self, request: &CollectionRequest) -> Result<(bool, bool)> {
+        let Some(fixed) = self.places.fixed_index() else {
+            let hnsw = request.hnsw.unwrap_or(self.parts.hnsw);
+            return Ok((hnsw, request.keyword_index.unwrap_or(self.parts.keyword_index)));
+        };
+        if request.hnsw.is_some_and(|hnsw| hnsw != fixed.hnsw) {
+            let kind = if fixed.hnsw { "HNSW" } else { "exact search" };
+            let message = format!("the {} store indexes every collection with {kind}", fixed.store_kind);
+            return Err(Error::invalid("settings.index", message));
+        }
+        if request.keyword_index.is_some_and(|keyword| keyword != fixed.keyword_index) {
+            let has = if fixed.keyword_index { "keeps" } else { "keeps no" };
+            let message = format!("the {} store {has} keyword index for every collection", fixed.store_kind);
+            return Err(Error::invalid("settings.keyword_index", message));
+        }
+        Ok((fixed.hnsw, fixed.keyword_index))
     }
 
     /// Opens the corpus over `store` and starts its runner.

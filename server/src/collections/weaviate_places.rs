@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{CollectionPlaces, CollectionRecord};
+use super::{CollectionPlaces, CollectionRecord, FixedIndex};
 use crate::error::Result;
 use crate::store::CorpusStore;
 use crate::store::weaviate::WeaviateStore;
@@ -36,6 +36,11 @@ impl CollectionPlaces for WeaviatePlaces {
 
     async fn open(&self, record: &CollectionRecord) -> Result<Arc<dyn CorpusStore>> {
         Ok(Arc::new(self.root.open_collection(record).await?))
+    }
+
+    /// HNSW and a keyword index for every collection, as for the default one.
+    fn fixed_index(&self) -> Option<FixedIndex> {
+        Some(FixedIndex { store_kind: "weaviate", hnsw: true, keyword_index: true })
     }
 
     async fn delete(&self, name: &str) -> Result<()> {

@@ -87,6 +87,13 @@ pub async fn shared_by_two_servers(store_flags: Vec<String>) {
     let listed = two.collections.list_collections(ListCollectionsRequest {}).await.unwrap().into_inner();
     let settings = listed.collections.iter().find(|c| c.name == NAME).unwrap().settings.unwrap();
     assert_eq!((settings.chunk_tokens, settings.chunk_overlap_tokens), (Some(64), Some(8)));
+    // The store indexes every collection as it does the default one, and says so.
+    assert_eq!((settings.index(), settings.keyword_index), (CollectionIndex::Hnsw, Some(true)));
+    let exact = CollectionSettings { index: CollectionIndex::Exact as i32, ..Default::default() };
+    let request = CreateCollectionRequest { name: "exact_one".into(), settings: Some(exact) };
+    let refused = one.collections.create_collection(request).await.unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(refused.message().starts_with("settings.index: "), "{}", refused.message());
     assert!(names(&mut one.collections).await.contains(&NAME.to_string()));
 
     // Deleted through the second server: gone through the first too.

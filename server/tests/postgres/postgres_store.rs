@@ -36,7 +36,7 @@ async fn collections_access_matrix() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_during_ingest_into_two_collections_loses_nothing_acknowledged() {
     let flags = [vec!["--backend".to_string(), "pseudo".into()], postgres_flags("killed", "killed")].concat();
-    common::collection_contract::sigkill_during_ingest_into_two_collections(flags, 1_000).await;
+    common::collection_contract::sigkill_during_ingest_into_two_collections(flags, 500).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -87,7 +87,7 @@ async fn collections_access_matrix() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_during_ingest_into_two_collections_loses_nothing_acknowledged() {
     let flags = [vec!["--backend".to_string(), "pseudo".into()], weaviate_flags("killed")].concat();
-    common::collection_contract::sigkill_during_ingest_into_two_collections(flags, 600).await;
+    common::collection_contract::sigkill_during_ingest_into_two_collections(flags, 300).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
