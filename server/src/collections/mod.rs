@@ -207,7 +207,13 @@ impl Collections {
 
     /// [`Collections::refresh`], its caller holding `changes`.
     async fn refresh_locked(&self) -> Result<()> {
-        let records = self.places.list().await?;
+        let mut records = self.places.list().await?;
+        let known: Vec<String> = self.named.read().expect("lock").keys().cloned().collect();
+        if known.iter().any(|name| !records.iter().any(|record| &record.name == name)) {
+            // A collection this server serves is not listed: read again before taking it
+            // for deleted, so that one late replica cannot close a live collection.
+            records = self.places.list().await?;
+        }
         let listed: std::collections::BTreeSet<&str> = records.iter().map(|record| record.name.as_str()).collect();
         let gone: Vec<Arc<Slot>> = {
             let mut named = self.named.write().expect("lock");

@@ -19,8 +19,14 @@ use super::convert::{self, PropertiesBuilder, PropertiesReader};
 use super::schema::{self, Collections};
 use super::{CountState, MAX_RESULTS, WeaviateSettings, WeaviateStore};
 use crate::collections::CollectionRecord;
+use crate::config::Consistency;
 use crate::error::{Error, Result};
 use crate::store::StoreDescription;
+
+/// Registry reads and writes: a majority of each shard's replicas both ways, so that a
+/// server lists a collection as soon as another server's create has answered (a read
+/// of one replica can miss it: a refresh then took a collection just made for deleted).
+const REGISTRY_CONSISTENCY: Consistency = Consistency::Quorum;
 
 impl WeaviateStore {
     /// The registry class.
@@ -35,8 +41,7 @@ impl WeaviateStore {
 
     /// Every named collection, by name.
     pub async fn collection_records(&self) -> Result<Vec<CollectionRecord>> {
-        let request =
-            self.lookup(&self.registry(), None, &["name", "record_json"], MAX_RESULTS, self.settings.read_consistency);
+        let request = self.lookup(&self.registry(), None, &["name", "record_json"], MAX_RESULTS, REGISTRY_CONSISTENCY);
         let mut records = Vec::new();
         for result in self.query("list collections", request).await? {
             let json = PropertiesReader::of(&result).text("record_json");
@@ -50,7 +55,7 @@ impl WeaviateStore {
 
     async fn collection_exists(&self, name: &str) -> Result<bool> {
         let filter = Some(convert::text_equals("name", name));
-        let request = self.lookup(&self.registry(), filter, &["name"], 1, self.settings.read_consistency);
+        let request = self.lookup(&self.registry(), filter, &["name"], 1, REGISTRY_CONSISTENCY);
         Ok(!self.query("find collection", request).await?.is_empty())
     }
 
@@ -74,7 +79,7 @@ impl WeaviateStore {
             ),
             ..Default::default()
         };
-        self.put("create collection", vec![object]).await?;
+        self.put_at("create collection", vec![object], REGISTRY_CONSISTENCY).await?;
         Ok(store)
     }
 

@@ -606,11 +606,19 @@ impl WeaviateStore {
 
     /// Writes objects (created or replaced as a whole) at the write consistency.
     async fn put(&self, operation: &'static str, objects: Vec<pb::BatchObject>) -> Result<()> {
+        self.put_at(operation, objects, self.settings.write_consistency).await
+    }
+
+    /// [`WeaviateStore::put`] at `consistency`.
+    async fn put_at(
+        &self,
+        operation: &'static str,
+        objects: Vec<pb::BatchObject>,
+        consistency: Consistency,
+    ) -> Result<()> {
         for batch in objects.chunks(WRITE_BATCH_OBJECTS) {
-            let request = pb::BatchObjectsRequest {
-                objects: batch.to_vec(),
-                consistency_level: Some(level(self.settings.write_consistency)),
-            };
+            let request =
+                pb::BatchObjectsRequest { objects: batch.to_vec(), consistency_level: Some(level(consistency)) };
             let reply = self
                 .connection
                 .call(operation, |mut c| {
@@ -618,7 +626,7 @@ impl WeaviateStore {
                     async move { c.batch_objects(request).await }
                 })
                 .await
-                .map_err(|e| self.explained(operation, self.settings.write_consistency, e))?;
+                .map_err(|e| self.explained(operation, consistency, e))?;
             if let Some(error) = reply.errors.first() {
                 let failure = Error::Unavailable(format!(
                     "weaviate store: {operation}: {} of {} objects not written, e.g. #{}: {}",
@@ -627,7 +635,7 @@ impl WeaviateStore {
                     error.index,
                     error.error
                 ));
-                return Err(self.explained(operation, self.settings.write_consistency, failure));
+                return Err(self.explained(operation, consistency, failure));
             }
         }
         Ok(())
