@@ -42,7 +42,8 @@ pub fn write_keys_file(dir: &Path, scope: &str) -> PathBuf {
     path
 }
 
-fn with_key<T>(message: T, key: Option<&str>) -> Request<T> {
+/// `message` with `authorization: Bearer KEY` when `key` is given.
+pub fn with_key<T>(message: T, key: Option<&str>) -> Request<T> {
     let mut request = Request::new(message);
     if let Some(key) = key {
         request.metadata_mut().insert("authorization", MetadataValue::try_from(format!("Bearer {key}")).unwrap());
@@ -50,7 +51,8 @@ fn with_key<T>(message: T, key: Option<&str>) -> Request<T> {
     request
 }
 
-fn code<T>(result: Result<T, tonic::Status>) -> Code {
+/// The call's status code (OK for an answer).
+pub fn code<T>(result: Result<T, tonic::Status>) -> Code {
     result.map_or_else(|status| status.code(), |_| Code::Ok)
 }
 

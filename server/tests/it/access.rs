@@ -3,6 +3,7 @@
 
 use crate::common;
 
+use common::collection_access::{code, with_key};
 use common::{InProcessServer, PSEUDO};
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
@@ -20,18 +21,6 @@ const WRONG: &str = "wrong-key-0123456789abcdef";
 
 /// The rpcs that change the index: a read-only key may not call them.
 const WRITES: [&str; 3] = ["Ingest", "IngestStream", "DeleteDocuments"];
-
-fn with_key<T>(message: T, key: Option<&str>) -> Request<T> {
-    let mut request = Request::new(message);
-    if let Some(key) = key {
-        request.metadata_mut().insert("authorization", MetadataValue::try_from(format!("Bearer {key}")).unwrap());
-    }
-    request
-}
-
-fn code<T>(result: Result<T, tonic::Status>) -> Code {
-    result.map_or_else(|status| status.code(), |_| Code::Ok)
-}
 
 /// Calls every rpc of both services once with `key`; returns each rpc's status code.
 async fn call_every_rpc(channel: Channel, key: Option<&str>, job_id: &str) -> Vec<(&'static str, Code)> {
