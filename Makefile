@@ -90,7 +90,8 @@ bench: setup
 ## embedwire-bench store (~20 min: embedded store vs Weaviate 1 and 3 nodes and PostgreSQL, 10k documents)
 ## and embedwire-bench chaos, 100 SIGKILL-and-restart cycles under ingest per store (bench/results/chaos/)
 ## and embedwire-bench retrieval, search quality on SciFact's train split per store and mode (~40 min)
-## and embedwire-bench collections, what named collections cost (~2 min)
+## and embedwire-bench collections, what named collections cost, per store (~2 min embedded, ~3 min PostgreSQL,
+## ~25 min Weaviate: 1,000 collections are 4,000 classes)
 bench-long: setup
 	./target/release/embedwire-bench search
 	./target/release/embedwire-bench overload
@@ -102,3 +103,5 @@ bench-long: setup
 	./target/release/embedwire-bench chaos --store weaviate --cycles 100
 	./target/release/embedwire-bench retrieval
 	./target/release/embedwire-bench collections
+	./target/release/embedwire-bench collections --store postgres
+	./target/release/embedwire-bench collections --store weaviate

@@ -21,6 +21,39 @@ use crate::child_process::{fresh_dir, program_output};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/cluster.sh");
 
+/// Weaviate nodes of a scenario's `--store weaviate`: with the script's replication factor of 2, every shard keeps a
+/// copy while one node is down.
+pub const WEAVIATE_NODES: usize = 3;
+
+/// A scenario's `--store`: where its servers keep documents and vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Store {
+    /// Each server its own embedded index.
+    Embedded,
+    /// A 3-node Weaviate cluster.
+    Weaviate,
+    /// A PostgreSQL primary and a streaming replica the servers read from.
+    Postgres,
+}
+
+impl Store {
+    pub fn kind(self) -> StoreKind {
+        match self {
+            Store::Embedded => StoreKind::Embedded,
+            Store::Weaviate => StoreKind::Weaviate(WEAVIATE_NODES),
+            Store::Postgres => StoreKind::Postgres,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Store::Embedded => "embedded",
+            Store::Weaviate => "weaviate",
+            Store::Postgres => "postgres",
+        }
+    }
+}
+
 /// Which store to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreKind {

@@ -27,7 +27,7 @@ use embedwire_bench::{
     options::{Common, at_least_one, seconds},
     report::{Report, Row, Table},
     server_binary,
-    store_cluster::{SplitBinaries, StoreCluster, StoreKind},
+    store_cluster::{SplitBinaries, Store, StoreCluster, WEAVIATE_NODES},
     wire_count::ByteCounters,
 };
 use embedwire_proto::v1::{
@@ -37,8 +37,6 @@ use embedwire_proto::v1::{
 use serde_json::{Value, json};
 use tonic::transport::{Channel, Endpoint};
 
-/// Weaviate nodes: with the script's replication factor of 2, every shard keeps a copy while one node is down.
-const WEAVIATE_NODES: usize = 3;
 /// Corpus paragraphs the documents cycle through (each document's text is made its own by its number).
 const PARAGRAPHS: (usize, usize) = (3000, 300);
 /// The moment of the kill within a cycle, in ms after the previous restart (full, --quick).
@@ -61,35 +59,6 @@ const RESTART_TRIES: usize = 3;
 const LOG_ERRORS_SHOWN: usize = 5;
 const CYCLE_COLUMNS: &str = "cycle,start_s,kill_after_ms,server,server_pid,store_process,store_pid,\
     server_restart_ms,store_restart_ms,acked_calls,acked_documents,failed_calls,failed_documents,restart_failures";
-
-/// The servers' store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Store {
-    /// Each server its own embedded index.
-    Embedded,
-    /// A 3-node Weaviate cluster (replication factor 2).
-    Weaviate,
-    /// A PostgreSQL primary and a streaming replica the servers read from.
-    Postgres,
-}
-
-impl Store {
-    fn kind(self) -> StoreKind {
-        match self {
-            Store::Embedded => StoreKind::Embedded,
-            Store::Weaviate => StoreKind::Weaviate(WEAVIATE_NODES),
-            Store::Postgres => StoreKind::Postgres,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Store::Embedded => "embedded",
-            Store::Weaviate => "weaviate",
-            Store::Postgres => "postgres",
-        }
-    }
-}
 
 /// Options of the chaos scenario.
 #[derive(Debug, Clone, clap::Args)]

@@ -1,8 +1,11 @@
-//! collections: what named collections cost, at the server's default flags with the real model. (1) Many empty
-//! collections: a server restarted on a data directory holding 1,000 of them against one on an empty directory, its
-//! start to SERVING and its memory once settled (the rounds alternate, medians taken). (2) A collection against the
-//! default one on the same server: the same paragraphs ingested into each, slice by slice, alternating, and Search at
-//! c=16 on the same queries, round by round, alternating. Every target is a ratio in one run, or the bound.
+//! collections: what named collections cost, at the server's default flags with the real model, in the store of
+//! `--store` (embedded by default; weaviate and postgres start a cluster on loopback). (1) Many empty collections: a
+//! server restarted on 1,000 of them against one without any (embedded: an empty data directory; a shared store:
+//! another `--collection` base in the same store), its start to SERVING and its memory once settled (the rounds
+//! alternate, medians taken); with a shared store, also what the collections cost the store (its processes' memory and
+//! its data on disk, before and after making them). (2) A collection against the default one on the same server (with
+//! a shared store, beside the 1,000): the same paragraphs ingested into each, slice by slice, alternating, and Search
+//! at c=16 on the same queries, round by round, alternating. Every target is a ratio in one run, or the bound.
 
 use std::{path::Path, sync::Arc, time::Duration};
 
@@ -13,10 +16,11 @@ use embedwire_bench::{
     ingest::{self, IngestRun},
     latency::ms,
     load::{self, LoadResult, Rpc, Stop},
-    memory::{mib, rss_bytes},
-    options::{Common, SearchLoad, connections},
+    memory::{dir_bytes, mib, private_bytes, rss_bytes, with_children},
+    options::{Common, SearchLoad, at_least_one, connections},
     report::{Report, Row, percentiles},
     server_process::{ServerCommand, ServerProcess},
+    store_cluster::{Store, StoreCluster},
 };
 use embedwire_proto::v1::{CreateCollectionRequest, collection_service_client::CollectionServiceClient};
 use embedwire_server::ServerConfig;
@@ -40,6 +44,8 @@ const QUERIES: usize = 500;
 const ROUNDS: usize = 6;
 /// The named collection of part (2).
 const NAMED: &str = "bench_tenant";
+/// A shared store's `--collection` base without named collections, the "none" side of part (1).
+const BARE_BASE: &str = "bench_bare";
 
 /// Options of the collections scenario.
 #[derive(Debug, Clone, clap::Args)]
@@ -48,27 +54,62 @@ pub struct Args {
     pub corpus: CorpusOptions,
     #[command(flatten)]
     pub load: SearchLoad,
+    /// Where the server keeps its collections: embedded (its data directory), weaviate (a 3-node cluster: a set of
+    /// classes per collection) or postgres (a primary and a replica: a schema per collection).
+    #[arg(long, value_enum, default_value = "embedded")]
+    pub store: Store,
+    /// Empty collections of part (1).
+    #[arg(long, default_value_t = EMPTY_COLLECTIONS, value_parser = at_least_one::<usize>())]
+    pub collections: usize,
 }
 
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
-    let command = common.server_command(common.server_binary()?, vec![]);
+    let cluster = match args.store {
+        Store::Embedded => None,
+        store => Some(StoreCluster::start(store.kind())?.0),
+    };
+    let mut settings = common.clone();
+    settings.server_args = [cluster.as_ref().map(StoreCluster::server_args).unwrap_or_default(), common.server_args.clone()]
+        .concat();
     // Read as the server reads its flags: the bench must not run a configuration that would refuse to start.
-    ServerConfig::try_parse_from(["embedwire-server".to_string()].iter().chain(&common.server_args))?;
+    ServerConfig::try_parse_from(["embedwire-server".to_string()].iter().chain(&settings.server_args))?;
+    let command = settings.server_command(common.server_binary()?, vec![]);
     let documents = common.pick(2_000, 60);
     let corpus = args.corpus.select(documents, 0, QUERIES)?;
-    let mut report = Report::new(common.results("collections"), "collections")?;
-    tokio::runtime::Runtime::new()?.block_on(async {
-        idle_cost(common, &command, &mut report).await?;
+    let folder = match args.store {
+        Store::Embedded => "collections".to_string(),
+        store => format!("collections-{}", store.name()),
+    };
+    let mut report = Report::new(common.results(&folder), &folder)?;
+    let measured = tokio::runtime::Runtime::new()?.block_on(async {
+        idle_cost(common, &args, &command, cluster.as_ref(), &mut report).await?;
         per_collection(common, &args, &command, &corpus, &mut report).await
-    })?;
+    });
+    if let Some(cluster) = cluster {
+        cluster.stop()?;
+    }
+    measured?;
     report.finish()
 }
 
-/// Part (1): a server on an empty data directory against one on a directory of `EMPTY_COLLECTIONS` collections.
-async fn idle_cost(common: &Common, command: &ServerCommand, report: &mut Report) -> anyhow::Result<()> {
-    let count = common.pick(EMPTY_COLLECTIONS, 30);
+/// Part (1): a server on `--collections` empty collections against one without any.
+async fn idle_cost(
+    common: &Common,
+    args: &Args,
+    command: &ServerCommand,
+    cluster: Option<&StoreCluster>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let count = common.pick(args.collections, 30);
+    // What the store's processes hold privately (PostgreSQL's backends included; shared buffers are a fixed size)
+    // and keep on disk.
+    let store_cost = || {
+        let private = |c: &StoreCluster| with_children(&c.pids).iter().map(|&pid| private_bytes(pid).unwrap_or(0)).sum();
+        cluster.map(|c| (private(c), dir_bytes(&c.data_dir())))
+    };
     let full = fresh_dir("collections");
     let (server, _) = ServerProcess::start_on(command, full.clone(), false).await?;
+    let store_before = store_cost();
     let mut admin = CollectionServiceClient::new(server.connect().await?);
     let created = std::time::Instant::now();
     for n in 0..count {
@@ -76,13 +117,28 @@ async fn idle_cost(common: &Common, command: &ServerCommand, report: &mut Report
     }
     let create_rate = count as f64 / created.elapsed().as_secs_f64();
     let open_rss = rss_bytes(server.pid)?;
+    // Read while the server runs, as before: PostgreSQL's backends live as long as its pooled connections.
+    let store_after = store_cost();
     server.stop().await?;
     println!("collections: {count} created ({create_rate:.0}/s), {:.1} MiB with all of them open", mib(open_rss));
 
+    // The side without collections: an empty directory each round, or another base in the shared store (made once
+    // here, so that no round's start includes making its classes).
+    let bare = match cluster {
+        None => command.clone(),
+        Some(_) => {
+            let mut bare = command.clone();
+            bare.args.extend(["--collection".into(), BARE_BASE.into()]);
+            let dir = fresh_dir("collections-none");
+            ServerProcess::start_on(&bare, dir.clone(), false).await?.0.stop().await?;
+            remove(&dir);
+            bare
+        }
+    };
     let (mut plain, mut many) = (Vec::new(), Vec::new());
     for round in 0..common.pick(START_ROUNDS, 1) {
         let empty = fresh_dir("collections-none");
-        for (side, dir) in [(&mut plain, &empty), (&mut many, &full)] {
+        for (side, command, dir) in [(&mut plain, &bare, &empty), (&mut many, command, &full)] {
             let (server, cold) = ServerProcess::start_on(command, dir.clone(), false).await?;
             tokio::time::sleep(common.pick(SETTLE, Duration::from_secs(1))).await;
             side.push((cold, rss_bytes(server.pid)?));
@@ -110,7 +166,7 @@ async fn idle_cost(common: &Common, command: &ServerCommand, report: &mut Report
     let ((plain_start, plain_rss), (many_start, many_rss)) = (median(&plain), median(&many));
     let extra = many_rss - plain_rss;
     report.figures([
-        Row::info(format!("create {count} collections"), create_rate, "collections/s", format!("{create_rate:.0}/s")),
+        Row::info(format!("create {count} collections"), create_rate, "collections/s", format!("{create_rate:.1}/s")),
         Row::info(format!("RSS with {count} collections open"), mib(open_rss), "MiB", format!("{:.1} MiB", mib(open_rss))),
         Row::info("start to SERVING, no collections", plain_start, "s", format!("{plain_start:.3} s (median)")),
         Row::info(format!("start to SERVING, {count} empty collections"), many_start, "s", format!("{many_start:.3} s"))
@@ -119,6 +175,22 @@ async fn idle_cost(common: &Common, command: &ServerCommand, report: &mut Report
         Row::info(format!("RSS settled, {count} empty collections: extra"), extra, "MiB", format!("{extra:+.1} MiB"))
             .at_most(MAX_EXTRA_RSS_MIB, format!("<= {MAX_EXTRA_RSS_MIB} MiB")),
     ]);
+    if let (Some((rss_before, disk_before)), Some((rss_after, disk_after))) = (store_before, store_after) {
+        let per = |before: u64, after: u64| mib(after.saturating_sub(before)) / count as f64;
+        let (rss_each, disk_each) = (per(rss_before, rss_after), per(disk_before, disk_after));
+        report.figures([
+            Row::info(format!("store private memory, {count} empty collections: per collection"), rss_each, "MiB", format!(
+                "{rss_each:.2} MiB ({:.0} -> {:.0} MiB)",
+                mib(rss_before),
+                mib(rss_after)
+            )),
+            Row::info(format!("store data, {count} empty collections: per collection"), disk_each, "MiB", format!(
+                "{disk_each:.2} MiB ({:.0} -> {:.0} MiB)",
+                mib(disk_before),
+                mib(disk_after)
+            )),
+        ]);
+    }
     Ok(())
 }
 

@@ -9,7 +9,7 @@
 
 use std::{
     future::Future,
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -21,7 +21,7 @@ use embedwire_bench::{
     ingest::{self, IngestRun},
     latency::ms,
     load::{self, LoadResult, Rpc, Stop},
-    memory::{mib, rss_bytes},
+    memory::{dir_bytes, mib, rss_bytes, with_children},
     options::{Common, SearchLoad, connections},
     report::{Report, Row, Table, load_average},
     server_process::ServerProcess,
@@ -303,28 +303,6 @@ async fn in_turns<'a, T, F: Future<Output = anyhow::Result<T>> + 'a>(
         }
     }
     Ok(done)
-}
-
-/// `pids` and their children: a PostgreSQL postmaster's backends do the work. (A child that has ended took its CPU
-/// time with it; backends live as long as the server's pooled connections.) RSS summed this way counts shared buffers
-/// once per process that touched them: an upper bound.
-fn with_children(pids: &[u32]) -> Vec<u32> {
-    let children = procfs::process::all_processes().into_iter().flatten().flatten().filter_map(|process| {
-        let stat = process.stat().ok()?;
-        pids.contains(&(stat.ppid as u32)).then_some(stat.pid as u32)
-    });
-    pids.iter().copied().chain(children).collect()
-}
-
-/// The bytes of the files under `dir` (the nodes' data); files gone while read (a compaction) are left out.
-fn dir_bytes(dir: &Path) -> u64 {
-    let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
-    let bytes = |entry: std::fs::DirEntry| match entry.file_type() {
-        Ok(kind) if kind.is_dir() => dir_bytes(&entry.path()),
-        Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |m| m.len()),
-        _ => 0,
-    };
-    entries.map(bytes).sum()
 }
 
 fn figures(args: &Args, documents: usize, queries: usize, stores: &[StoreResult]) -> Vec<Row> {

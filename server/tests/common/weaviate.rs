@@ -416,6 +416,10 @@ fn node_env(name: &str, data: &Path, ports: NodePorts, raft_join: &str, nodes: u
         ("ASYNC_INDEXING", "true".to_string()),
         ("QUEUE_SCHEDULER_INTERVAL", "100ms".to_string()),
         ("ASYNC_INDEXING_STALE_TIMEOUT", "10ms".to_string()),
+        // As `make cluster` runs it (scripts/cluster.sh says why): a small repair hash
+        // tree per shard replica. GraphQL stays on here, unlike there: the fault tests
+        // count one node's own replicas through a GraphQL Aggregate.
+        ("ASYNC_REPLICATION_HASHTREE_HEIGHT", "10".to_string()),
         ("DEFAULT_VECTORIZER_MODULE", "none".to_string()),
         ("DISABLE_TELEMETRY", "true".to_string()),
         ("PERSISTENCE_DATA_PATH", data.display().to_string()),

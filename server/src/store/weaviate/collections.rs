@@ -7,16 +7,20 @@
 //! written; a crash between leaves classes without an object, which the next create of
 //! that name deletes first. Delete: the object first, then the classes.
 //!
-//! One class set per collection suits tens to hundreds of collections; Weaviate's
-//! multi-tenancy would carry thousands of small ones, at the price of a tenant on
-//! every request (not built).
+//! A named collection's classes have one shard each (replicated as the default
+//! collection's are): a shard replica costs a Weaviate node memory, files, goroutines
+//! and background work whether it holds anything or not, and most collections are
+//! small. Measured (`embedwire-bench collections --store weaviate`): 1.4 MiB of memory
+//! per collection per node with the node settings of scripts/cluster.sh; class sets
+//! stop scaling at a few hundred collections (the README has the figures), where
+//! Weaviate's multi-tenancy would be needed (not built).
 
 use std::sync::{Arc, Mutex};
 
 use embedwire_proto::weaviate::v1 as pb;
 
 use super::convert::{self, PropertiesBuilder, PropertiesReader};
-use super::schema::{self, Collections};
+use super::schema::{self, Collections, Layout};
 use super::{CountState, MAX_RESULTS, WeaviateSettings, WeaviateStore};
 use crate::collections::CollectionRecord;
 use crate::config::Consistency;
@@ -95,17 +99,24 @@ impl WeaviateStore {
         self.delete_classes(&Collections::of_collection(&self.names.chunks, name)).await
     }
 
+    /// Deletes those of `names`' classes that exist, side by side: a delete is a Raft
+    /// round even for a class that is not there, so each is looked up first.
     async fn delete_classes(&self, names: &Collections) -> Result<()> {
-        for class in names.all() {
-            self.connection.delete(&format!("/v1/schema/{class}")).await?;
-        }
-        Ok(())
+        let delete = async |class: &str| {
+            let path = format!("/v1/schema/{class}");
+            if self.connection.get_json(&path).await?.is_some() {
+                self.connection.delete(&path).await?;
+            }
+            Ok(())
+        };
+        futures::future::try_join_all(names.all().map(delete)).await.map(drop)
     }
 
-    /// A store over the classes `names` (made here if missing) sharing this one's
-    /// connection, health and server id.
+    /// A store over the classes `names` (made here if missing, one shard each) sharing
+    /// this one's connection, health and server id.
     async fn sibling(&self, names: Collections) -> Result<WeaviateStore> {
-        let ensured = schema::ensure(&self.connection, &names, &self.model, self.layout).await?;
+        let layout = Layout { shards: 1, ..self.layout };
+        let ensured = schema::ensure(&self.connection, &names, &self.model, layout).await?;
         let description = StoreDescription {
             index_id: self.description.index_id.replacen(&self.names.chunks, &names.chunks, 1),
             ..self.description.clone()
@@ -121,7 +132,7 @@ impl WeaviateStore {
             replica_errors: self.replica_errors.clone(),
             keyword: ensured.keyword,
             model: self.model.clone(),
-            layout: self.layout,
+            layout,
         };
         store.refresh_counts().await;
         store.spawn_health_follower(false);

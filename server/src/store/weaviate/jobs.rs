@@ -346,6 +346,7 @@ fn text(properties: &serde_json::Value, name: &str) -> String {
 /// wrote (see [`take_back_refused`]): otherwise its pending documents, of a job that
 /// never existed, stay pending for ever.
 pub async fn create(store: &WeaviateStore, job: JobRecord, documents: Vec<NewDocument>) -> Result<JobRecord> {
+    store.note_write();
     let sequences: Vec<u64> = (0..documents.len() as u64).collect();
     let written = write_new_job(store, &job, documents).await;
     if written.is_err() {
@@ -383,6 +384,7 @@ async fn write_new_job(store: &WeaviateStore, job: &JobRecord, documents: Vec<Ne
 /// A refused append takes back the pending documents it wrote, as a refused create does:
 /// the job's runner would otherwise index documents its caller was told were refused.
 pub async fn append(store: &WeaviateStore, id: &str, documents: Vec<NewDocument>) -> Result<JobRecord> {
+    store.note_write();
     let mut parts = read(store, id).await?.ok_or_else(|| Error::NotFound(format!("job {id} does not exist")))?;
     let first = parts.header.next_sequence;
     let sequences: Vec<u64> = (first..first + documents.len() as u64).collect();
@@ -505,6 +507,7 @@ pub async fn list(store: &WeaviateStore, unfinished_only: bool) -> Result<Vec<Jo
 
 /// Takes or renews a job's lease.
 pub async fn claim(store: &WeaviateStore, id: &str) -> Result<Claim> {
+    store.note_write();
     let Some(parts) = read(store, id).await? else { return Ok(Claim::HeldElsewhere) };
     let now = unix_now();
     let lease = store.settings.job_lease.as_secs_f64();
