@@ -301,9 +301,17 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_HNSW_EF_CONSTRUCTION", default_value_t = 128)]
     pub hnsw_ef_construction: usize,
 
-    /// HNSW: candidate list size while searching (higher: better recall, slower).
-    #[arg(long, env = "EMBEDWIRE_HNSW_EF_SEARCH", default_value_t = 512)]
-    pub hnsw_ef_search: usize,
+    /// HNSW: candidate list size while searching (higher: better recall, slower);
+    /// fixes it, instead of picking it by --hnsw-target-recall.
+    #[arg(long, env = "EMBEDWIRE_HNSW_EF_SEARCH")]
+    pub hnsw_ef_search: Option<usize>,
+
+    /// HNSW (embedded store): the recall@10 the search width is picked for, measured
+    /// on a sample of the index's own vectors at start and whenever the index has
+    /// grown or shrunk by a quarter; Info, GetIndexStats and /metrics show the width
+    /// and the measured recall.
+    #[arg(long, env = "EMBEDWIRE_HNSW_TARGET_RECALL", default_value_t = 0.99)]
+    pub hnsw_target_recall: f64,
 
     /// Most tokens per chunk, special tokens excluded (capped at the model's limit).
     #[arg(long, env = "EMBEDWIRE_CHUNK_TOKENS", default_value_t = 200)]
@@ -534,10 +542,13 @@ impl ServerConfig {
             ("--rerank-max-batch-tokens", self.rerank_max_batch_tokens),
             ("--hnsw-m", self.hnsw_m),
             ("--hnsw-ef-construction", self.hnsw_ef_construction),
-            ("--hnsw-ef-search", self.hnsw_ef_search),
+            ("--hnsw-ef-search", self.hnsw_ef_search.unwrap_or(1)),
         ];
         if let Some((flag, _)) = positive.iter().find(|(_, value)| *value == 0) {
             return Err(format!("{flag} must be at least 1"));
+        }
+        if !(self.hnsw_target_recall > 0.0 && self.hnsw_target_recall <= 1.0) {
+            return Err(format!("--hnsw-target-recall must be in (0, 1], not {}", self.hnsw_target_recall));
         }
         if self.intra_op_threads == Some(0) {
             return Err("--intra-op-threads must be at least 1".into());

@@ -188,6 +188,26 @@ impl Collector for ServerMetrics {
                     ],
                 )?;
             }
+            if let Some(hnsw) = corpus.hnsw_search() {
+                encode_all(
+                    &mut encoder,
+                    &[(
+                        "embedwire_hnsw_ef_search",
+                        "The HNSW index's search width in force (picked by measured recall unless --hnsw-ef-search)",
+                        &ConstGauge::new(hnsw.ef_search as i64),
+                    )],
+                )?;
+                if let Some(recall) = hnsw.estimated_recall {
+                    encode_all(
+                        &mut encoder,
+                        &[(
+                            "embedwire_hnsw_estimated_recall",
+                            "Recall@10 of the HNSW index at its search width, measured on its own vectors",
+                            &ConstGauge::new(recall),
+                        )],
+                    )?;
+                }
+            }
         }
         Ok(())
     }

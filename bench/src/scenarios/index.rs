@@ -1,5 +1,6 @@
 //! index: the vector index alone, no server and no model, so that its share of a search is judged apart: exact search
-//! (on one thread and on two) and HNSW (build, recall@10 against exact, latency per `ef_search`). Latency is of one
+//! (on one thread and on two) and HNSW (build, recall@10 against exact, latency per `ef_search`, and the width the
+//! server picks by measured recall at its default `--hnsw-target-recall`, with the recall the bench's queries get). Latency is of one
 //! query at a time; q/s of searchers sharing the index behind an `RwLock`, as in the server. The vectors are
 //! clustered like real embeddings; the queries continue the same generator (new texts on known topics).
 
@@ -14,7 +15,8 @@ use embedwire_bench::{
     options::{Common, at_least_one},
     report::{Bound, Report, Row, Table},
 };
-use embedwire_server::index::{ChunkId, IndexKind, IndexParams, VectorIndex, synthetic::Clustered};
+use anyhow::Context;
+use embedwire_server::index::{ChunkId, IndexKind, IndexParams, VectorIndex, recall::pick_ef, synthetic::Clustered};
 
 /// Exact search p50 (search step alone), judged up to this many stored vectors.
 const EXACT_P50_MS: f64 = 5.0;
@@ -22,6 +24,10 @@ const EXACT_TARGET_MAX_SIZE: usize = 100_000;
 /// HNSW recall@10 against exact search, and p50, at every size.
 const HNSW_MIN_RECALL: f64 = 0.95;
 const HNSW_P50_MS: f64 = 5.0;
+/// The server's default `--hnsw-target-recall`, and the bounds on the width it picks: recall@10 of the
+/// bench's queries and p50, up to 100k vectors and at 1M.
+const TARGET_RECALL: f64 = 0.99;
+const PICKED_BOUNDS: [(usize, f64, f64); 2] = [(100_000, 0.99, 0.4), (1_000_000, 0.95, 1.0)];
 /// HNSW build time, judged at this many vectors; smaller builds are extrapolated to it.
 const HNSW_BUILD_SECS: f64 = 600.0;
 const HNSW_BUILD_TARGET_SIZE: usize = 1_000_000;
@@ -53,8 +59,8 @@ pub struct Args {
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let defaults = IndexParams::default();
     let sizes = if args.sizes.is_empty() { common.pick(vec![100_000, 1_000_000], vec![5_000]) } else { args.sizes };
-    // The server's ef_search first: it also gets the throughput run.
-    let ef_searches = common.pick(vec![defaults.ef_search, 64, 256, 512], vec![defaults.ef_search]);
+    // Fixed widths, after the server's picked one (which also gets the throughput run).
+    let fixed_widths = common.pick(vec![64, 128, 256, 512], vec![64]);
     let (queries, run_time) = (common.pick(QUERIES.0, QUERIES.1), common.duration(3.0, 0.5));
     let (m, efc) = (defaults.m, defaults.ef_construction);
     let mut report = Report::new(common.results(""), "index_bench")?;
@@ -88,7 +94,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             add(figure(format!("exact q/s, {SEARCHERS} searchers ({scan})"), qps, "q/s", 0, None));
             add(figure(format!("exact load ({scan})"), load_secs, "s", 2, None));
         }
-        let (mut index, build) = load(IndexKind::Hnsw, IndexParams { ef_search: ef_searches[0], ..defaults })?;
+        let (mut index, build) = load(IndexKind::Hnsw, defaults)?;
         println!("size {size}: hnsw built in {build:.1} s (m {m}, ef_construction {efc})");
         // Smaller builds scaled as n log n: each insertion searches a graph growing logarithmically deep.
         let n_log_n = |n: usize| n as f64 * (n as f64).ln();
@@ -100,6 +106,19 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             build_row.measured += &format!(" (~{extrapolated:.0} s at {HNSW_BUILD_TARGET_SIZE}, n log n)");
         }
         add(build_row);
+        // As the server picks it at start (`--hnsw-target-recall`), on its own sample of the stored vectors.
+        let started = Instant::now();
+        let picked = pick_ef(&|work| work(&index), TARGET_RECALL).context("an HNSW index of vectors has a pick")?;
+        let pick_secs = started.elapsed().as_secs_f64();
+        println!(
+            "size {size}: picked ef_search {} in {pick_secs:.1} s (its estimate of recall@10 {:.4}, target {TARGET_RECALL})",
+            picked.ef, picked.recall
+        );
+        add(figure(format!("hnsw picked ef (target {TARGET_RECALL})"), picked.ef as f64, "", 0, None));
+        add(figure("hnsw picked ef: estimated recall@10".into(), picked.recall, "", 4, None));
+        add(figure("hnsw picked ef: time to pick".into(), pick_secs, "s", 1, None));
+        let mut ef_searches = vec![picked.ef];
+        ef_searches.extend(fixed_widths.iter().filter(|&&ef| ef != picked.ef));
         let mut settings = Vec::new();
         for &ef in &ef_searches {
             index.set_ef_search(ef);
@@ -108,15 +127,21 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             println!("size {size}: hnsw ef_search {ef}: recall@{K} {recall:.4}, p50 {:.2} ms", ms(latency.p50));
             settings.push((ef, latency, recall));
         }
-        // At the first (the configured) ef_search; the run consumes the index.
+        // At the picked width; the run consumes the index.
         index.set_ef_search(ef_searches[0]);
         let mut qps = Some(throughput(index, &queries, run_time)?);
-        for (ef, latency, recall) in settings {
-            add(figure(format!("hnsw recall@10 (ef {ef})"), recall, "", 4, Some(Bound::AtLeast(HNSW_MIN_RECALL))));
-            add(figure(format!("hnsw p50 (ef {ef})"), ms(latency.p50), "ms", 2, Some(Bound::AtMost(HNSW_P50_MS))));
-            add(figure(format!("hnsw p95 (ef {ef})"), ms(latency.p95), "ms", 2, None));
+        let picked_bound = PICKED_BOUNDS.iter().find(|(up_to, _, _)| size <= *up_to);
+        for (position, (ef, latency, recall)) in settings.into_iter().enumerate() {
+            let name = if position == 0 { format!("picked ef {ef}") } else { format!("ef {ef}") };
+            let (recall_bound, p50_bound) = match (position, picked_bound) {
+                (0, Some(&(_, recall, p50))) => (recall, p50),
+                _ => (HNSW_MIN_RECALL, HNSW_P50_MS),
+            };
+            add(figure(format!("hnsw recall@10 ({name})"), recall, "", 4, Some(Bound::AtLeast(recall_bound))));
+            add(figure(format!("hnsw p50 ({name})"), ms(latency.p50), "ms", 2, Some(Bound::AtMost(p50_bound))));
+            add(figure(format!("hnsw p95 ({name})"), ms(latency.p95), "ms", 2, None));
             if let Some(qps) = qps.take() {
-                add(figure(format!("hnsw q/s, {SEARCHERS} searchers (ef {ef})"), qps, "q/s", 0, None));
+                add(figure(format!("hnsw q/s, {SEARCHERS} searchers ({name})"), qps, "q/s", 0, None));
             }
         }
     }

@@ -213,6 +213,11 @@ impl Corpus {
         self.store.cached_counts()
     }
 
+    /// How its HNSW index searches (None for exact search and shared stores).
+    pub fn hnsw_search(&self) -> Option<crate::store::HnswSearch> {
+        self.store.hnsw_search()
+    }
+
     /// What the index holds.
     pub async fn stats(self: &Arc<Self>) -> Result<IndexStats> {
         self.store.stats().await

@@ -87,6 +87,24 @@ impl HnswIndex {
         self.ef_search = ef_search.max(1);
     }
 
+    pub fn ef_search(&self) -> usize {
+        self.ef_search
+    }
+
+    /// The live vectors, by row (rows move when vectors are removed).
+    pub fn rows(&self) -> &Rows {
+        &self.rows
+    }
+
+    /// The ids of the `k` nearest live vectors the graph finds at search width `ef`
+    /// (for measuring recall: no filter, no scores).
+    pub fn neighbours_at(&self, query: &[f32], k: usize, ef: usize) -> Vec<ChunkId> {
+        if k == 0 || self.rows.len() == 0 {
+            return Vec::new();
+        }
+        self.search_live(query, k, ef)
+    }
+
     pub fn get(&self, id: ChunkId) -> Option<&[f32]> {
         self.rows.get(id)
     }
@@ -136,7 +154,7 @@ impl HnswIndex {
         }
         let ids = match filter {
             Some(filter) => self.search_filtered(query, k, filter),
-            None => self.search_live(query, k),
+            None => self.search_live(query, k, self.ef_search),
         };
         let floor = min_score.unwrap_or(f32::NEG_INFINITY);
         let mut hits: Vec<(ChunkId, f32)> = ids
@@ -155,12 +173,12 @@ impl HnswIndex {
     /// its filtered search never stops early) over-fetching by the share of
     /// tombstones, and fetching more in the rare case that still leaves fewer than
     /// `k` live hits.
-    fn search_live(&self, query: &[f32], k: usize) -> Vec<ChunkId> {
+    fn search_live(&self, query: &[f32], k: usize, ef_search: usize) -> Vec<ChunkId> {
         let nodes = self.slots.len();
         let mut fetch = (k * nodes).div_ceil(self.rows.len()) + if self.tombstones() > 0 { 8 } else { 0 };
         loop {
             let fetch_now = fetch.min(nodes);
-            let neighbours = self.graph.search(query, fetch_now, self.ef_search.max(fetch_now));
+            let neighbours = self.graph.search(query, fetch_now, ef_search.max(fetch_now));
             let live: Vec<ChunkId> = neighbours.iter().filter_map(|n| self.slots[n.d_id]).take(k).collect();
             if live.len() >= k.min(self.rows.len()) || fetch_now == nodes {
                 return live;

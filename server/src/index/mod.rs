@@ -17,12 +17,15 @@
 //! - `quantize`: int8 codes and the bound on their score error.
 //! - `kernels`: SIMD dot products with run-time CPU detection.
 //! - `top_k`: the bounded best-k selection.
+//! - [`recall`]: HNSW's recall measured on the index's own vectors (how `ef_search`
+//!   is chosen).
 //! - [`synthetic`]: seeded clustered embeddings for tests and `index-bench`.
 
 mod exact;
 mod hnsw;
 mod kernels;
 mod quantize;
+pub mod recall;
 mod rows;
 pub mod synthetic;
 mod top_k;
@@ -182,6 +185,48 @@ impl VectorIndex {
     pub fn set_ef_search(&mut self, ef_search: usize) {
         if let Kind::Hnsw(index) = &mut self.kind {
             index.set_ef_search(ef_search);
+        }
+    }
+
+    /// The HNSW search width in force (None for exact search).
+    pub fn ef_search(&self) -> Option<usize> {
+        match &self.kind {
+            Kind::Exact(_) => None,
+            Kind::Hnsw(index) => Some(index.ef_search()),
+        }
+    }
+
+    /// HNSW: the `k` nearest ids the graph finds at width `ef` (None for exact
+    /// search), for [`recall`].
+    pub fn neighbours_at(&self, query: &[f32], k: usize, ef: usize) -> Option<Vec<ChunkId>> {
+        match &self.kind {
+            Kind::Exact(_) => None,
+            Kind::Hnsw(index) => Some(index.neighbours_at(query, k, ef)),
+        }
+    }
+
+    /// Rows of live vectors, for a scan in blocks ([`recall::ExactNeighbours`]); HNSW
+    /// only (the exact index keeps its rows in its own layout): 0 for exact.
+    pub fn row_count(&self) -> usize {
+        match &self.kind {
+            Kind::Exact(_) => 0,
+            Kind::Hnsw(index) => index.rows().len(),
+        }
+    }
+
+    /// The id in row `row` (see [`VectorIndex::row_count`]).
+    pub fn row_id(&self, row: usize) -> Option<ChunkId> {
+        match &self.kind {
+            Kind::Hnsw(index) if row < index.rows().len() => Some(index.rows().id(row)),
+            _ => None,
+        }
+    }
+
+    /// The vector in row `row` (see [`VectorIndex::row_count`]).
+    pub fn row_vector(&self, row: usize) -> Option<&[f32]> {
+        match &self.kind {
+            Kind::Hnsw(index) if row < index.rows().len() => Some(index.rows().vector(row)),
+            _ => None,
         }
     }
 

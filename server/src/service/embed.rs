@@ -143,7 +143,8 @@ impl EmbedService for EmbedApi {
             wire::set_admission(limits, admission);
         }
         if let Some(corpus) = self.corpus.get() {
-            response.store = Some(wire::store_info(corpus.store_description(), &corpus.store_health().await));
+            let health = corpus.store_health().await;
+            response.store = Some(wire::store_info(corpus.store_description(), &health, corpus.hnsw_search()));
         }
         if let Some(rerank) = self.rerank.get() {
             response.rerank_scorer = rerank.scorer_name();

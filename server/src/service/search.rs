@@ -236,7 +236,8 @@ impl SearchService for SearchApi {
         let grant = Grant::of(request.extensions()).cloned();
         let corpus = self.corpus(grant.as_ref(), &request.into_inner().collection).await?;
         let stats = corpus.stats().await?;
-        Ok(self.tagged(&corpus, convert::index_stats_to_wire(stats, corpus.index_kind_name())))
+        let wire = convert::index_stats_to_wire(stats, corpus.index_kind_name(), corpus.hnsw_search());
+        Ok(self.tagged(&corpus, wire))
     }
 }
 

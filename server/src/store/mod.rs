@@ -116,6 +116,20 @@ pub struct IndexStats {
     pub accuracy: CountAccuracy,
 }
 
+/// How an HNSW index searches: its width and, when the width is picked by measured
+/// recall (`--hnsw-target-recall`), the target and the last measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct HnswSearch {
+    pub ef_search: usize,
+    /// None when `--hnsw-ef-search` fixes the width.
+    pub target_recall: Option<f64>,
+    /// Recall@10 measured at `ef_search` on the index's own vectors; None before the
+    /// first measurement.
+    pub estimated_recall: Option<f64>,
+    /// Vectors in the index when it was measured.
+    pub measured_at_vectors: u64,
+}
+
 /// Sizes of the searchable index, known without a round trip (for metrics).
 #[derive(Debug, Clone, Default)]
 pub struct ViewCounts {
@@ -267,6 +281,12 @@ pub trait CorpusStore: Send + Sync + 'static {
 
     /// Sizes known without a round trip (the last seen, for a remote store).
     fn cached_counts(&self) -> ViewCounts;
+
+    /// How its HNSW index searches; None for exact search and for stores that keep
+    /// their index elsewhere (Weaviate and PostgreSQL tune their own).
+    fn hnsw_search(&self) -> Option<HnswSearch> {
+        None
+    }
 
     /// The best chunks for one query vector, best first.
     async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>>;

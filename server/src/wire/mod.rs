@@ -9,7 +9,7 @@ use embedwire_proto::v1::{
     EmbedRequest, EmbedResponse, EmbeddingDtype, InfoResponse, Limits, StoreInfo, StoreNode, TokenizedInput, Usage,
 };
 
-use crate::store::{StoreDescription, StoreHealth};
+use crate::store::{HnswSearch, StoreDescription, StoreHealth};
 use embedwire_proto::{transport, vectors};
 
 use crate::backend::RawEmbeddings;
@@ -200,7 +200,7 @@ pub fn set_admission(limits: &mut Limits, admission: Admission) {
 }
 
 /// The store part of Info.
-pub fn store_info(description: &StoreDescription, health: &StoreHealth) -> StoreInfo {
+pub fn store_info(description: &StoreDescription, health: &StoreHealth, hnsw: Option<HnswSearch>) -> StoreInfo {
     StoreInfo {
         kind: description.kind.to_string(),
         shared: description.shared,
@@ -211,6 +211,17 @@ pub fn store_info(description: &StoreDescription, health: &StoreHealth) -> Store
             .iter()
             .map(|node| StoreNode { name: node.name.clone(), address: node.address.clone(), healthy: node.healthy })
             .collect(),
+        hnsw: hnsw.map(hnsw_search_to_wire),
+    }
+}
+
+/// How an HNSW index searches, on the wire (0 for what is not known or not set).
+pub fn hnsw_search_to_wire(hnsw: HnswSearch) -> embedwire_proto::v1::HnswSearch {
+    embedwire_proto::v1::HnswSearch {
+        ef_search: u32::try_from(hnsw.ef_search).unwrap_or(u32::MAX),
+        target_recall: hnsw.target_recall.unwrap_or_default(),
+        estimated_recall: hnsw.estimated_recall.unwrap_or_default(),
+        measured_at_vectors: hnsw.measured_at_vectors,
     }
 }
 

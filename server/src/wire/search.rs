@@ -11,13 +11,13 @@ use crate::corpus::filter::{Condition, Filter};
 use crate::corpus::fusion::Fusion;
 use crate::corpus::search::{Hit, Query, SearchMode, SearchParams};
 use crate::error::{Error, Result};
-use crate::store::{CountAccuracy, DocumentRecord, IndexStats, JobRecord, JobState, NewDocument};
+use crate::store::{CountAccuracy, DocumentRecord, HnswSearch, IndexStats, JobRecord, JobState, NewDocument};
 
 /// The default number of hits per query, as the /v1 HTTP API has it.
 pub const DEFAULT_TOP_K: usize = 5;
 
 /// Index statistics on the wire, with how far their counts can be trusted.
-pub fn index_stats_to_wire(stats: IndexStats, index_kind: &str) -> pb::GetIndexStatsResponse {
+pub fn index_stats_to_wire(stats: IndexStats, index_kind: &str, hnsw: Option<HnswSearch>) -> pb::GetIndexStatsResponse {
     let (accuracy, age_ms) = match &stats.accuracy {
         CountAccuracy::Exact => (pb::CountAccuracy::Exact, 0),
         CountAccuracy::LastExact { counted_at, .. } => {
@@ -34,6 +34,7 @@ pub fn index_stats_to_wire(stats: IndexStats, index_kind: &str) -> pb::GetIndexS
         counts_accuracy: accuracy as i32,
         counts_age_ms: age_ms,
         counts_detail: stats.accuracy.reason().unwrap_or_default().to_string(),
+        hnsw: hnsw.map(super::hnsw_search_to_wire),
     }
 }
 

@@ -25,6 +25,7 @@ mod crash;
 mod custom_model;
 mod embed_rpc;
 mod external_clients;
+mod hnsw;
 mod keyword_index;
 mod lifecycle;
 mod metrics;

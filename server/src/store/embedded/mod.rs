@@ -6,8 +6,10 @@
 //!
 //! Writes (indexing, deletes) commit to the file first and then update the view and
 //! the keyword index, one at a time under `write_gate`. Searches only take the view's
-//! read lock, held for the index scan alone: never across a disk write.
+//! read lock, held for the index scan alone: never across a disk write. An HNSW index
+//! picks its search width by measured recall in the background ([`ef_tuning`]).
 
+mod ef_tuning;
 pub mod keyword;
 pub mod redb_file;
 pub mod view;
@@ -17,13 +19,15 @@ use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 
+use self::ef_tuning::EfTuner;
+pub use self::ef_tuning::START_EF;
 use self::keyword::{KeywordChanges, KeywordChunk, KeywordIndex};
 use self::redb_file::{IndexChanges, Store};
 use self::view::IndexView;
 use super::HitContent;
 use super::{
-    Claim, CorpusStore, CountAccuracy, DocumentRecord, IndexStats, IndexedDocument, JobChange, JobRecord, KeywordQuery,
-    NewDocument, StoreDescription, StoreHealth, StoreQuery, StoredHit, ViewCounts,
+    Claim, CorpusStore, CountAccuracy, DocumentRecord, HnswSearch, IndexStats, IndexedDocument, JobChange, JobRecord,
+    KeywordQuery, NewDocument, StoreDescription, StoreHealth, StoreQuery, StoredHit, ViewCounts,
 };
 use crate::corpus::filter::Filter;
 use crate::corpus::text::ContentHash;
@@ -40,6 +44,9 @@ pub struct EmbeddedSettings {
     pub cache_bytes: usize,
     /// Whether to keep the keyword index (`--keyword-index`).
     pub keyword_index: bool,
+    /// HNSW: the recall@10 its search width is picked for (`--hnsw-target-recall`);
+    /// None when `--hnsw-ef-search` fixes the width.
+    pub hnsw_target_recall: Option<f64>,
 }
 
 /// The keyword index's directory in the data directory.
@@ -55,6 +62,8 @@ pub struct EmbeddedStore {
     /// applies changes in commit order.
     write_gate: tokio::sync::Mutex<()>,
     description: StoreDescription,
+    /// Picks HNSW's search width by measured recall (HNSW with a target only).
+    ef_tuner: Option<Arc<EfTuner>>,
 }
 
 impl EmbeddedStore {
@@ -98,12 +107,22 @@ impl EmbeddedStore {
                 IndexKind::Hnsw => "hnsw",
             },
         };
+        let vectors = view.index.len();
+        let view = Arc::new(RwLock::new(view));
+        let ef_tuner = match (settings.index_kind, settings.hnsw_target_recall) {
+            (IndexKind::Hnsw, Some(target)) => Some(EfTuner::new(target)),
+            _ => None,
+        };
+        if let Some(tuner) = &ef_tuner {
+            tuner.maybe_pick(&view, vectors);
+        }
         Ok(EmbeddedStore {
             file: Arc::new(file),
-            view: Arc::new(RwLock::new(view)),
+            view,
             keywords: keywords.map(Arc::new),
             write_gate: tokio::sync::Mutex::new(()),
             description,
+            ef_tuner,
         })
     }
 
@@ -141,6 +160,11 @@ impl EmbeddedStore {
         let mut view = self.view.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Err(error) = view.apply(changes) {
             tracing::error!(%error, "the index refused committed vectors; it is rebuilt from the store at the next start");
+        }
+        let vectors = view.index.len();
+        drop(view);
+        if let Some(tuner) = &self.ef_tuner {
+            tuner.maybe_pick(&self.view, vectors);
         }
     }
 
@@ -314,6 +338,14 @@ impl CorpusStore for EmbeddedStore {
         let (unique_vectors, pending_documents) =
             self.with_file(|file| Ok((file.vector_count()?, file.pending_count()?))).await?;
         Ok(IndexStats { documents, chunks, unique_vectors, pending_documents, accuracy })
+    }
+
+    fn hnsw_search(&self) -> Option<HnswSearch> {
+        let ef_search = self.read_view().index.ef_search()?;
+        Some(match &self.ef_tuner {
+            Some(tuner) => tuner.report(ef_search),
+            None => HnswSearch { ef_search, ..HnswSearch::default() },
+        })
     }
 
     fn cached_counts(&self) -> ViewCounts {

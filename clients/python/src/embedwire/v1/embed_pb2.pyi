@@ -149,18 +149,32 @@ class InfoResponse(_message.Message):
     def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., pooling: _Optional[str] = ..., backend: _Optional[str] = ..., dtypes: _Optional[_Iterable[_Union[EmbeddingDtype, str]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., version: _Optional[str] = ..., store: _Optional[_Union[StoreInfo, _Mapping]] = ..., precision: _Optional[str] = ..., rerank_scorer: _Optional[str] = ...) -> None: ...
 
 class StoreInfo(_message.Message):
-    __slots__ = ("kind", "shared", "index_id", "healthy", "nodes")
+    __slots__ = ("kind", "shared", "index_id", "healthy", "nodes", "hnsw")
     KIND_FIELD_NUMBER: _ClassVar[int]
     SHARED_FIELD_NUMBER: _ClassVar[int]
     INDEX_ID_FIELD_NUMBER: _ClassVar[int]
     HEALTHY_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
+    HNSW_FIELD_NUMBER: _ClassVar[int]
     kind: str
     shared: bool
     index_id: str
     healthy: bool
     nodes: _containers.RepeatedCompositeFieldContainer[StoreNode]
-    def __init__(self, kind: _Optional[str] = ..., shared: _Optional[bool] = ..., index_id: _Optional[str] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[StoreNode, _Mapping]]] = ...) -> None: ...
+    hnsw: HnswSearch
+    def __init__(self, kind: _Optional[str] = ..., shared: _Optional[bool] = ..., index_id: _Optional[str] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[StoreNode, _Mapping]]] = ..., hnsw: _Optional[_Union[HnswSearch, _Mapping]] = ...) -> None: ...
+
+class HnswSearch(_message.Message):
+    __slots__ = ("ef_search", "target_recall", "estimated_recall", "measured_at_vectors")
+    EF_SEARCH_FIELD_NUMBER: _ClassVar[int]
+    TARGET_RECALL_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_RECALL_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_AT_VECTORS_FIELD_NUMBER: _ClassVar[int]
+    ef_search: int
+    target_recall: float
+    estimated_recall: float
+    measured_at_vectors: int
+    def __init__(self, ef_search: _Optional[int] = ..., target_recall: _Optional[float] = ..., estimated_recall: _Optional[float] = ..., measured_at_vectors: _Optional[int] = ...) -> None: ...
 
 class StoreNode(_message.Message):
     __slots__ = ("name", "address", "healthy")

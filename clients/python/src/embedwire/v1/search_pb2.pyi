@@ -375,7 +375,7 @@ class GetIndexStatsRequest(_message.Message):
     def __init__(self, collection: _Optional[str] = ...) -> None: ...
 
 class GetIndexStatsResponse(_message.Message):
-    __slots__ = ("document_count", "chunk_count", "unique_vector_count", "pending_documents", "index_kind", "counts_accuracy", "counts_age_ms", "counts_detail")
+    __slots__ = ("document_count", "chunk_count", "unique_vector_count", "pending_documents", "index_kind", "counts_accuracy", "counts_age_ms", "counts_detail", "hnsw")
     DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
     UNIQUE_VECTOR_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -384,6 +384,7 @@ class GetIndexStatsResponse(_message.Message):
     COUNTS_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     COUNTS_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     COUNTS_DETAIL_FIELD_NUMBER: _ClassVar[int]
+    HNSW_FIELD_NUMBER: _ClassVar[int]
     document_count: int
     chunk_count: int
     unique_vector_count: int
@@ -392,4 +393,5 @@ class GetIndexStatsResponse(_message.Message):
     counts_accuracy: CountAccuracy
     counts_age_ms: int
     counts_detail: str
-    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., unique_vector_count: _Optional[int] = ..., pending_documents: _Optional[int] = ..., index_kind: _Optional[str] = ..., counts_accuracy: _Optional[_Union[CountAccuracy, str]] = ..., counts_age_ms: _Optional[int] = ..., counts_detail: _Optional[str] = ...) -> None: ...
+    hnsw: _embed_pb2.HnswSearch
+    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., unique_vector_count: _Optional[int] = ..., pending_documents: _Optional[int] = ..., index_kind: _Optional[str] = ..., counts_accuracy: _Optional[_Union[CountAccuracy, str]] = ..., counts_age_ms: _Optional[int] = ..., counts_detail: _Optional[str] = ..., hnsw: _Optional[_Union[_embed_pb2.HnswSearch, _Mapping]] = ...) -> None: ...
