@@ -174,6 +174,9 @@ fn run_sh_runs_the_scenarios_of_make_bench_and_writes_the_report() {
     let index = run.csv("index/index_bench.csv", "figure,size,value,unit,target,result");
     assert!(index.iter().any(|row| row[..2] == ["exact q/s, 2 searchers (scan x1)", "5000"]), "{index:?}");
     assert!(index.iter().any(|row| row[0].starts_with("hnsw recall@10") && !row[5].is_empty()), "{index:?}");
+    // The width the server would pick by measured recall, and the recall the bench's queries get at it.
+    assert!(index.iter().any(|row| row[0].starts_with("hnsw picked ef (target")), "{index:?}");
+    assert!(index.iter().any(|row| row[0].starts_with("hnsw recall@10 (picked ef") && !row[5].is_empty()), "{index:?}");
 
     // rerank: the ceiling, then concurrency 1 and 4 for each scorer, every point with answers.
     run.prints(["in-process batch-20 call p50", "cross-encoder pairs/s (lowest c)", "bi-encoder pairs/s (best c)"]);
