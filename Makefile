@@ -96,7 +96,7 @@ bench-long: setup
 	./target/release/embedwire-bench search
 	./target/release/embedwire-bench overload
 	./target/release/embedwire-bench soak
-	./target/release/embedwire-bench index --sizes 1000000
+	./target/release/embedwire-bench index --sizes 1000000 --dataset ../shared/data/scifact-train
 	./target/release/embedwire-bench store
 	./target/release/embedwire-bench chaos --store embedded --cycles 100
 	./target/release/embedwire-bench chaos --store postgres --cycles 100

@@ -189,3 +189,18 @@ mod tests {
         assert_eq!(ranked, ["a", "b", "c"]);
     }
 }
+
+/// `texts` embedded by the server on `channel` (Embed, f32, 32 texts per call), one row each.
+pub async fn embed_texts(channel: &tonic::transport::Channel, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
+    use embedwire_proto::v1::{EmbedRequest, EmbeddingDtype, embed_service_client::EmbedServiceClient};
+    let mut client = EmbedServiceClient::new(channel.clone()).max_decoding_message_size(64 << 20);
+    let mut rows = Vec::with_capacity(texts.len());
+    for batch in texts.chunks(32) {
+        let request =
+            EmbedRequest { inputs: batch.to_vec(), dtype: EmbeddingDtype::Float32 as i32, ..Default::default() };
+        let response = client.embed(request).await.context("Embed")?.into_inner();
+        let values = embedwire_proto::vectors::f32_from_le_bytes(&response.embeddings);
+        rows.extend(values.chunks_exact(response.dim as usize).map(<[f32]>::to_vec));
+    }
+    Ok(rows)
+}

@@ -2,7 +2,9 @@
 //! (on one thread and on two) and HNSW (build, recall@10 against exact, latency per `ef_search`, and the width the
 //! server picks by measured recall at its default `--hnsw-target-recall`, with the recall the bench's queries get). Latency is of one
 //! query at a time; q/s of searchers sharing the index behind an `RwLock`, as in the server. The vectors are
-//! clustered like real embeddings; the queries continue the same generator (new texts on known topics).
+//! clustered like real embeddings; the queries continue the same generator (new texts on known topics). With
+//! `--dataset`, the width is also picked on the vectors of a real corpus: a BEIR folder's documents and queries embedded
+//! by the server at its default flags, the queries' recall@10 measured against exact search.
 
 use std::{
     fmt::Display,
@@ -11,7 +13,9 @@ use std::{
 };
 
 use embedwire_bench::{
+    beir::{self, Dataset},
     latency::{LatencySummary, ms},
+    server_process::ServerProcess,
     options::{Common, at_least_one},
     report::{Bound, Report, Row, Table},
 };
@@ -54,6 +58,10 @@ pub struct Args {
     /// Collection sizes, comma-separated [default: 100000,1000000; --quick: 5000].
     #[arg(long, env = "INDEX_BENCH_SIZES", value_delimiter = ',', value_parser = at_least_one::<usize>())]
     pub sizes: Vec<usize>,
+    /// A BEIR-format folder (corpus.jsonl, queries.jsonl, qrels/train.tsv) whose documents and judged queries the
+    /// server embeds, to pick the width on real vectors too (e.g. ../shared/data/scifact-train) [default: none].
+    #[arg(long)]
+    pub dataset: Option<std::path::PathBuf>,
 }
 
 pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
@@ -146,6 +154,11 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
         }
     }
 
+    if let Some(dir) = &args.dataset {
+        let (size, rows) = real_corpus(common, dir)?;
+        figures.extend(rows.into_iter().map(|row| (size, row)));
+    }
+
     let mut table = Table::new("figure,size,value,unit,target,result");
     let names = ["quick", "dim", "clusters", "spread", "noise_rank", "seed", "queries", "searchers"];
     let values: [&dyn Display; 8] = [&common.quick, &DIM, &CLUSTERS, &SPREAD, &NOISE_RANK, &SEED, &queries, &SEARCHERS];
@@ -219,4 +232,48 @@ fn recall_at(truth: &[Vec<ChunkId>], found: &[Vec<ChunkId>]) -> f64 {
         .sum();
     let expected: usize = truth.iter().map(|t| t.len().min(K)).sum();
     if expected == 0 { 1.0 } else { hits as f64 / expected as f64 }
+}
+
+/// The width picked on a real corpus: every document of `dir` embedded whole by the server (default flags, the
+/// model's truncation), the judged queries as queries; their recall@10 at the picked width against exact search, and
+/// its p50. Returns the corpus size and the rows.
+fn real_corpus(common: &Common, dir: &std::path::Path) -> anyhow::Result<(usize, Vec<Row>)> {
+    let dataset = Dataset::read(dir, "train")?;
+    let (documents, queries) = tokio::runtime::Runtime::new()?.block_on(async {
+        let (server, _) = ServerProcess::start(&common.server_command(common.server_binary()?, vec![])).await?;
+        let channel = server.connect().await?;
+        let texts: Vec<String> = dataset.corpus.iter().map(|d| d.full_text()).collect();
+        let documents = beir::embed_texts(&channel, &texts).await?;
+        let texts: Vec<String> = dataset.queries.iter().map(|q| q.text.clone()).collect();
+        let queries = beir::embed_texts(&channel, &texts).await?;
+        server.stop().await?;
+        anyhow::Ok((documents, queries))
+    })?;
+    let dim = documents.first().context("an empty corpus")?.len();
+    let batch: Vec<(ChunkId, &[f32])> = documents.iter().enumerate().map(|(i, v)| (i as ChunkId, v.as_slice())).collect();
+    let mut exact = VectorIndex::new(IndexKind::Exact, dim, IndexParams::default())?;
+    exact.extend(&batch)?;
+    let (_, truth) = one_at_a_time(&exact, &queries)?;
+    let mut index = VectorIndex::new(IndexKind::Hnsw, dim, IndexParams::default())?;
+    index.extend(&batch)?;
+    let picked = pick_ef(&|work| work(&index), TARGET_RECALL).context("an HNSW index of vectors has a pick")?;
+    index.set_ef_search(picked.ef);
+    let (latency, hits) = one_at_a_time(&index, &queries)?;
+    let recall = recall_at(&truth, &hits);
+    let name = dir.file_name().map_or("dataset".into(), |n| n.to_string_lossy().into_owned());
+    println!(
+        "{name}: {} documents, {} queries: picked ef_search {} (estimate {:.4}); the queries' recall@10 {recall:.4}, p50 {:.2} ms",
+        documents.len(),
+        queries.len(),
+        picked.ef,
+        picked.recall,
+        ms(latency.p50)
+    );
+    let (_, recall_bound, p50_bound) = PICKED_BOUNDS[0];
+    Ok((documents.len(), vec![
+        figure(format!("{name}: hnsw picked ef (target {TARGET_RECALL})"), picked.ef as f64, "", 0, None),
+        figure(format!("{name}: hnsw picked ef: estimated recall@10"), picked.recall, "", 4, None),
+        figure(format!("{name}: hnsw recall@10 of its queries (picked ef)"), recall, "", 4, Some(Bound::AtLeast(recall_bound))),
+        figure(format!("{name}: hnsw p50 (picked ef)"), ms(latency.p50), "ms", 2, Some(Bound::AtMost(p50_bound))),
+    ]))
 }

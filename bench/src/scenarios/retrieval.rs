@@ -28,12 +28,11 @@ use embedwire_bench::{
     store_cluster::{StoreCluster, StoreKind},
 };
 use embedwire_proto::v1::{
-    EmbedRequest, EmbeddingDtype, Fusion, SearchMode, SearchQuery, SearchRequest,
-    embed_service_client::EmbedServiceClient, search_query, search_service_client::SearchServiceClient,
+    Fusion, SearchMode, SearchQuery, SearchRequest, search_query, search_service_client::SearchServiceClient,
 };
 use tonic::transport::Channel;
 
-const DEFAULT_DATASET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/scifact-train");
+pub const DEFAULT_DATASET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/scifact-train");
 const BM25_BASELINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/retrieval/bm25_baseline.py");
 const PLOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/retrieval/plot.py");
 /// Chunks asked per query when measuring quality: enough for 100 distinct documents at a few chunks each.
@@ -441,19 +440,10 @@ async fn user_latency(channel: &Channel, dataset: &Dataset, ways: &[Way]) -> any
 /// The yardstick of vector mode: every document embedded whole (Embed, the model's truncation), every query ranked
 /// against all of them exactly, here in the bench.
 async fn exact_ranking_quality(channel: &Channel, dataset: &Dataset) -> anyhow::Result<Quality> {
-    let mut client = EmbedServiceClient::new(channel.clone()).max_decoding_message_size(64 << 20);
-    let mut embed = async |texts: Vec<String>| -> anyhow::Result<Vec<Vec<f32>>> {
-        let mut rows = Vec::with_capacity(texts.len());
-        for batch in texts.chunks(32) {
-            let request = EmbedRequest { inputs: batch.to_vec(), dtype: EmbeddingDtype::Float32 as i32, ..Default::default() };
-            let response = client.embed(request).await.context("Embed for the exact ranking")?.into_inner();
-            let values = embedwire_proto::vectors::f32_from_le_bytes(&response.embeddings);
-            rows.extend(values.chunks_exact(response.dim as usize).map(<[f32]>::to_vec));
-        }
-        Ok(rows)
-    };
-    let documents = embed(dataset.corpus.iter().map(|d| d.full_text()).collect()).await?;
-    let queries = embed(dataset.queries.iter().map(|q| q.text.clone()).collect()).await?;
+    let texts: Vec<String> = dataset.corpus.iter().map(|d| d.full_text()).collect();
+    let documents = beir::embed_texts(channel, &texts).await.context("embedding the corpus for the exact ranking")?;
+    let texts: Vec<String> = dataset.queries.iter().map(|q| q.text.clone()).collect();
+    let queries = beir::embed_texts(channel, &texts).await.context("embedding the queries for the exact ranking")?;
     let mut rankings = HashMap::new();
     for (query, vector) in dataset.queries.iter().zip(&queries) {
         let mut scored: Vec<(f32, usize)> = documents
