@@ -86,7 +86,8 @@ bench: setup
 	bash bench/run.sh
 
 ## bench-long: the benchmarks kept out of `make bench` for time: embedwire-bench search (~6 min),
-## embedwire-bench overload, embedwire-bench soak (10 min), embedwire-bench index at 1M vectors (~20 min) and
+## embedwire-bench overload, embedwire-bench soak (10 min), embedwire-bench index at 1M vectors (~20 min; and the
+## HNSW width it would pick checked on SciFact's embedded corpus and queries, ~5 min) and
 ## embedwire-bench store (~20 min: embedded store vs Weaviate 1 and 3 nodes and PostgreSQL, 10k documents)
 ## and embedwire-bench chaos, 100 SIGKILL-and-restart cycles under ingest per store (bench/results/chaos/)
 ## and embedwire-bench retrieval, search quality on SciFact's train split per store and mode (~40 min)
