@@ -50,7 +50,7 @@ use crate::service::rerank::RerankApi;
 use crate::service::search::SearchApi;
 use crate::stats::Stats;
 use crate::store::CorpusStore;
-use crate::store::embedded::{EmbeddedSettings, EmbeddedStore, START_EF};
+use crate::store::embedded::{EmbeddedSettings, EmbeddedStore};
 use crate::store::postgres::{PostgresSettings, PostgresStore};
 use crate::store::weaviate::{WeaviateSettings, WeaviateStore};
 use crate::wire;
@@ -377,7 +377,8 @@ fn embedded_settings(config: &ServerConfig) -> EmbeddedSettings {
         index_params: IndexParams {
             m: config.hnsw_m,
             ef_construction: config.hnsw_ef_construction,
-            ef_search: config.hnsw_ef_search.unwrap_or(START_EF),
+            // Without a given width, the index's default until the first pick.
+            ef_search: config.hnsw_ef_search.unwrap_or(IndexParams::default().ef_search),
             ..IndexParams::default()
         },
         cache_bytes: config.store_cache_mib << 20,

@@ -12,10 +12,8 @@ use crate::index::VectorIndex;
 use crate::index::recall::{EfPick, pick_ef};
 use crate::store::HnswSearch;
 
-/// The width before the first pick (and below [`MIN_VECTORS`]): wide enough for any
-/// index this small to be searched nearly exhaustively.
-pub const START_EF: usize = 512;
-/// Smallest index worth measuring: below it, [`START_EF`] visits most of the graph.
+/// Smallest index worth measuring: below it, the width the index starts with (the
+/// index's default, 512, until the first pick) visits most of the graph.
 const MIN_VECTORS: usize = 1_000;
 /// A new pick once the index has grown (or shrunk) by this factor since the last one.
 const REPICK_FACTOR: f64 = 1.25;

@@ -20,7 +20,6 @@ use std::sync::{Arc, RwLock};
 use async_trait::async_trait;
 
 use self::ef_tuning::EfTuner;
-pub use self::ef_tuning::START_EF;
 use self::keyword::{KeywordChanges, KeywordChunk, KeywordIndex};
 use self::redb_file::{IndexChanges, Store};
 use self::view::IndexView;
