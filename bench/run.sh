@@ -93,6 +93,8 @@ SERVER=(--server-bin "${BENCH_SERVER_BIN:-$BIN/embedwire-server}")
 
 step embed-bench 'embed_bench*' -- \
     "$BIN/embedwire-bench" embed $QUICK "${SERVER[@]}" --results-dir "$RESULTS"
+step latency-bench 'latency/latency*' -- \
+    "$BIN/embedwire-bench" latency $QUICK "${SERVER[@]}" --results-dir "$RESULTS/latency"
 step wire-bench 'wire/wire*' -- \
     "$BIN/embedwire-bench" wire $QUICK "${SERVER[@]}" --results-dir "$RESULTS/wire"
 step ghz-suite 'ghz/ghz_*' ghz/onnx ghz/pseudo -- \

@@ -55,4 +55,5 @@ scenarios! {
     chaos => Chaos,
     retrieval => Retrieval,
     collections => Collections,
+    latency => Latency,
 }

@@ -4,7 +4,7 @@
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use clap::{Parser, builder::RangedU64ValueParser};
-use embedwire_server::{ServerConfig, model::files::ModelFiles, model::precision};
+use embedwire_server::{ServerConfig, model::files::ModelFiles, model::onnx::OnnxSettings, model::precision};
 use tonic::transport::Channel;
 
 use crate::server_process::{ServerCommand, ServerProcess};
@@ -153,6 +153,16 @@ impl Common {
             precision: chosen.precision.name(),
             ort_library: server.ort_library(),
         })
+    }
+
+    /// How the server runs ONNX Runtime with these options (its defaults, `--intra-op-threads`
+    /// and any `--server-arg`), so an in-process ceiling runs the model as the server does.
+    pub fn onnx_settings(&self) -> anyhow::Result<OnnxSettings> {
+        let threads = [OsString::from("--intra-op-threads"), self.intra_op_threads.to_string().into()];
+        let args = self.server_args.iter().map(OsString::from);
+        let server =
+            ServerConfig::try_parse_from([OsString::from("embedwire-server")].into_iter().chain(threads).chain(args))?;
+        Ok(server.onnx_settings())
     }
 
     /// `--model-dir` and `--ort-library` where given: the server and the model files of a ceiling see the same.

@@ -136,12 +136,41 @@ fn run_sh_runs_the_scenarios_of_make_bench_and_writes_the_report() {
         command
     });
     let info = run.read("run_info.csv");
-    for step in
-        ["embed-bench", "wire-bench", "ghz-suite", "gateway-bench", "index-bench", "rerank-bench", "client-bench"]
-    {
+    for step in [
+        "embed-bench",
+        "latency-bench",
+        "wire-bench",
+        "ghz-suite",
+        "gateway-bench",
+        "index-bench",
+        "rerank-bench",
+        "client-bench",
+    ] {
         let line = info.lines().find(|line| line.starts_with(&format!("{step},")));
         assert!(line.unwrap_or_else(|| panic!("no {step} in {info}")).ends_with(",0"), "{step} failed: {info}");
     }
+
+    // latency: per precision, the in-process model and four paths, each call split into its parts; the Embed
+    // paths judged against the model (and int8 gRPC Embed against 2 ms where the CPU has VNNI).
+    let vnni = embedwire_server::model::precision::CpuInt8::detect().instructions().is_some();
+    run.prints(["fp32 gRPC Embed c=1 p50", "int8 HTTP /v1/search c=1 p50", "int8 in-process model p50"]);
+    let header =
+        "precision,path,calls,p50_ms,p95_ms,p99_ms,server_p50_ms,model_p50_ms,server_overhead_p50_ms,client_p50_ms";
+    let dir = run.dir.join("latency");
+    let latency = std::fs::read_to_string(dir.join("latency_bench.csv")).unwrap();
+    assert!(latency.starts_with(&format!("{header}\n")), "{latency}");
+    assert_eq!(latency.lines().count(), 1 + 2 * 5, "{latency}");
+    for row in
+        latency.lines().skip(1).map(fields).filter(|row| row[1].contains("Embed") || row[1].contains("embeddings"))
+    {
+        let part = |i: usize| row[i].parse::<f64>().unwrap();
+        // The parts are p50s of each part, so they add up to the whole's p50 only roughly.
+        let (whole, parts) = (part(3), part(7) + part(8) + part(9));
+        assert!(part(2) > 10.0 && part(7) > 0.1 && (parts - whole).abs() < 0.5 * whole, "{row:?}");
+    }
+    let summary = std::fs::read_to_string(dir.join("latency_bench_summary.csv")).unwrap();
+    let judged = summary.lines().filter(|line| line.ends_with(",PASS") || line.ends_with(",MISS")).count();
+    assert_eq!(judged, 4 + usize::from(vnni), "{summary}");
 
     // embed: its five targets, every measurement in one CSV.
     run.prints(["throughput (32 clients)", "latency c=1 p50", "RSS idle", "RSS after throughput", "cold start"]);

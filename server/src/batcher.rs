@@ -15,6 +15,12 @@
 //!
 //! A sequence whose caller has gone (cancelled, deadline passed) is dropped when its
 //! batch is formed, before it costs model time.
+//!
+//! A lone caller skips the queue: when nothing waits and no batch runs, a one-text
+//! request runs on its own thread ([`TokenBudgetBatcher::submit_or_run_now`]). The
+//! queue's two hand-offs (waking the model thread, then waking the caller's) cost
+//! about 0.1 ms of a one-sentence call that the model does in 1.3 ms (int8), as
+//! measured by `embedwire-bench latency`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -98,7 +104,12 @@ pub struct TokenBudgetBatcher<I: BatchInput = Vec<u32>> {
     work_ahead: Arc<WorkAhead>,
     dim: usize,
     worker: Option<JoinHandle<()>>,
+    /// Runs a batch on the calling thread if the model is free; false if it is busy.
+    run_if_free: Box<dyn Fn(&[QueuedSequence<I>]) -> bool + Send + Sync>,
 }
+
+/// The model, locked by whoever runs a batch: the model thread, or a lone caller.
+type SharedModel<M> = Arc<Mutex<M>>;
 
 impl<I: BatchInput> TokenBudgetBatcher<I> {
     /// Starts the model thread for `model`.
@@ -106,21 +117,54 @@ impl<I: BatchInput> TokenBudgetBatcher<I> {
         let queue = Arc::new(SequenceQueue::default());
         let work_ahead = Arc::new(WorkAhead::default());
         let dim = model.dim();
-        let (worker_queue, worker_work_ahead) = (queue.clone(), work_ahead.clone());
+        let model: SharedModel<M> = Arc::new(Mutex::new(model));
+        let (worker_queue, worker_work_ahead, worker_model) = (queue.clone(), work_ahead.clone(), model.clone());
+        let worker_stats = stats.clone();
         let worker = std::thread::Builder::new()
             .name(M::THREAD_NAME.into())
-            .spawn(move || run_model_thread(model, &worker_queue, limits, &stats, &worker_work_ahead))
+            .spawn(move || run_model_thread(&worker_model, &worker_queue, limits, &worker_stats, &worker_work_ahead))
             .map_err(|e| Error::Config(format!("starting the model thread: {e}")))?;
-        Ok(TokenBudgetBatcher { queue, work_ahead, dim, worker: Some(worker) })
+        let caller_work_ahead = work_ahead.clone();
+        let run_if_free = Box::new(move |batch: &[QueuedSequence<I>]| match model.try_lock() {
+            Ok(mut model) => {
+                run_batch(&mut *model, batch, &stats, &caller_work_ahead);
+                true
+            }
+            Err(_) => false,
+        });
+        Ok(TokenBudgetBatcher { queue, work_ahead, dim, worker: Some(worker), run_if_free })
     }
 
     /// Queues the sequences of one request. The reply comes when all are embedded,
     /// or an error when one failed; dropping the reply cancels what has not run yet.
     pub fn submit(&self, sequences: Vec<I>, priority: Priority) -> BatchReply {
+        let (receiver, queued) = self.prepare(sequences, priority);
+        if !queued.is_empty() {
+            self.queue.push(priority, queued.into_iter());
+        }
+        receiver
+    }
+
+    /// [`submit`](Self::submit), except that when nothing is queued and no batch runs,
+    /// the sequences run as one batch now, on the calling thread (which blocks for
+    /// the model time: call it where blocking is allowed), and the reply is ready on
+    /// return. Meant for a lone caller's small interactive request.
+    pub fn submit_or_run_now(&self, sequences: Vec<I>, priority: Priority) -> BatchReply {
+        let (receiver, queued) = self.prepare(sequences, priority);
+        if queued.is_empty() || (self.queue.len() == 0 && (self.run_if_free)(&queued)) {
+            return receiver;
+        }
+        self.queue.push(priority, queued.into_iter());
+        receiver
+    }
+
+    /// The reply of a new request and its sequences ready to queue (none when it has none:
+    /// then the reply is already answered), its interactive tokens counted as work ahead.
+    fn prepare(&self, sequences: Vec<I>, priority: Priority) -> (BatchReply, Vec<QueuedSequence<I>>) {
         let (reply, receiver) = oneshot::channel();
         if sequences.is_empty() {
             let _ = reply.send(Ok((Vec::new(), BatchTiming::default())));
-            return receiver;
+            return (receiver, Vec::new());
         }
         let job = Arc::new(Job {
             state: Mutex::new(JobState {
@@ -136,16 +180,12 @@ impl<I: BatchInput> TokenBudgetBatcher<I> {
         if interactive {
             self.work_ahead.add(sequences.iter().map(|input| input.token_count() as u64).sum());
         }
-        self.queue.push(
-            priority,
-            sequences.into_iter().enumerate().map(|(row, input)| QueuedSequence {
-                job: job.clone(),
-                row,
-                input,
-                interactive,
-            }),
-        );
-        receiver
+        let queued = sequences
+            .into_iter()
+            .enumerate()
+            .map(|(row, input)| QueuedSequence { job: job.clone(), row, input, interactive })
+            .collect();
+        (receiver, queued)
     }
 
     /// Sequences waiting for the model now.
@@ -364,7 +404,7 @@ pub const INTERACTIVE_BATCHES_PER_BULK: usize = 4;
 const BATCHES_PER_WINDOW: usize = 4;
 
 fn run_model_thread<M: BatchModel>(
-    mut model: M,
+    model: &SharedModel<M>,
     queue: &SequenceQueue<M::Input>,
     limits: BatchLimits,
     stats: &Stats,
@@ -392,7 +432,9 @@ fn run_model_thread<M: BatchModel>(
             if batch.is_empty() {
                 continue;
             }
-            run_batch(&mut model, &batch, stats, work_ahead);
+            let mut model = model.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            run_batch(&mut *model, &batch, stats, work_ahead);
+            drop(model);
             previous_batch_size = batch.len();
             match window.priority {
                 Priority::Interactive => interactive_batches_since_bulk += 1,
@@ -621,6 +663,35 @@ mod tests {
         assert_eq!(Stats::get(&stats.dropped_sequences), 2);
         assert_eq!(Stats::get(&stats.sequences), 2);
         assert_eq!(batcher.work_ahead().tokens(), 0, "embedded and dropped tokens both leave the work ahead");
+    }
+
+    #[test]
+    fn a_request_runs_at_once_on_its_thread_when_the_model_is_free_and_queues_when_busy() {
+        let (entered_tx, entered) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        let stats = Arc::new(Stats::default());
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let model =
+            GatedModel { entered: entered_tx, release: release_rx, inner: RecordingModel { batches: batches.clone() } };
+        let batcher = TokenBudgetBatcher::start(model, limits(4, 100), stats.clone()).unwrap();
+        // Free: it runs on this thread (the gate's first pass lets it through once released).
+        release.send(()).unwrap();
+        let mut now = batcher.submit_or_run_now(vec![sequence(3, 7)], Priority::Interactive);
+        let (values, timing) = now.try_recv().expect("answered before submit_or_run_now returned").unwrap();
+        assert_eq!((values, Stats::get(&stats.batches)), (vec![3.0, 7.0], 1));
+        assert!(timing.inference > Duration::ZERO);
+        entered.recv().unwrap();
+        // Busy: the model thread holds the model in a gated batch, so the next request queues behind it.
+        let blocker = batcher.submit(vec![sequence(1, 0)], Priority::Interactive);
+        entered.recv().unwrap();
+        drop(entered);
+        let mut queued = batcher.submit_or_run_now(vec![sequence(2, 8)], Priority::Interactive);
+        assert!(queued.try_recv().is_err(), "a busy model must not run a second batch at once");
+        release.send(()).unwrap();
+        assert_eq!(futures::executor::block_on(blocker).unwrap().unwrap().0, vec![1.0, 0.0]);
+        assert_eq!(futures::executor::block_on(queued).unwrap().unwrap().0, vec![2.0, 8.0]);
+        assert_eq!(batcher.work_ahead().tokens(), 0, "work done either way leaves the work ahead");
+        assert_eq!(batches.lock().unwrap().len(), 3);
     }
 
     #[tokio::test]

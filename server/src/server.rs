@@ -39,6 +39,7 @@ use crate::index::{IndexKind, IndexParams};
 use crate::lanes::QueueBound;
 use crate::metrics::ServerMetrics;
 use crate::model::cross_encoder::CrossEncoder;
+use crate::model::files::ModelFiles;
 use crate::model::onnx::init_runtime;
 use crate::model::pseudo::PseudoModel;
 use crate::model::{ModelInfo, Pooling, Precision};
@@ -328,18 +329,31 @@ async fn load_and_install(
     runner_shutdown: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>> {
     let started = std::time::Instant::now();
-    let backend = load_backend(&config, engine.stats().clone()).await?;
-    tracing::info!(
-        backend = config.backend.name(),
-        model = %backend.info().model_id,
-        dim = backend.info().dim,
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "model ready"
-    );
+    let log_ready = |backend: &Backend| {
+        let (model, dim) = (&backend.info().model_id, backend.info().dim);
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        tracing::info!(backend = config.backend.name(), %model, dim, elapsed_ms, "model ready");
+    };
+    // The store opens while the model loads when the model's name and dimension are
+    // known without it (both take tens of milliseconds of a cold start).
+    let (backend, (store, places)) = match model_identity(&config)? {
+        Some((model_id, dim)) => {
+            let load = async {
+                let backend = load_backend(&config, engine.stats().clone()).await?;
+                log_ready(&backend);
+                Ok(backend)
+            };
+            tokio::try_join!(load, open_store(&config, &model_id, dim))?
+        }
+        None => {
+            let backend = load_backend(&config, engine.stats().clone()).await?;
+            log_ready(&backend);
+            let opened = open_store(&config, &backend.info().model_id, backend.info().dim).await?;
+            (backend, opened)
+        }
+    };
     engine.install(backend);
     let settings = corpus_settings(&config);
-    let info = engine.info()?.clone();
-    let (store, places) = open_store(&config, &info).await?;
     let reranker_config = config.clone();
     let rerank_engine = engine.clone();
     let reranker = tokio::task::spawn_blocking(move || load_reranker(&reranker_config, rerank_engine))
@@ -392,14 +406,14 @@ fn embedded_settings(config: &ServerConfig) -> EmbeddedSettings {
 /// vectors fails the start with a clear message.
 async fn open_store(
     config: &ServerConfig,
-    model: &ModelInfo,
+    model_id: &str,
+    dim: usize,
 ) -> Result<(Arc<dyn CorpusStore>, Box<dyn CollectionPlaces>)> {
-    let model_name = format!("{} dim={}", model.model_id, model.dim);
+    let model_name = format!("{model_id} dim={dim}");
     match config.store {
         StoreChoice::Embedded => {
             let settings = embedded_settings(config);
-            let places = EmbeddedPlaces::new(settings.clone(), model_name.clone(), model.dim);
-            let dim = model.dim;
+            let places = EmbeddedPlaces::new(settings.clone(), model_name.clone(), dim);
             let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&settings, &model_name, dim))
                 .await
                 .map_err(|e| Error::Config(format!("store loader: {e}")))??;
@@ -407,13 +421,13 @@ async fn open_store(
         }
         StoreChoice::Weaviate => {
             let settings = WeaviateSettings::from_config(config);
-            let store = Arc::new(WeaviateStore::connect(settings, &model.model_id, model.dim).await?);
+            let store = Arc::new(WeaviateStore::connect(settings, model_id, dim).await?);
             let places = WeaviatePlaces::new(store.clone()).await?;
             Ok((store, Box::new(places)))
         }
         StoreChoice::Postgres => {
             let settings = PostgresSettings::from_config(config);
-            let store = PostgresStore::connect(settings, &model.model_id, model.dim).await?;
+            let store = PostgresStore::connect(settings, model_id, dim).await?;
             let places = PostgresPlaces::new(store.clone()).await?;
             Ok((store, Box::new(places)))
         }
@@ -518,7 +532,7 @@ async fn load_backend(config: &ServerConfig, stats: Arc<Stats>) -> Result<Backen
         BackendKind::Pseudo => {
             let model = PseudoModel { dim: config.pseudo_dim, max_tokens: PSEUDO_MAX_TOKENS };
             let info = ModelInfo {
-                model_id: config.model_id.clone().unwrap_or_else(|| format!("pseudo-{}", config.pseudo_dim)),
+                model_id: pseudo_model_id(config),
                 dim: config.pseudo_dim,
                 max_input_tokens: PSEUDO_MAX_TOKENS,
                 pooling: Pooling::Mean,
@@ -531,6 +545,21 @@ async fn load_backend(config: &ServerConfig, stats: Arc<Stats>) -> Result<Backen
             Ok(Backend::Remote(RemoteBackend::connect(&config.upstream, max_message).await?))
         }
     }
+}
+
+/// The served model's id and dimension, when known before it loads: from the model
+/// directory's files (onnx) or the flags (pseudo); a remote backend's come from its
+/// upstream.
+fn model_identity(config: &ServerConfig) -> Result<Option<(String, usize)>> {
+    match config.backend {
+        BackendKind::Onnx => Ok(Some((config.model_id(), ModelFiles::read(&config.model_dir())?.hidden_size))),
+        BackendKind::Pseudo => Ok(Some((pseudo_model_id(config), config.pseudo_dim))),
+        BackendKind::Remote => Ok(None),
+    }
+}
+
+fn pseudo_model_id(config: &ServerConfig) -> String {
+    config.model_id.clone().unwrap_or_else(|| format!("pseudo-{}", config.pseudo_dim))
 }
 
 /// The pseudo backend truncates where the default model does.

@@ -19,7 +19,7 @@ use embedwire_bench::{
 };
 use embedwire_server::model::{
     files::ModelFiles,
-    onnx::{OnnxModel, OnnxSettings, init_runtime},
+    onnx::{OnnxModel, init_runtime},
     precision::PrecisionChoice,
     tokenizer::TextTokenizer,
 };
@@ -75,7 +75,7 @@ fn measure_ceiling(common: &Common, paths: &ModelPaths, texts: &[String]) -> any
     println!("in-process ceiling");
     let files = ModelFiles::read(&paths.model_dir)?;
     let tokenizer = TextTokenizer::from_file(&files.tokenizer_path, files.max_input_tokens)?;
-    let settings = OnnxSettings { intra_op_threads: common.intra_op_threads, spin: false, arena: false };
+    let settings = common.onnx_settings()?;
     let mut model = OnnxModel::load(init_runtime(&paths.ort_library)?, &files, &paths.graph, settings)?;
     let sequences = texts.iter().map(|text| tokenizer.tokenize(text).map(|t| t.ids)).collect::<Result<Vec<_>, _>>()?;
     let plan = CeilingPlan {

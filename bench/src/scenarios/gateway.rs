@@ -31,7 +31,7 @@ use embedwire_bench::{
 use embedwire_proto::v1::{self, search_service_client::SearchServiceClient};
 use embedwire_server::model::{
     files::ModelFiles,
-    onnx::{OnnxModel, OnnxSettings, init_runtime},
+    onnx::{OnnxModel, init_runtime},
     precision::PrecisionChoice,
     tokenizer::TextTokenizer,
 };
@@ -123,7 +123,7 @@ fn query_ceiling(common: &Common) -> anyhow::Result<QueryCeiling> {
     let paths = common.model_paths(PrecisionChoice::default())?;
     let files = ModelFiles::read(&paths.model_dir)?;
     let tokenizer = TextTokenizer::from_file(&files.tokenizer_path, files.max_input_tokens)?;
-    let settings = OnnxSettings { intra_op_threads: common.intra_op_threads, spin: false, arena: false };
+    let settings = common.onnx_settings()?;
     let mut model = OnnxModel::load(init_runtime(&paths.ort_library)?, &files, &paths.graph, settings)?;
     let query = tokenizer.tokenize(KNOWN_QUERY)?.ids;
     let plan = CeilingPlan {

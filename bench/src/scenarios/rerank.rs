@@ -112,7 +112,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     }
     let pair_tokens: Vec<usize> = pairs.iter().map(|pair| pair.ids.len()).collect();
     let precision = loaded.precision.name();
-    let onnx = format!("{} intra-op threads, spin {}, arena {}", onnx.intra_op_threads, onnx.spin, onnx.arena);
+    let onnx = format!("{} intra-op threads, spinning {:?}, arena {}", onnx.intra_op_threads, onnx.spinning, onnx.arena);
     println!("rerank: cross-encoder {} ({precision}, {onnx}), {rounds} round(s)", rerank_dir.display());
 
     let runtime = tokio::runtime::Runtime::new()?;

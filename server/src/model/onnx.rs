@@ -47,10 +47,30 @@ pub fn init_runtime(library: &Path) -> Result<&'static Environment> {
 pub struct OnnxSettings {
     /// Threads one batch may use.
     pub intra_op_threads: usize,
-    /// Whether idle threads spin waiting for the next batch.
-    pub spin: bool,
+    /// When ONNX Runtime's threads spin instead of sleeping.
+    pub spinning: Spinning,
     /// Whether ONNX Runtime keeps freed memory in its arena for reuse.
     pub arena: bool,
+}
+
+/// When ONNX Runtime's pool threads spin (busy-wait) for work instead of sleeping.
+/// A run of this model is about a hundred small parallel sections (one per matrix
+/// product); a sleeping thread takes a futex wake-up to join each one, which for one
+/// short text costs more than the arithmetic (measured in `embedwire-bench latency`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Spinning {
+    /// Threads sleep between parallel sections: the least CPU, the slowest small runs.
+    #[value(alias = "false")]
+    Never,
+    /// Threads spin between the parallel sections of a run and stop spinning when
+    /// it returns (ONNX Runtime's `session.force_spinning_stop`): small runs as fast
+    /// as with `always`, and no CPU burnt between batches, where the request
+    /// handlers need it.
+    #[default]
+    WithinRuns,
+    /// Threads also spin for a while after a run ends (ONNX Runtime's default).
+    #[value(alias = "true")]
+    Always,
 }
 
 /// What the graph outputs.
@@ -159,7 +179,11 @@ pub(super) fn open_session(environment: &Environment, path: &Path, settings: Onn
         .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
         .and_then(|b| Ok(b.with_intra_threads(settings.intra_op_threads)?))
         .and_then(|b| Ok(b.with_inter_threads(1)?))
-        .and_then(|b| Ok(b.with_intra_op_spinning(settings.spin)?))
+        .and_then(|b| Ok(b.with_intra_op_spinning(settings.spinning != Spinning::Never)?))
+        .and_then(|b| {
+            let stop_after_run = if settings.spinning == Spinning::WithinRuns { "1" } else { "0" };
+            Ok(b.with_config_entry("session.force_spinning_stop", stop_after_run)?)
+        })
         // The arena keeps the peak of the largest batch ever run (hundreds of MiB for
         // a batch of long texts, attention being quadratic) for the process' life;
         // without it, buffers are allocated per batch and large ones go back to the
