@@ -4,6 +4,7 @@ this script with the venv Python):
 
 - embed_bench_summary.csv (embed-bench: the in-process ONNX Runtime ceiling);
 - latency/latency_bench_summary.csv (embedwire-bench latency: one caller's time, part by part);
+- precision/precision_bench_summary.csv (embedwire-bench precision: int8 against fp32);
 - wire/wire_bench.csv, wire/wire_summary.csv (embedwire-bench wire: gRPC dtypes against
   HTTP JSON, base64 and octet-stream);
 - gateway/gateway_runs.csv, gateway/gateway_summary.csv, gateway/rss_*.csv
@@ -145,6 +146,7 @@ def collect_targets(rep):
     sources = [
         ("embed-bench", rep.path("embed_bench_summary.csv")),
         ("latency-bench", rep.path("latency", "latency_bench_summary.csv")),
+        ("precision-bench", rep.path("precision", "precision_bench_summary.csv")),
         ("wire-bench", rep.path("wire", "wire_summary.csv")),
         ("gateway-bench", rep.path("gateway", "gateway_summary.csv")),
         ("rerank-bench", rep.path("rerank", "rerank_bench_summary.csv")),

@@ -3,6 +3,8 @@
 # on the machine), then bench/results/REPORT.md with its plots (bench/report.py).
 #
 #   embed-bench     the server against the in-process ONNX Runtime ceiling
+#   latency-bench   one caller's time, split into model, server and client (c=1)
+#   precision-bench int8 against fp32: throughput at 32 clients and the quality int8 costs
 #   wire-bench      gRPC dtypes against HTTP JSON floats, base64, octet-stream
 #   ghz-suite       Embed 1/32/256, EmbedStream, Search under ghz, pseudo and onnx
 #   gateway-bench   /v1/search: embedwire against the Python baseline; HTTP vs gRPC
@@ -95,6 +97,8 @@ step embed-bench 'embed_bench*' -- \
     "$BIN/embedwire-bench" embed $QUICK "${SERVER[@]}" --results-dir "$RESULTS"
 step latency-bench 'latency/latency*' -- \
     "$BIN/embedwire-bench" latency $QUICK "${SERVER[@]}" --results-dir "$RESULTS/latency"
+step precision-bench 'precision/precision*' -- \
+    "$BIN/embedwire-bench" precision $QUICK "${SERVER[@]}" --results-dir "$RESULTS/precision"
 step wire-bench 'wire/wire*' -- \
     "$BIN/embedwire-bench" wire $QUICK "${SERVER[@]}" --results-dir "$RESULTS/wire"
 step ghz-suite 'ghz/ghz_*' ghz/onnx ghz/pseudo -- \

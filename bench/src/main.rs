@@ -56,4 +56,5 @@ scenarios! {
     retrieval => Retrieval,
     collections => Collections,
     latency => Latency,
+    precision => Precision,
 }

@@ -172,6 +172,12 @@ fn run_sh_runs_the_scenarios_of_make_bench_and_writes_the_report() {
     let judged = summary.lines().filter(|line| line.ends_with(",PASS") || line.ends_with(",MISS")).count();
     assert_eq!(judged, 4 + usize::from(vnni), "{summary}");
 
+    // precision: int8 against fp32, throughput (judged on a VNNI CPU) and three quality floors.
+    let precision = std::fs::read_to_string(run.dir.join("precision/precision_bench_summary.csv")).unwrap();
+    let judged = precision.lines().filter(|line| line.ends_with(",PASS") || line.ends_with(",MISS")).count();
+    assert_eq!(judged, 3 + usize::from(vnni), "{precision}");
+    run.prints(["int8 top-10 agreement with fp32", "fp32 / int8 server CPU per sentence"]);
+
     // embed: its five targets, every measurement in one CSV.
     run.prints(["throughput (32 clients)", "latency c=1 p50", "RSS idle", "RSS after throughput", "cold start"]);
     run.summary("embed_bench_summary.csv", 5);
