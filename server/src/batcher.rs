@@ -105,8 +105,12 @@ pub struct TokenBudgetBatcher<I: BatchInput = Vec<u32>> {
     dim: usize,
     worker: Option<JoinHandle<()>>,
     /// Runs a batch on the calling thread if the model is free; false if it is busy.
-    run_if_free: Box<dyn Fn(&[QueuedSequence<I>]) -> bool + Send + Sync>,
+    run_if_free: RunIfFree<I>,
 }
+
+/// [`TokenBudgetBatcher`]'s way to the model from a caller's thread (the model's type
+/// is known only where the batcher starts).
+type RunIfFree<I> = Box<dyn Fn(&[QueuedSequence<I>]) -> bool + Send + Sync>;
 
 /// The model, locked by whoever runs a batch: the model thread, or a lone caller.
 type SharedModel<M> = Arc<Mutex<M>>;

@@ -244,6 +244,7 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
     let (indexed, queries) = texts.split_at(documents.min(texts.len() / 2));
     let time = common.duration(1.5, 0.3);
     println!("latency: c=1, one sentence per call, {documents} sentences indexed, {rounds} round(s) of {time:?} per part");
+    let plan = Plan { indexed, queries, rounds, time, warmup: common.warmup(0.5, 0.1) };
     // One caller needs one thread: a multi-threaded runtime would add its own wake-ups to every call.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let mut measured = Vec::new();
@@ -252,21 +253,31 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
         let precision = common.model_paths(choice)?.precision;
         let command = common.server_command(binary.clone(), vec![("--precision", precision.into())]);
         println!("{precision}: in-process and server, alternating");
-        measured.push(runtime.block_on(measure(common, &command, &mut model, precision, (indexed, queries), rounds, time))?);
+        measured.push(runtime.block_on(measure(&command, &mut model, precision, &plan))?);
     }
     judge(&mut report, &measured);
     report.table("latency_bench.csv", &table(&measured))?;
     report.finish()
 }
 
+/// What each precision's measurement does.
+struct Plan<'a> {
+    /// Sentences indexed for the search paths.
+    indexed: &'a [String],
+    /// Texts of the calls, in rotation.
+    queries: &'a [String],
+    rounds: usize,
+    /// Per part of a round (the in-process model, each path).
+    time: Duration,
+    /// Of the in-process model before its first round.
+    warmup: Duration,
+}
+
 async fn measure(
-    common: &Common,
     command: &embedwire_bench::server_process::ServerCommand,
     model: &mut InProcessModel,
     precision: &'static str,
-    (indexed, queries): (&[String], &[String]),
-    rounds: usize,
-    time: Duration,
+    &Plan { indexed, queries, rounds, time, warmup }: &Plan<'_>,
 ) -> anyhow::Result<Measured> {
     let (server, _) = ServerProcess::start(command).await?;
     let documents: Vec<Paragraph> =
@@ -280,7 +291,7 @@ async fn measure(
         }
         callers.push((path, caller, Samples::default()));
     }
-    model.pass(queries, 0, common.warmup(0.5, 0.1), false)?;
+    model.pass(queries, 0, warmup, false)?;
     // Each round starts further along the queries, so no text repeats a cached answer's path.
     let mut next = 0;
     for round in 1..=rounds {
@@ -350,12 +361,10 @@ fn table(measured: &[Measured]) -> Table {
         "precision,path,calls,p50_ms,p95_ms,p99_ms,server_p50_ms,model_p50_ms,server_overhead_p50_ms,client_p50_ms",
     );
     for m in measured {
-        for (name, runs) in [("in-process model", &m.model)] {
-            let model = ms(runs.p50);
-            table.row([m.precision.into(), name.into(), runs.count.to_string(), format!("{model:.3}"),
-                format!("{:.3}", ms(runs.p95)), format!("{:.3}", ms(runs.p99)), String::new(), format!("{model:.3}"),
-                String::new(), String::new()]);
-        }
+        let (runs, model) = (&m.model, ms(m.model.p50));
+        table.row([m.precision.into(), "in-process model".into(), runs.count.to_string(), format!("{model:.3}"),
+            format!("{:.3}", ms(runs.p95)), format!("{:.3}", ms(runs.p99)), String::new(), format!("{model:.3}"),
+            String::new(), String::new()]);
         for (path, s) in &m.paths {
             let (e2e, model) = (s.end_to_end(), path.embeds_only().then(|| s.model()));
             let overhead = path.embeds_only().then(|| s.overhead());

@@ -112,7 +112,7 @@ async fn embed_all(channel: &Channel, texts: &[String]) -> anyhow::Result<Vec<Ve
         let answer = client.embed(request).await.context("Embed")?.into_inner();
         let values: Vec<f32> =
             answer.embeddings.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        anyhow::ensure!(values.len() % chunk.len() == 0, "Embed answered {} values for {} texts", values.len(), chunk.len());
+        anyhow::ensure!(values.len().is_multiple_of(chunk.len()), "Embed answered {} values for {} texts", values.len(), chunk.len());
         vectors.extend(values.chunks_exact(values.len() / chunk.len()).map(<[f32]>::to_vec));
     }
     Ok(vectors)
