@@ -202,8 +202,19 @@ impl Collector for ServerMetrics {
                         &mut encoder,
                         &[(
                             "embedwire_hnsw_estimated_recall",
-                            "Recall@10 of the HNSW index at its search width, measured on its own vectors",
+                            "Recall@10 of the HNSW index at its search width, measured on recent queries or, \
+                             before it answered enough, on its own vectors",
                             &ConstGauge::new(recall),
+                        )],
+                    )?;
+                    let on_queries = hnsw.probe == Some(crate::index::recall::Probe::RecentQueries);
+                    encode_all(
+                        &mut encoder,
+                        &[(
+                            "embedwire_hnsw_recall_measured_on_queries",
+                            "1 when the estimated recall was measured on the index's last 200 queries, 0 on its own \
+                             vectors",
+                            &ConstGauge::new(i64::from(on_queries)),
                         )],
                     )?;
                 }

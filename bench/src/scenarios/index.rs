@@ -1,10 +1,11 @@
 //! index: the vector index alone, no server and no model, so that its share of a search is judged apart: exact search
-//! (on one thread and on two) and HNSW (build, recall@10 against exact, latency per `ef_search`, and the width the
-//! server picks by measured recall at its default `--hnsw-target-recall`, with the recall the bench's queries get). Latency is of one
-//! query at a time; q/s of searchers sharing the index behind an `RwLock`, as in the server. The vectors are
+//! (on one thread and on two) and HNSW (build, recall@10 against exact, latency per `ef_search`, and the widths the
+//! server picks by measured recall at its default `--hnsw-target-recall`, at start on its own vectors and then on the
+//! 200 queries it answered, with the recall the bench's queries get). Latency is of one query at a time; q/s of searchers sharing the index behind an `RwLock`, as in the server. The vectors are
 //! clustered like real embeddings; the queries continue the same generator (new texts on known topics). With
 //! `--dataset`, the width is also picked on the vectors of a real corpus: a BEIR folder's documents and queries embedded
-//! by the server at its default flags, the queries' recall@10 measured against exact search.
+//! by the server at its default flags: the first 200 judged queries are the ones the server answered, the rest are
+//! measured (recall@10 against exact search, p50).
 
 use std::{
     fmt::Display,
@@ -20,7 +21,8 @@ use embedwire_bench::{
     report::{Bound, Report, Row, Table},
 };
 use anyhow::Context;
-use embedwire_server::index::{ChunkId, IndexKind, IndexParams, VectorIndex, recall::pick_ef, synthetic::Clustered};
+use embedwire_server::index::recall::{PROBE_QUERIES, pick_ef};
+use embedwire_server::index::{ChunkId, IndexKind, IndexParams, VectorIndex, synthetic::Clustered};
 
 /// Exact search p50 (search step alone), judged up to this many stored vectors.
 const EXACT_P50_MS: f64 = 5.0;
@@ -114,19 +116,29 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
             build_row.measured += &format!(" (~{extrapolated:.0} s at {HNSW_BUILD_TARGET_SIZE}, n log n)");
         }
         add(build_row);
-        // As the server picks it at start (`--hnsw-target-recall`), on its own sample of the stored vectors.
+        // As the server picks it (`--hnsw-target-recall`): at start on a sample of the stored vectors, then on the
+        // last 200 queries it answered (other queries of the same generator than the ones measured here).
         let started = Instant::now();
-        let picked = pick_ef(&|work| work(&index), TARGET_RECALL).context("an HNSW index of vectors has a pick")?;
+        let at_start =
+            pick_ef(&|work| work(&index), TARGET_RECALL, Vec::new()).context("an HNSW index of vectors has a pick")?;
         let pick_secs = started.elapsed().as_secs_f64();
-        println!(
-            "size {size}: picked ef_search {} in {pick_secs:.1} s (its estimate of recall@10 {:.4}, target {TARGET_RECALL})",
-            picked.ef, picked.recall
-        );
-        add(figure(format!("hnsw picked ef (target {TARGET_RECALL})"), picked.ef as f64, "", 0, None));
+        let answered: Vec<Vec<f32>> = (0..PROBE_QUERIES).map(|_| generator.next_vector()).collect();
+        let picked = pick_ef(&|work| work(&index), TARGET_RECALL, answered).context("a pick on queries")?;
+        for (pick, when) in [(at_start, "at start, on stored vectors"), (picked, "on 200 answered queries")] {
+            println!(
+                "size {size}: picked ef_search {} {when} (its estimate of recall@10 {:.4}, target {TARGET_RECALL})",
+                pick.ef, pick.recall
+            );
+        }
+        println!("size {size}: a pick takes {pick_secs:.1} s");
+        add(figure(format!("hnsw start ef (stored vectors, target {TARGET_RECALL})"), at_start.ef as f64, "", 0, None));
+        add(figure("hnsw start ef: estimated recall@10".into(), at_start.recall, "", 4, None));
+        add(figure(format!("hnsw picked ef (target {TARGET_RECALL}, answered queries)"), picked.ef as f64, "", 0, None));
         add(figure("hnsw picked ef: estimated recall@10".into(), picked.recall, "", 4, None));
         add(figure("hnsw picked ef: time to pick".into(), pick_secs, "s", 1, None));
         let mut ef_searches = vec![picked.ef];
-        ef_searches.extend(fixed_widths.iter().filter(|&&ef| ef != picked.ef));
+        ef_searches.extend([at_start.ef].iter().chain(&fixed_widths).filter(|&&ef| ef != picked.ef));
+        ef_searches.dedup();
         let mut settings = Vec::new();
         for &ef in &ef_searches {
             index.set_ef_search(ef);
@@ -140,7 +152,11 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
         let mut qps = Some(throughput(index, &queries, run_time)?);
         let picked_bound = PICKED_BOUNDS.iter().find(|(up_to, _, _)| size <= *up_to);
         for (position, (ef, latency, recall)) in settings.into_iter().enumerate() {
-            let name = if position == 0 { format!("picked ef {ef}") } else { format!("ef {ef}") };
+            let name = match position {
+                0 => format!("picked ef {ef}"),
+                _ if ef == at_start.ef => format!("start ef {ef}"),
+                _ => format!("ef {ef}"),
+            };
             let (recall_bound, p50_bound) = match (position, picked_bound) {
                 (0, Some(&(_, recall, p50))) => (recall, p50),
                 _ => (HNSW_MIN_RECALL, HNSW_P50_MS),
@@ -256,24 +272,33 @@ fn real_corpus(common: &Common, dir: &std::path::Path) -> anyhow::Result<(usize,
     let (_, truth) = one_at_a_time(&exact, &queries)?;
     let mut index = VectorIndex::new(IndexKind::Hnsw, dim, IndexParams::default())?;
     index.extend(&batch)?;
-    let picked = pick_ef(&|work| work(&index), TARGET_RECALL).context("an HNSW index of vectors has a pick")?;
-    index.set_ef_search(picked.ef);
-    let (latency, hits) = one_at_a_time(&index, &queries)?;
-    let recall = recall_at(&truth, &hits);
     let name = dir.file_name().map_or("dataset".into(), |n| n.to_string_lossy().into_owned());
-    println!(
-        "{name}: {} documents, {} queries: picked ef_search {} (estimate {:.4}); the queries' recall@10 {recall:.4}, p50 {:.2} ms",
-        documents.len(),
-        queries.len(),
-        picked.ef,
-        picked.recall,
-        ms(latency.p50)
-    );
+    // The server's two picks: at start on its own vectors, then on the first 200 queries it answered; both judged
+    // on the queries after those 200.
+    let answered = queries.get(..PROBE_QUERIES).context("fewer queries than a probe takes")?.to_vec();
+    let (later, later_truth) = (&queries[PROBE_QUERIES..], &truth[PROBE_QUERIES..]);
+    let at_start = pick_ef(&|work| work(&index), TARGET_RECALL, Vec::new()).context("an HNSW index has a pick")?;
+    let picked = pick_ef(&|work| work(&index), TARGET_RECALL, answered).context("a pick on queries")?;
     let (_, recall_bound, p50_bound) = PICKED_BOUNDS[0];
-    Ok((documents.len(), vec![
-        figure(format!("{name}: hnsw picked ef (target {TARGET_RECALL})"), picked.ef as f64, "", 0, None),
-        figure(format!("{name}: hnsw picked ef: estimated recall@10"), picked.recall, "", 4, None),
-        figure(format!("{name}: hnsw recall@10 of its queries (picked ef)"), recall, "", 4, Some(Bound::AtLeast(recall_bound))),
-        figure(format!("{name}: hnsw p50 (picked ef)"), ms(latency.p50), "ms", 2, Some(Bound::AtMost(p50_bound))),
-    ]))
+    let mut rows = Vec::new();
+    for (pick, label) in [(at_start, "start ef (stored vectors)"), (picked, "picked ef (answered queries)")] {
+        index.set_ef_search(pick.ef);
+        let (latency, hits) = one_at_a_time(&index, later)?;
+        let recall = recall_at(later_truth, &hits);
+        println!(
+            "{name}: {} documents, {} later queries: {label} {} (estimate {:.4}); their recall@10 {recall:.4}, p50 {:.2} ms",
+            documents.len(),
+            later.len(),
+            pick.ef,
+            pick.recall,
+            ms(latency.p50)
+        );
+        rows.extend([
+            figure(format!("{name}: hnsw {label}, target {TARGET_RECALL}"), pick.ef as f64, "", 0, None),
+            figure(format!("{name}: hnsw {label}: estimated recall@10"), pick.recall, "", 4, None),
+            figure(format!("{name}: hnsw recall@10 of later queries ({label})"), recall, "", 4, Some(Bound::AtLeast(recall_bound))),
+            figure(format!("{name}: hnsw p50 ({label})"), ms(latency.p50), "ms", 2, Some(Bound::AtMost(p50_bound))),
+        ]);
+    }
+    Ok((documents.len(), rows))
 }

@@ -98,6 +98,21 @@ impl Kernels {
         }
     }
 
+    /// The integer dot product of two equally long i8 slices, as a plain function of
+    /// this level: the HNSW graph calls it through a pointer millions of times, so
+    /// the level is chosen once, not per call.
+    pub fn dot_i8_fn(self) -> fn(&[i8], &[i8]) -> i32 {
+        match self.isa {
+            // SAFETY (both): the function is only handed out on a CPU that has the
+            // level, as `Kernels` of that level exist only there.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => |a, b| unsafe { x86::dot_i8_avx512(a, b) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma => |a, b| unsafe { x86::dot_i8_avx2(a, b) },
+            _ => dot_i8_scalar,
+        }
+    }
+
     /// Writes into `out[r]` the integer dot product of row `r` of `rows` with `query`.
     /// `rows` holds `out.len()` rows of `query.len() / LINE` lines each; `query` holds
     /// the query's codes widened to i16, zero-padded like the rows.
@@ -132,6 +147,11 @@ pub fn dot_f32_scalar(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     sums.iter().sum::<f32>() + tail
+}
+
+/// Portable int8 dot product.
+pub fn dot_i8_scalar(a: &[i8], b: &[i8]) -> i32 {
+    a.iter().zip(b).map(|(&x, &y)| i32::from(x) * i32::from(y)).sum()
 }
 
 /// Portable int8 scan; the reference the SIMD scans are tested against.
@@ -203,6 +223,46 @@ mod x86 {
         let quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
         let one = _mm_add_ss(quarter, _mm_movehdup_ps(quarter));
         _mm_cvtss_f32(one) + super::dot_f32_scalar(&a[i..n], &b[i..n])
+    }
+
+    /// 32 codes a step, sign-extended to i16 and summed pairwise to i32 (`vpmaddwd`).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub fn dot_i8_avx512(a: &[i8], b: &[i8]) -> i32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = _mm512_setzero_si512();
+        let mut i = 0;
+        // SAFETY: every load reads 32 codes at an offset at most `n - 32`.
+        unsafe {
+            while i + 32 <= n {
+                let x = _mm512_cvtepi8_epi16(_mm256_loadu_si256(pa.add(i).cast()));
+                let y = _mm512_cvtepi8_epi16(_mm256_loadu_si256(pb.add(i).cast()));
+                acc = _mm512_add_epi32(acc, _mm512_madd_epi16(x, y));
+                i += 32;
+            }
+        }
+        _mm512_reduce_add_epi32(acc) + super::dot_i8_scalar(&a[i..n], &b[i..n])
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub fn dot_i8_avx2(a: &[i8], b: &[i8]) -> i32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = _mm256_setzero_si256();
+        let mut i = 0;
+        // SAFETY: every load reads 16 codes at an offset at most `n - 16`.
+        unsafe {
+            while i + 16 <= n {
+                let x = _mm256_cvtepi8_epi16(_mm_loadu_si128(pa.add(i).cast()));
+                let y = _mm256_cvtepi8_epi16(_mm_loadu_si128(pb.add(i).cast()));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(x, y));
+                i += 16;
+            }
+        }
+        let half = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256::<1>(acc));
+        let quarter = _mm_add_epi32(half, _mm_unpackhi_epi64(half, half));
+        let one = _mm_add_epi32(quarter, _mm_shuffle_epi32::<0b01>(quarter));
+        _mm_cvtsi128_si32(one) + super::dot_i8_scalar(&a[i..n], &b[i..n])
     }
 
     /// Per line: two steps of 32 codes sign-extended to i16, multiplied with the query
@@ -281,6 +341,23 @@ mod tests {
                     kernels.isa()
                 );
             }
+        }
+    }
+
+    #[test]
+    fn simd_i8_dot_matches_scalar_exactly_at_every_length() {
+        let mut rng = Rng::new(13);
+        for len in 0..200 {
+            let a: Vec<i8> = (0..len).map(|_| (rng.below(255) as i32 - 127) as i8).collect();
+            let b: Vec<i8> = (0..len).map(|_| (rng.below(255) as i32 - 127) as i8).collect();
+            let expected = dot_i8_scalar(&a, &b);
+            for kernels in simd_levels() {
+                assert_eq!(kernels.dot_i8_fn()(&a, &b), expected, "{:?} len {len}", kernels.isa());
+            }
+        }
+        let extremes = vec![-127i8; 6144];
+        for kernels in simd_levels() {
+            assert_eq!(kernels.dot_i8_fn()(&extremes, &extremes), 127 * 127 * 6144, "{:?}", kernels.isa());
         }
     }
 

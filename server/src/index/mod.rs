@@ -59,7 +59,7 @@ pub struct IndexParams {
     /// Exact: threads one search's scan may use. More only pays off for large
     /// collections on an idle machine, since concurrent searches share the cores.
     pub scan_threads: usize,
-    /// HNSW: links per node and layer (1..=255). More links, better recall, more
+    /// HNSW: links per node and layer (2..=255). More links, better recall, more
     /// memory and slower inserts.
     pub m: usize,
     /// HNSW: search width while inserting; higher builds a better graph, slower.
@@ -102,12 +102,12 @@ impl VectorIndex {
         let kind = match kind {
             IndexKind::Exact => Kind::Exact(ExactIndex::new(dim, params.scan_threads)),
             IndexKind::Hnsw => {
-                if !(1..=255).contains(&params.m) || params.ef_construction == 0 || params.ef_search == 0 {
+                if !(2..=255).contains(&params.m) || params.ef_construction == 0 || params.ef_search == 0 {
                     return Err(Error::Config(format!(
-                        "hnsw needs m in 1..=255 and non-zero ef_construction and ef_search, got {params:?}"
+                        "hnsw needs m in 2..=255 and non-zero ef_construction and ef_search, got {params:?}"
                     )));
                 }
-                Kind::Hnsw(HnswIndex::new(dim, params.m, params.ef_construction, params.ef_search))
+                Kind::Hnsw(HnswIndex::new(dim, params.m, params.ef_construction, params.ef_search)?)
             }
         };
         Ok(VectorIndex { dim, kind })
@@ -159,7 +159,7 @@ impl VectorIndex {
         self.check("vector", vector)?;
         match &mut self.kind {
             Kind::Exact(index) => index.insert(id, vector),
-            Kind::Hnsw(index) => index.insert(id, vector),
+            Kind::Hnsw(index) => index.insert(id, vector)?,
         }
         Ok(())
     }
@@ -175,7 +175,7 @@ impl VectorIndex {
                 index.reserve(batch.len());
                 batch.iter().for_each(|&(id, vector)| index.insert(id, vector));
             }
-            Kind::Hnsw(index) => index.extend(batch),
+            Kind::Hnsw(index) => index.extend(batch)?,
         }
         Ok(())
     }
@@ -198,11 +198,11 @@ impl VectorIndex {
 
     /// HNSW: the `k` nearest ids the graph finds at width `ef` (None for exact
     /// search), for [`recall`].
-    pub fn neighbours_at(&self, query: &[f32], k: usize, ef: usize) -> Option<Vec<ChunkId>> {
-        match &self.kind {
+    pub fn neighbours_at(&self, query: &[f32], k: usize, ef: usize) -> Result<Option<Vec<ChunkId>>> {
+        Ok(match &self.kind {
             Kind::Exact(_) => None,
-            Kind::Hnsw(index) => Some(index.neighbours_at(query, k, ef)),
-        }
+            Kind::Hnsw(index) => Some(index.neighbours_at(query, k, ef)?),
+        })
     }
 
     /// Rows of live vectors, for a scan in blocks ([`recall::ExactNeighbours`]); HNSW
@@ -254,7 +254,7 @@ impl VectorIndex {
         }
         Ok(match &self.kind {
             Kind::Exact(index) => index.search(query, k, min_score, filter),
-            Kind::Hnsw(index) => index.search(query, k, min_score, filter),
+            Kind::Hnsw(index) => index.search(query, k, min_score, filter)?,
         })
     }
 

@@ -123,11 +123,13 @@ pub struct HnswSearch {
     pub ef_search: usize,
     /// None when `--hnsw-ef-search` fixes the width.
     pub target_recall: Option<f64>,
-    /// Recall@10 measured at `ef_search` on the index's own vectors; None before the
-    /// first measurement.
+    /// Recall@10 measured at `ef_search` (see `probe`); None before the first
+    /// measurement.
     pub estimated_recall: Option<f64>,
     /// Vectors in the index when it was measured.
     pub measured_at_vectors: u64,
+    /// What the measurement's queries were; None before the first.
+    pub probe: Option<crate::index::recall::Probe>,
 }
 
 /// Sizes of the searchable index, known without a round trip (for metrics).

@@ -6,9 +6,11 @@ pub mod rerank;
 pub mod search;
 
 use embedwire_proto::v1::{
-    EmbedRequest, EmbedResponse, EmbeddingDtype, InfoResponse, Limits, StoreInfo, StoreNode, TokenizedInput, Usage,
+    EmbedRequest, EmbedResponse, EmbeddingDtype, InfoResponse, Limits, RecallProbe, StoreInfo, StoreNode,
+    TokenizedInput, Usage,
 };
 
+use crate::index::recall::Probe;
 use crate::store::{HnswSearch, StoreDescription, StoreHealth};
 use embedwire_proto::{transport, vectors};
 
@@ -222,6 +224,11 @@ pub fn hnsw_search_to_wire(hnsw: HnswSearch) -> embedwire_proto::v1::HnswSearch 
         target_recall: hnsw.target_recall.unwrap_or_default(),
         estimated_recall: hnsw.estimated_recall.unwrap_or_default(),
         measured_at_vectors: hnsw.measured_at_vectors,
+        probe: match hnsw.probe {
+            None => RecallProbe::Unspecified,
+            Some(Probe::StoredVectors) => RecallProbe::StoredVectors,
+            Some(Probe::RecentQueries) => RecallProbe::RecentQueries,
+        } as i32,
     }
 }
 

@@ -1,6 +1,7 @@
 //! `--index hnsw` picks its search width by measured recall (`--hnsw-target-recall`,
 //! 0.99 by default): Info, GetIndexStats and /metrics show the width and the recall
-//! measured on the index's own vectors; a picked width finds what exact search finds;
+//! measured on the index's own vectors, then, once it has answered 200 queries, on
+//! those; a picked width finds what exact search finds;
 //! `--hnsw-ef-search` fixes the width instead; the exact index reports none of it.
 
 use crate::common;
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::store_contract::{ingest_and_wait, search_client, text_query};
 use common::{InProcessServer, PSEUDO};
-use embedwire_proto::v1::{Document, GetIndexStatsRequest, HnswSearch, InfoRequest, SearchRequest};
+use embedwire_proto::v1::{Document, GetIndexStatsRequest, HnswSearch, InfoRequest, RecallProbe, SearchRequest};
 
 /// Enough one-chunk documents for a pick (the server measures from 1,000 vectors on).
 const DOCUMENTS: usize = 1_500;
@@ -74,6 +75,25 @@ async fn the_search_width_is_picked_by_measured_recall_and_reported() {
     };
     assert!(picked.estimated_recall >= 0.99 || picked.ef_search == 1024, "{picked:?}");
     assert!(picked.measured_at_vectors >= 1_000, "{picked:?}");
+    assert_eq!(picked.probe(), RecallProbe::StoredVectors, "{picked:?}");
+    assert!(metrics_page(&hnsw.address).await.contains("embedwire_hnsw_recall_measured_on_queries 0"));
+
+    // 200 answered queries: the width is picked again, on them.
+    let mut client = search_client(&hnsw.address).await;
+    for call in 0..20 {
+        let queries = (0..10).map(|i| text_query(&format!("topic {} part {}", call * 10 + i, i * 97))).collect();
+        client.search(SearchRequest { queries, top_k: Some(10), ..Default::default() }).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let picked = loop {
+        let stats = hnsw_of_stats(&hnsw.address).await.unwrap();
+        if stats.probe() == RecallProbe::RecentQueries {
+            break stats;
+        }
+        assert!(Instant::now() < deadline, "no pick on the answered queries: {stats:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(picked.estimated_recall >= 0.99 || picked.ef_search == 1024, "{picked:?}");
 
     // Info and /metrics say the same.
     let info = hnsw.client().await.info(InfoRequest {}).await.unwrap().into_inner();
@@ -81,6 +101,7 @@ async fn the_search_width_is_picked_by_measured_recall_and_reported() {
     let page = metrics_page(&hnsw.address).await;
     assert!(page.contains(&format!("embedwire_hnsw_ef_search {}", picked.ef_search)), "{page}");
     assert!(page.contains("embedwire_hnsw_estimated_recall "), "{page}");
+    assert!(page.contains("embedwire_hnsw_recall_measured_on_queries 1"), "{page}");
 
     // At the picked width the graph finds what exact search finds (up to the recall).
     let (approximate, truth) = (top_hits(&hnsw.address).await, top_hits(&exact.address).await);

@@ -363,7 +363,11 @@ impl CorpusStore for EmbeddedStore {
             let passes = |id: ChunkId| view.chunk_matches(id, filter);
             let predicate: Option<&(dyn Fn(ChunkId) -> bool + Sync)> =
                 if filter.is_empty() { None } else { Some(&passes) };
-            view.index.search(query.vector, query.count, query.score_threshold, predicate)?
+            let scored = view.index.search(query.vector, query.count, query.score_threshold, predicate)?;
+            if let Some(tuner) = &self.ef_tuner {
+                tuner.record_query(&self.view, query.vector, view.index.len());
+            }
+            scored
         };
         self.hits(scored, query.content()).await
     }

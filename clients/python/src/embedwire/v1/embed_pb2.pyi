@@ -15,12 +15,21 @@ class EmbeddingDtype(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EMBEDDING_DTYPE_INT8: _ClassVar[EmbeddingDtype]
     EMBEDDING_DTYPE_UBINARY: _ClassVar[EmbeddingDtype]
     EMBEDDING_DTYPE_FLOAT32_LIST: _ClassVar[EmbeddingDtype]
+
+class RecallProbe(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RECALL_PROBE_UNSPECIFIED: _ClassVar[RecallProbe]
+    RECALL_PROBE_STORED_VECTORS: _ClassVar[RecallProbe]
+    RECALL_PROBE_RECENT_QUERIES: _ClassVar[RecallProbe]
 EMBEDDING_DTYPE_UNSPECIFIED: EmbeddingDtype
 EMBEDDING_DTYPE_FLOAT32: EmbeddingDtype
 EMBEDDING_DTYPE_FLOAT16: EmbeddingDtype
 EMBEDDING_DTYPE_INT8: EmbeddingDtype
 EMBEDDING_DTYPE_UBINARY: EmbeddingDtype
 EMBEDDING_DTYPE_FLOAT32_LIST: EmbeddingDtype
+RECALL_PROBE_UNSPECIFIED: RecallProbe
+RECALL_PROBE_STORED_VECTORS: RecallProbe
+RECALL_PROBE_RECENT_QUERIES: RecallProbe
 
 class EmbedRequest(_message.Message):
     __slots__ = ("inputs", "normalize", "truncate", "dtype", "dimensions")
@@ -165,16 +174,18 @@ class StoreInfo(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., shared: _Optional[bool] = ..., index_id: _Optional[str] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[StoreNode, _Mapping]]] = ..., hnsw: _Optional[_Union[HnswSearch, _Mapping]] = ...) -> None: ...
 
 class HnswSearch(_message.Message):
-    __slots__ = ("ef_search", "target_recall", "estimated_recall", "measured_at_vectors")
+    __slots__ = ("ef_search", "target_recall", "estimated_recall", "measured_at_vectors", "probe")
     EF_SEARCH_FIELD_NUMBER: _ClassVar[int]
     TARGET_RECALL_FIELD_NUMBER: _ClassVar[int]
     ESTIMATED_RECALL_FIELD_NUMBER: _ClassVar[int]
     MEASURED_AT_VECTORS_FIELD_NUMBER: _ClassVar[int]
+    PROBE_FIELD_NUMBER: _ClassVar[int]
     ef_search: int
     target_recall: float
     estimated_recall: float
     measured_at_vectors: int
-    def __init__(self, ef_search: _Optional[int] = ..., target_recall: _Optional[float] = ..., estimated_recall: _Optional[float] = ..., measured_at_vectors: _Optional[int] = ...) -> None: ...
+    probe: RecallProbe
+    def __init__(self, ef_search: _Optional[int] = ..., target_recall: _Optional[float] = ..., estimated_recall: _Optional[float] = ..., measured_at_vectors: _Optional[int] = ..., probe: _Optional[_Union[RecallProbe, str]] = ...) -> None: ...
 
 class StoreNode(_message.Message):
     __slots__ = ("name", "address", "healthy")
