@@ -287,3 +287,44 @@ fn hnsw_recall_filters_and_removals() {
         assert!(hits.windows(2).all(|w| w[0].1 >= w[1].1));
     }
 }
+
+/// The graph has a fixed number of search contexts and fails a search that finds none
+/// free: more searchers than that at once must wait their turn, never fail. Each search
+/// holds its context (inside its filter) until 16 searches are inside at once.
+#[test]
+fn more_concurrent_hnsw_searches_than_contexts_all_succeed() {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    thread_local!(static INSIDE: Cell<bool> = const { Cell::new(false) });
+    let dim = 64;
+    let mut data = Clustered::new(3, dim, 20, 0.9);
+    let vectors: Vec<(ChunkId, Vec<f32>)> = (0..3_000).map(|i| (i, data.next_vector())).collect();
+    let batch: Vec<(ChunkId, &[f32])> = vectors.iter().map(|(id, v)| (*id, v.as_slice())).collect();
+    let mut hnsw = VectorIndex::new(IndexKind::Hnsw, dim, IndexParams::default()).unwrap();
+    hnsw.extend(&batch).unwrap();
+    let query = data.next_vector();
+    let inside = AtomicUsize::new(0);
+    let crowded = |_: ChunkId| {
+        if !INSIDE.get() {
+            INSIDE.set(true);
+            inside.fetch_add(1, Ordering::SeqCst);
+            let started = Instant::now();
+            while inside.load(Ordering::SeqCst) < 16 && started.elapsed() < Duration::from_secs(2) {
+                std::thread::yield_now();
+            }
+        }
+        true
+    };
+    let (hnsw, query, crowded) = (&hnsw, &query, &crowded);
+    std::thread::scope(|scope| {
+        let searchers: Vec<_> = (0..48)
+            .map(|_| scope.spawn(move || hnsw.search(query, 10, None, Some(crowded)).map(|hits| hits.len())))
+            .collect();
+        for searcher in searchers {
+            assert_eq!(searcher.join().unwrap().unwrap(), 10);
+        }
+    });
+    assert_eq!(inside.load(Ordering::SeqCst), 48);
+}
