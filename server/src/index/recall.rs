@@ -113,6 +113,9 @@ const CONFIDENCE_ERRORS: f64 = 2.0;
 /// at dim 384), so that a caller holding a lock per call holds it briefly.
 const ROWS_PER_CALL: usize = 1_024;
 
+/// Lends the index to one step of work (see [`pick_ef`]).
+pub type LendIndex<'a> = dyn Fn(&mut dyn FnMut(&VectorIndex)) + 'a;
+
 /// A search width and the recall@10 measured at it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EfPick {
@@ -137,11 +140,7 @@ pub enum Probe {
 /// `recent` when it holds at least [`PROBE_QUERIES`], else [`sample_queries`].
 /// `with_index` lends the index to one step of work at a time (a block of the exact
 /// scan, one graph search), so a caller can take its lock per step.
-pub fn pick_ef(
-    with_index: &dyn Fn(&mut dyn FnMut(&VectorIndex)),
-    target: f64,
-    recent: Vec<Vec<f32>>,
-) -> Option<EfPick> {
+pub fn pick_ef(with_index: &LendIndex<'_>, target: f64, recent: Vec<Vec<f32>>) -> Option<EfPick> {
     let (mut queries, mut vectors, mut usable) = (Vec::new(), 0, false);
     with_index(&mut |index| {
         vectors = index.len();
