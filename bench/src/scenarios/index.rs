@@ -136,9 +136,13 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
         add(figure(format!("hnsw picked ef (target {TARGET_RECALL}, answered queries)"), picked.ef as f64, "", 0, None));
         add(figure("hnsw picked ef: estimated recall@10".into(), picked.recall, "", 4, None));
         add(figure("hnsw picked ef: time to pick".into(), pick_secs, "s", 1, None));
-        let mut ef_searches = vec![picked.ef];
-        ef_searches.extend([at_start.ef].iter().chain(&fixed_widths).filter(|&&ef| ef != picked.ef));
-        ef_searches.dedup();
+        // Each width once: the picked one first (its rows carry the target), then the start pick, then the rest.
+        let mut ef_searches: Vec<usize> = Vec::new();
+        for ef in [picked.ef, at_start.ef].into_iter().chain(fixed_widths.iter().copied()) {
+            if !ef_searches.contains(&ef) {
+                ef_searches.push(ef);
+            }
+        }
         let mut settings = Vec::new();
         for &ef in &ef_searches {
             index.set_ef_search(ef);

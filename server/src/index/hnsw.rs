@@ -26,6 +26,7 @@ use std::sync::{Condvar, Mutex};
 use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
 use super::kernels::Kernels;
+use super::quantize;
 use super::rows::Rows;
 use super::{ChunkId, Filter};
 use crate::error::{Error, Result};
@@ -284,17 +285,16 @@ fn insert_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// The graph's vector for `vector`: int8 codes with `scale = max|x| / 127`, then the
-/// scale's bytes.
+/// The graph's vector for `vector`: its int8 codes as exact search codes it
+/// ([`quantize`]), then the scale's bytes.
 fn encode(vector: &[f32]) -> Vec<i8> {
-    let largest = vector.iter().fold(0f32, |largest, x| largest.max(x.abs()));
-    let scale = largest / 127.0;
-    let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-    let mut codes: Vec<i8> = vector.iter().map(|x| (x * inverse).round().clamp(-127.0, 127.0) as i8).collect();
+    let scale = quantize::scale_of(vector);
+    let mut codes: Vec<i8> = vector.iter().map(|&value| quantize::code_of(value, scale)).collect();
     codes.extend(scale.to_le_bytes().map(|byte| byte as i8));
     codes
 }
 
+/// The scale [`encode`] put after the codes.
 fn scale_of(codes: &[i8], dim: usize) -> f32 {
     f32::from_le_bytes(std::array::from_fn(|i| codes[dim + i] as u8))
 }

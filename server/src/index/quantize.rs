@@ -72,11 +72,11 @@ impl QueryCode {
 }
 
 /// The largest magnitude maps to 127; an all-zero vector gets scale 0 and zero codes.
-fn scale_of(vector: &[f32]) -> f32 {
+pub fn scale_of(vector: &[f32]) -> f32 {
     vector.iter().fold(0f32, |max, v| max.max(v.abs())) / 127.0
 }
 
-fn code_of(value: f32, scale: f32) -> i8 {
+pub fn code_of(value: f32, scale: f32) -> i8 {
     if scale == 0.0 { 0 } else { (value / scale).round().clamp(-127.0, 127.0) as i8 }
 }
 

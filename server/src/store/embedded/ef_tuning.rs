@@ -52,6 +52,10 @@ impl EfTuner {
     /// Keeps `query` (searched in an index now `vectors` long) for the next pick; the
     /// first time enough are kept, asks for a pick on them.
     pub fn record_query(self: &Arc<Self>, view: &Arc<RwLock<IndexView>>, query: &[f32], vectors: usize) {
+        if vectors < MIN_VECTORS {
+            // Too small to pick for: no work on every search.
+            return;
+        }
         let full = {
             let mut recent = self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             if recent.len() == PROBE_QUERIES {
