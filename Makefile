@@ -25,7 +25,7 @@ TIMES := target/make-test-times.tsv
 # a large ingest, 64 closed-loop callers, the full-size cross-encoder against numpy).
 # `make test` runs them all.
 FAST_SLOW := ^(precision::int8_vectors_meet|search::searches_keep_answering_while_a_large_ingest|lifecycle::closed_loop_clients|rerank_reference::full_size)
-FAST_FILTER := not (binary_id(embedwire-server::it) and test(/^(weaviate|postgres)::/)) and not binary(quick) and not test(/$(FAST_SLOW)/)
+FAST_FILTER := not (binary_id(embedwire-server-it::it) and test(/^(weaviate|postgres)::/)) and not binary(quick) and not test(/$(FAST_SLOW)/)
 
 ## setup: install the model, ONNX Runtime and dev tools; build the workspace (release)
 setup:

@@ -217,7 +217,7 @@ launch_weaviate_node() {
   # ASYNC_REPLICATION_*: a node back from a crash gets the writes it missed about 10 s
   # after its return rather than 35 s (Weaviate's defaults are a 30 s propagation delay
   # and a 30 s check interval, sized for networks slower than loopback). The servers
-  # route around a node until it has caught up; the fault tests (server/tests/weaviate/)
+  # route around a node until it has caught up; the fault tests (server/it/tests/weaviate/)
   # run their clusters the same way.
   # ASYNC_REPLICATION_HASHTREE_HEIGHT=10: every shard replica keeps a hash tree for that
   # repair, 2 MiB at Weaviate's height 16, held whether the shard holds anything or not;

@@ -12,7 +12,7 @@ set -euo pipefail
 SCRIPTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MODEL_SCRIPTS="$SCRIPTS/model"
 REQUIREMENTS="$MODEL_SCRIPTS/requirements.txt"
-REFERENCE="$SCRIPTS/../server/tests/data/all-MiniLM-L6-v2.json"
+REFERENCE="$SCRIPTS/../server/it/tests/data/all-MiniLM-L6-v2.json"
 CACHE="${EMBEDWIRE_CACHE:-$HOME/.cache/embedwire}"
 VENV="$CACHE/venv"
 PY="$VENV/bin/python"

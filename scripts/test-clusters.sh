@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The store clusters that `make test` starts once for the whole run and shares between the
-# tests that only read and write (server/tests: weaviate_store, postgres_store), each in
+# tests that only read and write (server/it/tests: weaviate_store, postgres_store), each in
 # collections or databases of its own: a 3-node Weaviate cluster and a PostgreSQL primary
 # with a streaming replica, both by scripts/cluster.sh (--store-only) on free loopback
 # ports, with fresh data, in state directories under target/test-clusters/. The tests that

@@ -37,7 +37,7 @@ import onnxruntime as ort
 import build_onnx  # next to this script, which puts its directory on sys.path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = REPO_ROOT / "server/tests/data/all-MiniLM-L6-v2.json"
+REFERENCE = REPO_ROOT / "server/it/tests/data/all-MiniLM-L6-v2.json"
 CACHE = Path(os.environ.get("EMBEDWIRE_CACHE", Path.home() / ".cache/embedwire"))
 DEFAULT_TOKENIZER_DIR = CACHE / "models/all-MiniLM-L6-v2"
 TOKENIZER_FILES = ["tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"]

@@ -24,7 +24,7 @@ import onnx
 import onnxruntime as ort
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_REFERENCE = REPO_ROOT / "server/tests/data/all-MiniLM-L6-v2.json"
+DEFAULT_REFERENCE = REPO_ROOT / "server/it/tests/data/all-MiniLM-L6-v2.json"
 DEFAULT_CACHE = Path(os.environ.get("EMBEDWIRE_CACHE", Path.home() / ".cache/embedwire"))
 DEFAULT_MODEL = DEFAULT_CACHE / "models/all-MiniLM-L6-v2/model.onnx"
 TOLERANCE = 1e-5
