@@ -10,7 +10,7 @@ import numpy as np
 from embedwire import AsyncClient, Client
 from server_process import REPO_ROOT, ServerProcess
 
-REFERENCE = REPO_ROOT / "server" / "tests" / "data" / "all-MiniLM-L6-v2.json"
+REFERENCE = REPO_ROOT / "server" / "it" / "tests" / "data" / "all-MiniLM-L6-v2.json"
 TOLERANCE = 1e-5
 
 
