@@ -150,16 +150,23 @@ fn run_sh_runs_the_scenarios_of_make_bench_and_writes_the_report() {
         assert!(line.unwrap_or_else(|| panic!("no {step} in {info}")).ends_with(",0"), "{step} failed: {info}");
     }
 
-    // latency: per precision, the in-process model and four paths, each call split into its parts; the Embed
+    // latency: per precision, the in-process model (back to back, and after idle pauses) and four paths, each call
+    // split into its parts; the Embed
     // paths judged against the model (and int8 gRPC Embed against 2 ms where the CPU has VNNI).
     let vnni = embedwire_server::model::precision::CpuInt8::detect().instructions().is_some();
-    run.prints(["fp32 gRPC Embed c=1 p50", "int8 HTTP /v1/search c=1 p50", "int8 in-process model p50"]);
+    run.prints([
+        "fp32 gRPC Embed c=1 p50",
+        "int8 HTTP /v1/search c=1 p50",
+        "int8 in-process model p50",
+        "int8 in-process model p50, each run after 350 us idle",
+    ]);
     let header =
         "precision,path,calls,p50_ms,p95_ms,p99_ms,server_p50_ms,model_p50_ms,server_overhead_p50_ms,client_p50_ms";
     let dir = run.dir.join("latency");
     let latency = std::fs::read_to_string(dir.join("latency_bench.csv")).unwrap();
     assert!(latency.starts_with(&format!("{header}\n")), "{latency}");
-    assert_eq!(latency.lines().count(), 1 + 2 * 5, "{latency}");
+    assert_eq!(latency.lines().count(), 1 + 2 * 6, "{latency}");
+    assert_eq!(latency.lines().filter(|line| line.contains(",in-process model after idle,")).count(), 2, "{latency}");
     for row in
         latency.lines().skip(1).map(fields).filter(|row| row[1].contains("Embed") || row[1].contains("embeddings"))
     {
