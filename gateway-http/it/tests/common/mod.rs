@@ -27,9 +27,7 @@ pub fn server_binary() -> PathBuf {
 /// `tests/binary.rs` is what makes `cargo test` build it: these tests are another
 /// package, built without optimization, see its Cargo.toml).
 pub fn gateway_binary() -> PathBuf {
-    let path = server_binary().with_file_name("embedwire-gateway");
-    assert!(path.is_file(), "{} is missing: run `cargo build --release --workspace`", path.display());
-    path
+    embedwire_bench::server_binary::gateway_beside(&server_binary()).unwrap()
 }
 
 /// The Python of the project's venv (scripts/setup-model.sh and setup-python-dev.sh

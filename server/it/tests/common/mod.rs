@@ -76,21 +76,11 @@ pub fn cache_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/embedwire"))
 }
 
-/// The `embedwire-server` binary of this build: beside the test binary's `deps/` folder
-/// (`target/release/embedwire-server`). Cargo builds it when it builds the workspace's
-/// tests (`server/tests/binary.rs` asks for it); these suites are another package, so
-/// `env!("CARGO_BIN_EXE_embedwire-server")` is not set for them.
+/// The `embedwire-server` binary of the workspace's release build. Cargo builds it when
+/// it builds the workspace's tests (`server/tests/binary.rs` asks for it); these suites
+/// are another package, so `env!("CARGO_BIN_EXE_embedwire-server")` is not set for them.
 pub fn server_bin() -> PathBuf {
-    let test_binary = std::env::current_exe().expect("the test binary's path");
-    let profile_dir =
-        test_binary.parent().and_then(|deps| deps.parent()).expect("the test binary is in <target>/<profile>/deps");
-    let server = profile_dir.join("embedwire-server");
-    assert!(
-        server.is_file(),
-        "{} not found: build the workspace's tests (`cargo nextest run --release --workspace`, `make test`)",
-        server.display()
-    );
-    server
+    embedwire_bench::server_binary::workspace_release().unwrap()
 }
 
 /// The Python of the venv `make setup` creates (onnx, onnxruntime, numpy).

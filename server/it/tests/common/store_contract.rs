@@ -194,11 +194,9 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// The gateway binary, built by the workspace build beside this test's binaries.
+/// The gateway binary, built by the workspace build beside the server's.
 pub fn gateway_binary() -> std::path::PathBuf {
-    let path = super::server_bin().with_file_name("embedwire-gateway");
-    assert!(path.exists(), "{} is missing: run cargo build --release --workspace", path.display());
-    path
+    embedwire_bench::server_binary::gateway_beside(&super::server_bin()).unwrap()
 }
 
 /// Starts the real gateway binary on a free port in front of `upstreams` (probing
