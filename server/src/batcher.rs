@@ -56,7 +56,26 @@ pub trait BatchModel: Send + 'static {
     fn dim(&self) -> usize;
     /// Runs `batch`, returning `batch.len() * dim` values, row-major.
     fn run_batch(&mut self, batch: &[&Self::Input]) -> Result<Vec<f32>>;
+    /// Whether the model holds memory it could give back while idle (ONNX Runtime's
+    /// arena after a large batch): the model thread then calls
+    /// [`release_idle_memory`](Self::release_idle_memory) once no work came for
+    /// [`IDLE_RELEASE`].
+    fn holds_idle_memory(&self) -> bool {
+        false
+    }
+    /// Gives that memory back. A failure only keeps the memory.
+    fn release_idle_memory(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
+
+/// How long the model thread waits for work before a model that holds idle memory
+/// gives it back. Short: an ingest's pipeline keeps the model busy between its
+/// batches, so a pause this long means the large work is over (the next caller, a
+/// query, needs a small arena), and a wrong guess costs one large batch the page
+/// faults of its buffers. Long enough that a server between two bursts of queries
+/// does not shrink and grow for every burst.
+pub const IDLE_RELEASE: Duration = Duration::from_millis(50);
 
 /// How batches are formed.
 #[derive(Debug, Clone, Copy)]
@@ -341,6 +360,17 @@ impl<I: BatchInput> SequenceQueue<I> {
         self.changed.notify_all();
     }
 
+    /// Waits up to `timeout` for sequences to run; false if none came (and the queue
+    /// is still open).
+    fn wait_for_work(&self, timeout: Duration) -> bool {
+        let state = self.lock();
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(state, timeout, |state| state.waiting() == 0 && !state.closed)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        state.waiting() > 0 || state.closed
+    }
+
     /// Blocks until sequences are waiting, then takes up to `max_sequences` of one
     /// lane, oldest first: interactive ones, or bulk ones when none wait or
     /// `bulk_due`. Waits up to `max_wait` more while fewer than `fill_target` wait.
@@ -418,6 +448,7 @@ fn run_model_thread<M: BatchModel>(
     let mut interactive_batches_since_bulk = 0;
     let window_size = limits.max_batch_size * BATCHES_PER_WINDOW;
     loop {
+        release_when_idle(model, queue);
         let bulk_due = interactive_batches_since_bulk >= INTERACTIVE_BATCHES_PER_BULK;
         let Some(window) = queue.take_window(window_size, previous_batch_size, bulk_due, limits) else { break };
         stats.queue_depth.store(queue.len() as u64, std::sync::atomic::Ordering::Relaxed);
@@ -452,6 +483,23 @@ fn run_model_thread<M: BatchModel>(
                 }
             }
         }
+    }
+}
+
+/// Gives the model's idle memory back, if it holds some, once no work came for
+/// [`IDLE_RELEASE`].
+fn release_when_idle<M: BatchModel>(model: &SharedModel<M>, queue: &SequenceQueue<M::Input>) {
+    let lock = || model.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !lock().holds_idle_memory() || queue.wait_for_work(IDLE_RELEASE) {
+        return;
+    }
+    match lock().release_idle_memory() {
+        Ok(()) => {
+            // What the model freed sits in malloc's heaps until it is trimmed.
+            crate::allocator::return_free_pages();
+            tracing::debug!("the idle model gave its memory back");
+        }
+        Err(error) => tracing::warn!(%error, "the idle model could not give its memory back"),
     }
 }
 
@@ -620,6 +668,59 @@ mod tests {
             assert!(batch.len() <= 2);
             assert!(batch.windows(2).all(|w| w[0] <= w[1]), "length-sorted batch {batch:?}");
         }
+    }
+
+    /// Holds idle memory after a sequence of 8 tokens or more, and records when it
+    /// was asked to give it back.
+    struct ArenaModel {
+        holds: bool,
+        releases: Arc<Mutex<Vec<Instant>>>,
+        inner: RecordingModel,
+    }
+
+    impl BatchModel for ArenaModel {
+        type Input = Vec<u32>;
+
+        fn dim(&self) -> usize {
+            2
+        }
+
+        fn run_batch(&mut self, batch: &[&Vec<u32>]) -> Result<Vec<f32>> {
+            self.holds |= batch.iter().any(|s| s.len() >= 8);
+            self.inner.run_batch(batch)
+        }
+
+        fn holds_idle_memory(&self) -> bool {
+            self.holds
+        }
+
+        fn release_idle_memory(&mut self) -> Result<()> {
+            self.holds = false;
+            self.releases.lock().unwrap().push(Instant::now());
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_idle_model_gives_its_memory_back_once_after_a_large_batch() {
+        let releases = Arc::new(Mutex::new(Vec::new()));
+        let inner = RecordingModel { batches: Arc::new(Mutex::new(Vec::new())) };
+        let model = ArenaModel { holds: false, releases: releases.clone(), inner };
+        let batcher = TokenBudgetBatcher::start(model, limits(4, 100), Arc::new(Stats::default())).unwrap();
+        batcher.submit(vec![sequence(3, 1)], Priority::Interactive).await.unwrap().unwrap();
+        tokio::time::sleep(IDLE_RELEASE * 3).await;
+        assert!(releases.lock().unwrap().is_empty(), "a small batch leaves nothing to give back");
+
+        let submitted = Instant::now();
+        batcher.submit(vec![sequence(9, 1), sequence(3, 2)], Priority::Bulk).await.unwrap().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while releases.lock().unwrap().is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(IDLE_RELEASE * 3).await;
+        let releases = releases.lock().unwrap().clone();
+        assert_eq!(releases.len(), 1, "given back once, then the model holds nothing");
+        assert!(releases[0] >= submitted + IDLE_RELEASE, "only after the model idled");
     }
 
     /// Blocks in its first batch until released, so a test can queue work behind it.

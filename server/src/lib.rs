@@ -24,8 +24,10 @@
 //! - [`metrics`]: the server's metrics, a collector in the HTTP layer's Prometheus
 //!   registry.
 //! - [`error`]: the error type.
+//! - [`allocator`]: handing freed memory back to the kernel.
 
 pub mod admission;
+pub mod allocator;
 pub mod backend;
 pub mod batcher;
 pub mod collections;

@@ -588,11 +588,7 @@ fn local_model_config(config: &ServerConfig) -> LocalModelConfig {
 /// enough to stay in malloc's heaps, where only a heap's top is ever trimmed:
 /// without this the idle server kept about 30 MiB more.
 fn release_loading_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free pages to the kernel; safe at any time.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    crate::allocator::return_free_pages();
 }
 
 async fn set_health(health: &HealthReporter, status: ServingStatus) {

@@ -53,6 +53,14 @@ impl BatchModel for OnnxModel {
         let ids: Vec<&[u32]> = batch.iter().map(|ids| ids.as_slice()).collect();
         OnnxModel::embed_batch(self, &ids)
     }
+
+    fn holds_idle_memory(&self) -> bool {
+        OnnxModel::holds_idle_memory(self)
+    }
+
+    fn release_idle_memory(&mut self) -> Result<()> {
+        OnnxModel::release_idle_memory(self)
+    }
 }
 
 /// Inputs tokenized inline on the async runtime at most; larger requests move to the

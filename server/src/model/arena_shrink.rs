@@ -10,6 +10,13 @@
 //! only when it is much smaller than the largest batch since the last shrink, and no
 //! batch near that size ran for [`QUIET`]: the large work is over, not paused
 //! between two batches of an ingest.
+//!
+//! A model with nothing to do gives the memory back sooner: the model thread asks for
+//! a shrink (a one-token run) once no work came for `batcher::IDLE_RELEASE` after a
+//! batch larger than one text of the model's longest ([`ArenaShrink::grown_past`]).
+//! An ingest keeps the model busy (its pipeline embeds the next batches while one
+//! commits), so it does not pause that long between batches; a wrong guess costs
+//! the next large batch its buffers' page faults, once.
 
 use std::time::{Duration, Instant};
 
@@ -55,6 +62,18 @@ impl ArenaShrink {
         self.last_large = now;
         true
     }
+
+    /// Whether a batch of at least `footprint` ran since the last shrink.
+    pub fn grown_past(&self, footprint: usize) -> bool {
+        self.largest >= footprint
+    }
+
+    /// Records a shrink asked for outside [`before_run`](Self::before_run) (the
+    /// model idle): the arena is as small as it gets.
+    pub fn shrunk(&mut self, now: Instant) {
+        self.largest = 0;
+        self.last_large = now;
+    }
 }
 
 #[cfg(test)]
@@ -92,5 +111,19 @@ mod tests {
         let next = ended + QUIET * 5;
         assert!(!shrink.before_run(PARAGRAPHS, next));
         assert!(shrink.before_run(QUERY, next + QUIET));
+    }
+
+    #[test]
+    fn an_idle_shrink_starts_the_record_afresh() {
+        let start = Instant::now();
+        let mut shrink = ArenaShrink::new(start);
+        assert!(!shrink.grown_past(PARAGRAPHS), "nothing ran yet");
+        assert!(!shrink.before_run(PARAGRAPHS, start));
+        assert!(shrink.grown_past(PARAGRAPHS));
+        shrink.shrunk(start);
+        assert!(!shrink.grown_past(PARAGRAPHS));
+        // Small batches after it are no reason for another shrink.
+        assert!(!shrink.before_run(QUERY, start + QUIET * 2));
+        assert!(!shrink.grown_past(PARAGRAPHS));
     }
 }

@@ -96,6 +96,9 @@ pub struct OnnxModel {
     pooling: Pooling,
     /// When a run gives the arena's unused memory back (None without the arena).
     arena_shrink: Option<ArenaShrink>,
+    /// A batch at least this large (in [`arena_shrink::footprint`]) leaves memory
+    /// worth giving back when the model idles: one text of the longest the model takes.
+    idle_release_footprint: usize,
     /// The run options that ask for it.
     shrink_options: RunOptions,
 }
@@ -122,6 +125,7 @@ impl OnnxModel {
             dim: files.hidden_size,
             pooling: files.pooling,
             arena_shrink: settings.arena.then(|| ArenaShrink::new(Instant::now())),
+            idle_release_footprint: arena_shrink::footprint(1, files.max_input_tokens, files.hidden_size),
             shrink_options,
         })
     }
@@ -139,6 +143,29 @@ impl OnnxModel {
         if rows == 0 || seq_len == 0 {
             return Ok(Vec::new());
         }
+        let footprint = arena_shrink::footprint(rows, seq_len, self.dim);
+        let shrink = self.arena_shrink.as_mut().is_some_and(|arena| arena.before_run(footprint, Instant::now()));
+        self.run(batch, shrink)
+    }
+
+    /// Whether a batch since the arena last shrank left memory worth giving back
+    /// while the model idles.
+    pub fn holds_idle_memory(&self) -> bool {
+        self.arena_shrink.as_ref().is_some_and(|arena| arena.grown_past(self.idle_release_footprint))
+    }
+
+    /// Gives the arena's unused memory back now: ONNX Runtime frees it only at the end
+    /// of a run that asks, so this runs one token (id 0, in any vocabulary).
+    pub fn release_idle_memory(&mut self) -> Result<()> {
+        let Some(arena) = self.arena_shrink.as_mut() else { return Ok(()) };
+        arena.shrunk(Instant::now());
+        self.run(&[&[0]], true).map(drop)
+    }
+
+    /// Runs `batch` (non-empty, ids non-empty), asking for the arena's shrink at the end if `shrink`.
+    fn run(&mut self, batch: &[&[u32]], shrink: bool) -> Result<Vec<f32>> {
+        let rows = batch.len();
+        let seq_len = batch.iter().map(|ids| ids.len()).max().unwrap_or(0);
         let shape = [rows as i64, seq_len as i64];
         let mut inputs: Vec<(&str, SessionInputValue)> = vec![
             ("input_ids", tensor(shape, pad_rows(batch, seq_len))?.into()),
@@ -148,8 +175,6 @@ impl OnnxModel {
             inputs.push(("token_type_ids", tensor(shape, vec![0i64; rows * seq_len])?.into()));
         }
         let (output, pooling, dim) = (self.output.clone(), self.pooling, self.dim);
-        let footprint = arena_shrink::footprint(rows, seq_len, dim);
-        let shrink = self.arena_shrink.as_mut().is_some_and(|arena| arena.before_run(footprint, Instant::now()));
         let outputs =
             if shrink { self.session.run_with_options(inputs, &self.shrink_options) } else { self.session.run(inputs) }
                 .map_err(|e| Error::Model(e.to_string()))?;
