@@ -448,7 +448,7 @@ fn run_model_thread<M: BatchModel>(
     let mut interactive_batches_since_bulk = 0;
     let window_size = limits.max_batch_size * BATCHES_PER_WINDOW;
     loop {
-        release_when_idle(model, queue);
+        release_when_idle(model, queue, stats);
         let bulk_due = interactive_batches_since_bulk >= INTERACTIVE_BATCHES_PER_BULK;
         let Some(window) = queue.take_window(window_size, previous_batch_size, bulk_due, limits) else { break };
         stats.queue_depth.store(queue.len() as u64, std::sync::atomic::Ordering::Relaxed);
@@ -488,7 +488,7 @@ fn run_model_thread<M: BatchModel>(
 
 /// Gives the model's idle memory back, if it holds some, once no work came for
 /// [`IDLE_RELEASE`].
-fn release_when_idle<M: BatchModel>(model: &SharedModel<M>, queue: &SequenceQueue<M::Input>) {
+fn release_when_idle<M: BatchModel>(model: &SharedModel<M>, queue: &SequenceQueue<M::Input>, stats: &Stats) {
     let lock = || model.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if !lock().holds_idle_memory() || queue.wait_for_work(IDLE_RELEASE) {
         return;
@@ -497,6 +497,7 @@ fn release_when_idle<M: BatchModel>(model: &SharedModel<M>, queue: &SequenceQueu
         Ok(()) => {
             // What the model freed sits in malloc's heaps until it is trimmed.
             crate::allocator::return_free_pages();
+            Stats::add(&stats.idle_memory_releases, 1);
             tracing::debug!("the idle model gave its memory back");
         }
         Err(error) => tracing::warn!(%error, "the idle model could not give its memory back"),
@@ -706,7 +707,8 @@ mod tests {
         let releases = Arc::new(Mutex::new(Vec::new()));
         let inner = RecordingModel { batches: Arc::new(Mutex::new(Vec::new())) };
         let model = ArenaModel { holds: false, releases: releases.clone(), inner };
-        let batcher = TokenBudgetBatcher::start(model, limits(4, 100), Arc::new(Stats::default())).unwrap();
+        let stats = Arc::new(Stats::default());
+        let batcher = TokenBudgetBatcher::start(model, limits(4, 100), stats.clone()).unwrap();
         batcher.submit(vec![sequence(3, 1)], Priority::Interactive).await.unwrap().unwrap();
         tokio::time::sleep(IDLE_RELEASE * 3).await;
         assert!(releases.lock().unwrap().is_empty(), "a small batch leaves nothing to give back");
@@ -721,6 +723,7 @@ mod tests {
         let releases = releases.lock().unwrap().clone();
         assert_eq!(releases.len(), 1, "given back once, then the model holds nothing");
         assert!(releases[0] >= submitted + IDLE_RELEASE, "only after the model idled");
+        assert_eq!(Stats::get(&stats.idle_memory_releases), 1, "counted for /metrics");
     }
 
     /// Blocks in its first batch until released, so a test can queue work behind it.

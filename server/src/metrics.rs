@@ -62,7 +62,7 @@ impl Collector for ServerMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let stats = &self.stats;
         let counter = |value: &AtomicU64| ConstCounter::new(Stats::get(value));
-        let embedding: [Described; 16] = [
+        let embedding: [Described; 17] = [
             (
                 "embedwire_embed_requests",
                 "Embed calls and stream requests that reached the engine",
@@ -89,6 +89,11 @@ impl Collector for ServerMetrics {
                 "embedwire_dropped_sequences",
                 "Sequences dropped because their caller had gone",
                 &counter(&stats.dropped_sequences),
+            ),
+            (
+                "embedwire_model_idle_memory_releases",
+                "Times the idle model gave its memory back (ONNX Runtime's arena, after a large batch)",
+                &counter(&stats.idle_memory_releases),
             ),
             (
                 "embedwire_ingested_documents",

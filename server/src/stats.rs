@@ -25,6 +25,8 @@ pub struct Stats {
     pub dropped_sequences: AtomicU64,
     /// Sequences waiting for the model when the last batch was formed.
     pub queue_depth: AtomicU64,
+    /// Times the idle model gave its memory back (ONNX Runtime's arena, after a large batch).
+    pub idle_memory_releases: AtomicU64,
     /// Documents stored durably by ingest jobs.
     pub ingested_documents: AtomicU64,
     /// Interactive calls queued or running, under the default admission rule.
@@ -56,6 +58,7 @@ impl Default for Stats {
             real_tokens: AtomicU64::default(),
             dropped_sequences: AtomicU64::default(),
             queue_depth: AtomicU64::default(),
+            idle_memory_releases: AtomicU64::default(),
             ingested_documents: AtomicU64::default(),
             interactive_calls: AtomicU64::default(),
             admission_max_interactive_calls: AtomicU64::default(),

@@ -1,12 +1,13 @@
 //! /metrics moves as requests are made: gRPC calls by method and code with latency,
 //! model batches (size, tokens, inference time, queue wait), ingested documents; and
-//! deadlines (grpc-timeout) end calls with DEADLINE_EXCEEDED without hurting the server.
+//! deadlines (grpc-timeout) end calls with DEADLINE_EXCEEDED without hurting the server;
+//! the model gives its memory back once idle after an ingest of long texts.
 
 use crate::common;
 
 use std::time::Duration;
 
-use common::{InProcessServer, ONNX, embed_request, sentences};
+use common::{InProcessServer, ONNX, embed_request, rows, sentences};
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
 use embedwire_proto::v1::{Document, IngestRequest};
 use tonic::Code;
@@ -120,4 +121,41 @@ async fn deadlines_are_honoured_end_to_end() {
     let page = metrics_page(&server.address).await;
     let embedded = value(&page, "embedwire_model_sequences_total");
     assert!(embedded < 256.0, "most of the expired call's 512 inputs were not embedded ({embedded} sequences ran)");
+}
+
+/// Long chunks grow ONNX Runtime's arena; once the ingest is over and the model idles,
+/// it gives the arena back (counted on /metrics), and answers as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idle_model_gives_its_memory_back_after_an_ingest_of_long_texts() {
+    let server = InProcessServer::start(ONNX).await;
+    let mut client = server.client().await;
+    let short = ["one short sentence"];
+    let before = client.embed(embed_request(&short)).await.unwrap().into_inner();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let releases = |page: &str| value(page, "embedwire_model_idle_memory_releases_total");
+    assert_eq!(releases(&metrics_page(&server.address).await), 0.0, "a short text leaves nothing to give back");
+
+    let channel = tonic::transport::Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap();
+    let mut search = SearchServiceClient::new(channel);
+    // Each document about 200 tokens: full-length chunks, batched several at a time.
+    let documents = (0..16)
+        .map(|i| {
+            let text = format!("Document {i}. {}", sentences(14, 12).join(" "));
+            Document { id: format!("long-{i}"), text, ..Default::default() }
+        })
+        .collect();
+    search.ingest(IngestRequest { documents, ..Default::default() }).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let page = metrics_page(&server.address).await;
+        if value(&page, "embedwire_ingested_documents_total") >= 16.0 && releases(&page) >= 1.0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no release after the ingest:\n{page}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = client.embed(embed_request(&short)).await.unwrap().into_inner();
+    let (before, after) = (rows(&before).remove(0), rows(&after).remove(0));
+    let most = before.iter().zip(&after).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    assert!(most < 1e-5, "the same vector after the arena shrank: differs by {most}");
 }
