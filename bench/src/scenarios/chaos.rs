@@ -489,18 +489,7 @@ async fn probe(ingest: &Ingest) -> anyhow::Result<Probes> {
         }
         let mut missed = Vec::new();
         for numbers in numbers.chunks(QUERIES_PER_CALL) {
-            let queries = numbers
-                .iter()
-                .map(|&n| SearchQuery { query: Some(search_query::Query::Text(ingest.text(n))) })
-                .collect();
-            let request = SearchRequest {
-                queries,
-                top_k: Some(PROBE_TOP_K),
-                include_text: Some(false),
-                include_metadata: Some(false),
-                rerank: Some(false),
-                ..SearchRequest::default()
-            };
+            let request = own_text_search(numbers.iter().map(|&n| ingest.text(n)), PROBE_TOP_K);
             let answer = client.search(request).await.context("Search")?.into_inner();
             anyhow::ensure!(answer.results.len() == numbers.len(), "Search answered {} results", answer.results.len());
             for (&n, result) in numbers.iter().zip(&answer.results) {
@@ -538,16 +527,21 @@ async fn probe(ingest: &Ingest) -> anyhow::Result<Probes> {
     Ok(probes)
 }
 
-/// The rank (1-based) of document `id`'s first hit among [`WIDE_PROBE_TOP_K`] hits for `text`, if there.
-async fn wide_rank(client: &mut SearchServiceClient<Channel>, text: &str, id: &str) -> anyhow::Result<Option<usize>> {
-    let request = SearchRequest {
-        queries: vec![SearchQuery { query: Some(search_query::Query::Text(text.to_string())) }],
-        top_k: Some(WIDE_PROBE_TOP_K),
+/// A probe's search: `texts` as queries, `top_k` hits each, ids and chunk numbers only, no rerank.
+fn own_text_search(texts: impl IntoIterator<Item = String>, top_k: u32) -> SearchRequest {
+    SearchRequest {
+        queries: texts.into_iter().map(|text| SearchQuery { query: Some(search_query::Query::Text(text)) }).collect(),
+        top_k: Some(top_k),
         include_text: Some(false),
         include_metadata: Some(false),
         rerank: Some(false),
         ..SearchRequest::default()
-    };
+    }
+}
+
+/// The rank (1-based) of document `id`'s first hit among [`WIDE_PROBE_TOP_K`] hits for `text`, if there.
+async fn wide_rank(client: &mut SearchServiceClient<Channel>, text: &str, id: &str) -> anyhow::Result<Option<usize>> {
+    let request = own_text_search([text.to_string()], WIDE_PROBE_TOP_K);
     let answer = client.search(request).await.context("Search (wide)")?.into_inner();
     let hits = answer.results.first().map(|result| result.hits.as_slice()).unwrap_or_default();
     Ok(hits.iter().position(|hit| hit.document_id == id).map(|at| at + 1))
