@@ -68,12 +68,12 @@ pub async fn wait_until_indexed(connection: &Connection, collection: &str, timeo
 }
 
 /// One shard's copy on one node: (node name, shard name).
-type Replica = (String, String);
+pub type Replica = (String, String);
 
 /// The vectors of `collection` queued but not yet indexed, per shard replica, on the
 /// nodes that report themselves healthy (a node that is down replays its queue when
 /// back).
-async fn queued_vectors(connection: &Connection, collection: &str) -> Result<Vec<(Replica, u64)>> {
+pub async fn queued_vectors(connection: &Connection, collection: &str) -> Result<Vec<(Replica, u64)>> {
     let path = format!("/v1/nodes/{collection}?output=verbose");
     Ok(connection.get_json(&path).await?.as_ref().map_or_else(Vec::new, queues_on_healthy_nodes))
 }

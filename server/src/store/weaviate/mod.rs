@@ -132,6 +132,38 @@ struct Tally {
     pending: u64,
 }
 
+/// More chunk vectors than the longest queue of any other node, beyond which a node's
+/// vector index is taken to be rebuilding rather than keeping up with writes. Steady
+/// ingest on loopback keeps each node's queue within a few batches of the others'
+/// (tens to hundreds of vectors); a rebuild queues every vector the node stores.
+const REBUILDING_QUEUE_MARGIN: u64 = 1_000;
+
+/// Whether each counted node (index, tally) is complete: it counts as many documents
+/// and chunks as any other node, and its vector index is not far behind its objects.
+///
+/// A node back from an unclean stop rebuilds its vector indexes from its objects
+/// (`scripts/cluster.sh restart`, which says why): it counts every object while its
+/// searches still miss the vectors queued for the rebuild. `queued` holds each node's
+/// queued chunk vectors (None: not known, which judges by the counts alone).
+fn complete_nodes(counted: &[(usize, Tally)], queued: &[Option<u64>]) -> Vec<(usize, bool)> {
+    let most_documents = counted.iter().map(|(_, t)| t.documents).max().unwrap_or(0);
+    let most_chunks = counted.iter().map(|(_, t)| t.chunks).max().unwrap_or(0);
+    let queued_at = |node: usize| queued.get(node).copied().flatten();
+    counted
+        .iter()
+        .map(|&(node, tally)| {
+            let counts_all = tally.documents >= most_documents && tally.chunks >= most_chunks;
+            let longest_other = (0..queued.len()).filter(|&other| other != node).filter_map(queued_at).max();
+            let rebuilding = match (queued_at(node), longest_other) {
+                (Some(own), Some(other)) => own > other + REBUILDING_QUEUE_MARGIN,
+                // Nothing to compare with (one node, or the others' queues unknown).
+                _ => false,
+            };
+            (node, counts_all && !rebuilding)
+        })
+        .collect()
+}
+
 /// The store's counts as far as it can vouch for them.
 ///
 /// Weaviate answers an Aggregate from whatever replicas the coordinating node picks,
@@ -434,9 +466,12 @@ impl WeaviateStore {
             return Err(format!("store node {} missing", missing.join(", ")));
         }
         let nodes = self.connection.node_count();
-        let tallies = futures::future::join_all((0..nodes).map(|node| self.tally_at(node))).await;
+        let (tallies, queued) = tokio::join!(
+            futures::future::join_all((0..nodes).map(|node| self.tally_at(node))),
+            self.queued_vectors_per_node(nodes),
+        );
         let addresses = self.connection.grpc_addresses();
-        self.judge_nodes(&tallies, &addresses);
+        self.judge_nodes(&tallies, &queued, &addresses);
         let mut first: Option<Tally> = None;
         for tally in &tallies {
             match (tally, first) {
@@ -464,20 +499,16 @@ impl WeaviateStore {
         first.ok_or_else(|| "no store node to count at".to_string())
     }
 
-    /// Marks nodes behind or caught up from one round of counts. A node that counts
-    /// as much as any other has caught up (async replication brought it the writes it
-    /// missed); one that counts less two rounds running is behind (one short round is
-    /// usually writes in flight), which also catches a node that was down and back
-    /// between two health checks.
-    fn judge_nodes(&self, tallies: &[Result<Tally>], addresses: &[String]) {
+    /// Marks nodes behind or caught up from one round of counts (see [`complete_nodes`]
+    /// for what complete means). A node complete in a round has caught up; one short two
+    /// rounds running is behind (one short round is usually writes in flight), which also
+    /// catches a node that was down and back between two health checks.
+    fn judge_nodes(&self, tallies: &[Result<Tally>], queued: &[Option<u64>], addresses: &[String]) {
         let counted: Vec<(usize, Tally)> =
             tallies.iter().enumerate().filter_map(|(i, t)| t.as_ref().ok().map(|t| (i, *t))).collect();
-        let most_documents = counted.iter().map(|(_, t)| t.documents).max().unwrap_or(0);
-        let most_chunks = counted.iter().map(|(_, t)| t.chunks).max().unwrap_or(0);
         let mut counts = self.counts.lock().expect("lock");
         counts.short_rounds.resize(tallies.len(), 0);
-        for (node, tally) in counted {
-            let complete = tally.documents >= most_documents && tally.chunks >= most_chunks;
+        for (node, complete) in complete_nodes(&counted, queued) {
             counts.short_rounds[node] = if complete { 0 } else { counts.short_rounds[node] + 1 };
             let behind = match (complete, counts.short_rounds[node]) {
                 (true, _) => false,
@@ -488,12 +519,36 @@ impl WeaviateStore {
                 match behind {
                     true => tracing::info!(
                         node = addresses[node],
+                        queued_vectors = queued.get(node).copied().flatten(),
                         "store node behind: calls avoid it until it has caught up"
                     ),
                     false => tracing::info!(node = addresses[node], "store node caught up: calls go to it again"),
                 }
             }
         }
+    }
+
+    /// The chunk vectors each node (by index into the gRPC addresses) holds queued for
+    /// its vector index, None where not known (the queues could not be read, or the
+    /// node is not healthy).
+    async fn queued_vectors_per_node(&self, nodes: usize) -> Vec<Option<u64>> {
+        let mut per_node = vec![None; nodes];
+        let Ok(replicas) = indexing::queued_vectors(&self.connection, &self.names.chunks).await else {
+            return per_node;
+        };
+        let health = self.health.lock().expect("lock");
+        let addresses = self.connection.grpc_addresses();
+        for ((node_name, _shard), queued) in replicas {
+            let index = health
+                .nodes
+                .iter()
+                .find(|node| node.name == node_name)
+                .and_then(|node| addresses.iter().position(|address| *address == node.address));
+            if let Some(slot) = index.and_then(|i| per_node.get_mut(i)) {
+                *slot = Some(slot.unwrap_or(0) + queued);
+            }
+        }
+        per_node
     }
 
     /// Documents, chunks and pending documents as node `node` counts them.
@@ -1021,5 +1076,41 @@ fn chunk_hit(result: &pb::SearchResult, score: f32, content: HitContent) -> Stor
             Default::default()
         },
         vector: if content.with_vector { convert::result_vector(result) } else { None },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tally(documents: u64, chunks: u64) -> Tally {
+        Tally { documents, chunks, pending: 0 }
+    }
+
+    #[test]
+    fn a_node_counting_less_than_another_is_not_complete() {
+        let counted = [(0, tally(10, 30)), (1, tally(10, 29)), (2, tally(9, 30))];
+        assert_eq!(complete_nodes(&counted, &[None; 3]), vec![(0, true), (1, false), (2, false)]);
+    }
+
+    #[test]
+    fn a_node_rebuilding_its_vector_index_is_not_complete_though_it_counts_everything() {
+        let counted = [(0, tally(10, 3_000)), (1, tally(10, 3_000)), (2, tally(10, 3_000))];
+        // Steady ingest: every queue holds a few batches, unevenly.
+        let steady = [Some(40), Some(900), Some(0)];
+        assert_eq!(complete_nodes(&counted, &steady), vec![(0, true), (1, true), (2, true)]);
+        // Node 1 re-queued every vector it stores.
+        let rebuilding = [Some(40), Some(2_950), Some(0)];
+        assert_eq!(complete_nodes(&counted, &rebuilding), vec![(0, true), (1, false), (2, true)]);
+        // Its queue drained to the others' level: complete again.
+        let rebuilt = [Some(40), Some(60), Some(0)];
+        assert_eq!(complete_nodes(&counted, &rebuilt), vec![(0, true), (1, true), (2, true)]);
+    }
+
+    #[test]
+    fn queues_not_known_or_without_another_node_to_compare_judge_by_counts_alone() {
+        let counted = [(0, tally(10, 3_000)), (1, tally(10, 3_000))];
+        assert_eq!(complete_nodes(&counted, &[None, Some(5_000)]), vec![(0, true), (1, true)]);
+        assert_eq!(complete_nodes(&counted[..1], &[Some(5_000)]), vec![(0, true)]);
     }
 }
