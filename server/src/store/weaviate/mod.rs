@@ -141,7 +141,7 @@ const REBUILDING_QUEUE_MARGIN: u64 = 1_000;
 /// Whether each counted node (index, tally) is complete: it counts as many documents
 /// and chunks as any other node, and its vector index is not far behind its objects.
 ///
-/// A node back from an unclean stop rebuilds its vector indexes from its objects
+/// A restarted node rebuilds its vector indexes from its objects
 /// (`scripts/cluster.sh restart`, which says why): it counts every object while its
 /// searches still miss the vectors queued for the rebuild. `queued` holds each node's
 /// queued chunk vectors (None: not known, which judges by the counts alone).
