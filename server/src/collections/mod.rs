@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::corpus::chunker::ChunkSettings;
+use crate::corpus::jobs::same_failure;
 use crate::corpus::{Corpus, CorpusSettings, unix_now};
 use crate::engine::EmbeddingEngine;
 use crate::error::{Error, Result};
@@ -185,15 +186,32 @@ impl Collections {
 
     /// In a shared store: takes in the collections other servers created or deleted,
     /// now and then (a request naming one this server has not seen looks at once).
+    /// While the store cannot be read (a node down at RF 2, say) it logs once when that
+    /// starts, when the reason changes and when it reads again: a warning every
+    /// refresh was 12 lines a minute of one piece of news.
     async fn follow_other_servers(self: Arc<Self>) {
         let mut shutdown = self.shutdown.clone();
+        let mut failing: Option<String> = None;
         loop {
             tokio::select! {
                 () = tokio::time::sleep(SHARED_REFRESH) => {}
                 _ = shutdown.wait_for(|down| *down) => return,
             }
-            if let Err(error) = self.refresh().await {
-                tracing::warn!(%error, "cannot read the store's collections");
+            match self.refresh().await {
+                Ok(()) => {
+                    if failing.take().is_some() {
+                        tracing::info!("the store's collections can be read again");
+                    }
+                }
+                Err(error) => {
+                    let text = error.to_string();
+                    if failing.as_deref().is_none_or(|last| !same_failure(last, &text)) {
+                        tracing::warn!(%error, every = ?SHARED_REFRESH, "cannot read the store's collections; trying again");
+                    } else {
+                        tracing::debug!(%error, "still cannot read the store's collections");
+                    }
+                    failing = Some(text);
+                }
             }
         }
     }

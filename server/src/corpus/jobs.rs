@@ -275,7 +275,7 @@ impl Streak {
 /// name. As a dead Weaviate node's loss spreads through the cluster's view, each read
 /// names more shards ("shard A: 1 of 2 replicas reachable, shard B: ..."), and a log
 /// line for each new list was a flood of one piece of news (8 lines in 17 s, measured).
-fn same_failure(a: &str, b: &str) -> bool {
+pub fn same_failure(a: &str, b: &str) -> bool {
     fn without_shards(text: &str) -> (&str, &str) {
         match (text.find("shard "), text.rfind("; ")) {
             (Some(start), Some(end)) if start < end => (&text[..start], &text[end..]),

@@ -269,9 +269,11 @@ impl ServerProcess {
             .expect("spawn embedwire-server");
         let (lines_tx, mut lines_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+        // The pid tells apart the lines of two servers in one test's output.
+        let pid = child.id().unwrap_or_default();
         tokio::spawn(async move {
             while let Ok(Some(line)) = stderr.next_line().await {
-                eprintln!("[server] {line}");
+                eprintln!("[server {pid}] {line}");
                 if lines_tx.send(line).is_err() {
                     break;
                 }

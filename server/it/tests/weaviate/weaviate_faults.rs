@@ -334,6 +334,21 @@ async fn job_waits_for_documents_a_restarted_node_does_not_hold() {
     eprintln!("job_waits_for_documents_a_restarted_node_does_not_hold took {:.1?}", started.elapsed());
 }
 
+/// How many of `warnings` name each job (`job="..."`), lines naming none counted
+/// under "no job".
+fn warnings_by_job(warnings: &[String]) -> std::collections::BTreeMap<String, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for line in warnings {
+        let subject = line
+            .split("job=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .map_or_else(|| "no job".to_string(), |id| format!("job {id}"));
+        *counts.entry(subject).or_insert(0) += 1;
+    }
+    counts
+}
+
 /// Warnings and errors among the lines a server has logged since the last call.
 fn drain_warnings(server: &mut ServerProcess) -> Vec<String> {
     let mut warnings = Vec::new();
@@ -355,10 +370,13 @@ async fn rf2_node_loss_job_says_why_and_finishes_when_the_node_returns() {
     const KILLED: usize = 1;
     /// How long the server's log is watched while the job cannot progress.
     const WATCH: Duration = Duration::from_secs(12);
-    /// Most warnings allowed in that time: a line when the job starts failing and one
-    /// per change of its reason (Weaviate may first answer "cannot achieve consistency
-    /// level" before it drops the dead node from its routing, then name more shards).
-    const MOST_WARNINGS: usize = 6;
+    /// Most warnings allowed in that time about one job, or about none: a line when
+    /// it starts failing and one per change of its reason (Weaviate may first answer
+    /// "cannot achieve consistency level" before it drops the dead node from its
+    /// routing). Counted per job: jobs server B acknowledged may be taken over by A
+    /// once their leases lapse (the CI run of 2026-11-29: three, 15 s after their
+    /// creation; 7 lines in all, no job logged twice), each of them news of its own.
+    const MOST_WARNINGS: usize = 3;
     /// Ingests tried right after the kill, each refused or not by where its objects land.
     const REFUSAL_TRIES: usize = 12;
     let (_serial, cluster) = exclusive_cluster().await;
@@ -485,8 +503,14 @@ async fn rf2_node_loss_job_says_why_and_finishes_when_the_node_returns() {
         killed.elapsed(),
         warnings.join("\n")
     );
-    assert!(warnings.len() <= MOST_WARNINGS, "{} warnings: a log flood", warnings.len());
-    assert!(warnings.iter().any(|w| w.contains("job cannot progress")), "the failure is logged once");
+    for (subject, lines) in warnings_by_job(&warnings) {
+        assert!(lines <= MOST_WARNINGS, "{lines} warnings about {subject}: a log flood");
+    }
+    let about_job = format!("job=\"{job_id}\"");
+    assert!(
+        warnings.iter().any(|w| w.contains("job cannot progress") && w.contains(&about_job)),
+        "the failure is logged once"
+    );
 
     let restarting = Instant::now();
     blocking(move || cluster.restart_node(KILLED)).await;
