@@ -23,7 +23,8 @@
 //!   current, the gateway keeps both servers in use (searches and a new ingest
 //!   through it succeed at once); with the node back, `ok` and the exact count again;
 //! - pending documents of a completed job restored as Weaviate restores deleted
-//!   objects: the server deletes them (and no pending object of another job).
+//!   objects: the server deletes them (and no pending object of another job);
+//! - a read at QUORUM that repairs a restarted node's job records writes them whole.
 //!
 //! Every test counts the documents it had acknowledged before and after the fault:
 //! each is stored exactly once (GetDocuments over every id, one chunk each, and the
@@ -347,6 +348,90 @@ fn warnings_by_job(warnings: &[String]) -> std::collections::BTreeMap<String, us
         *counts.entry(subject).or_insert(0) += 1;
     }
     counts
+}
+
+/// A stale replica repaired by a read keeps whole objects. At a consistency above ONE,
+/// Weaviate 1.35 repairs a replica that missed a write with the object the search
+/// found, which holds only the properties the search asked for: the servers' list of
+/// unfinished jobs (job ids only) rewrote a restarted node's copy of a job's progress
+/// as an object with a job id alone, with the newest time, so that nothing repaired
+/// it back; read from there, the lease looked free and the job was taken over (214
+/// take-overs in 27 cycles of a chaos run). Here: a job written while node R was down,
+/// its server killed holding the lease, R restarted (Weaviate's own 30 s replication
+/// delay keeps it behind), and a second server reading the jobs every second: each
+/// copy of the job's records the reads' repairs give R is whole. (Which records a
+/// read repairs depends on the replicas Weaviate asks, so the test waits for one.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_repairs_a_restarted_node_with_whole_job_records() {
+    const RESTARTED: usize = 2;
+    const COLLECTION: &str = "FaultWhole";
+    /// Every property a job record has (`schema.rs`), each repaired copy must too.
+    const PROPERTIES: [&str; 6] = ["job_id", "part", "state", "record_json", "lease_owner", "lease_until"];
+    /// How long the repaired copies are watched after the first one appears.
+    const WATCH: Duration = Duration::from_secs(5);
+    let _serial = SERIAL.lock().await;
+    let owned = Arc::new(blocking(|| WeaviateCluster::start_with(NODES, AsyncReplication::WeaviateDefaults)).await);
+    let cluster: &WeaviateCluster = &owned;
+    let started = Instant::now();
+    // A's lease outlasts the test: B only reads the job, never takes it over (a take
+    // over rewrites the records whole at QUORUM and would hide the repair).
+    let lease = ["--job-lease-secs", "120"];
+    let mut a = start_server(cluster, COLLECTION, &lease).await;
+    let mut via_a = search_client(&a.address).await;
+
+    let node = owned.clone();
+    blocking(move || node.kill_node(RESTARTED)).await;
+    let job_id = ingest(&mut via_a, documents("whole", 50)).await.job_id;
+    a.child.start_kill().unwrap();
+    a.child.wait().await.unwrap();
+    let node = owned.clone();
+    blocking(move || node.restart_node(RESTARTED)).await;
+    let on_restarted = || job_records_on(cluster, RESTARTED, COLLECTION, &job_id);
+    assert!(on_restarted().await.is_empty(), "weaviate-{RESTARTED} missed the job's records while down");
+
+    let _b = start_server(cluster, COLLECTION, &lease).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while on_restarted().await.is_empty() {
+        assert!(Instant::now() < deadline, "no read repaired weaviate-{RESTARTED}'s job records in 60 s");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let first = Instant::now();
+    let mut repaired = Vec::new();
+    while first.elapsed() < WATCH {
+        repaired = on_restarted().await;
+        for copy in &repaired {
+            let properties = &copy["properties"];
+            for name in PROPERTIES {
+                assert!(properties.get(name).is_some(), "{name} missing from a repaired job record: {copy}");
+            }
+            let json = properties["record_json"].as_str().unwrap_or_default();
+            assert!(serde_json::from_str::<Value>(json).is_ok(), "a repaired job record unreadable: {copy}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let parts: Vec<&str> = repaired.iter().filter_map(|copy| copy["properties"]["part"].as_str()).collect();
+    eprintln!(
+        "repaired on weaviate-{RESTARTED}: {parts:?}; a_read_repairs_a_restarted_node_with_whole_job_records took {:.1?}",
+        started.elapsed()
+    );
+}
+
+/// The copies node `node` holds of job `job_id`'s records (header, progress), read
+/// there by id.
+async fn job_records_on(cluster: &WeaviateCluster, node: usize, collection: &str, job_id: &str) -> Vec<Value> {
+    let mut copies = Vec::new();
+    for part in ["header", "progress"] {
+        let uuid = embedwire_server::store::weaviate::convert::job_uuid(job_id, part);
+        let name = &cluster.node_names()[node];
+        let url = format!("{}/v1/objects/{collection}Jobs/{uuid}?node_name={name}", cluster.http_urls()[node]);
+        let answer = reqwest::get(&url).await.unwrap();
+        if answer.status() == reqwest::StatusCode::NOT_FOUND {
+            continue;
+        }
+        assert!(answer.status().is_success(), "GET {url}: {}", answer.status());
+        copies.push(answer.json().await.unwrap());
+    }
+    copies
 }
 
 /// Warnings and errors among the lines a server has logged since the last call.
