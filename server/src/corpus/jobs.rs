@@ -39,6 +39,7 @@ use futures::stream::FuturesOrdered;
 use tokio::sync::{Notify, watch};
 
 use super::chunker::{ChunkSettings, chunk_spans};
+use super::settles::Settles;
 use super::text::content_hash;
 use super::{Corpus, unix_now};
 use crate::batcher::Priority;
@@ -73,8 +74,8 @@ pub struct JobBoard {
     /// laid over every state published: the store's copy may lack it (a store that
     /// keeps no such field, a best-effort write that failed) or be stale.
     retries: Mutex<HashMap<String, Option<JobRetry>>>,
-    /// When a shared store's jobs were last read in full (see `follow_shared_jobs`).
-    refreshed: Mutex<Option<Instant>>,
+    /// How reads of a shared store's job list went lately (see `follow_shared_jobs`).
+    list_reads: Mutex<ListReads>,
     /// Wakes the runner when a job gets work.
     work: Notify,
 }
@@ -104,9 +105,18 @@ impl JobBoard {
         Ok(JobBoard {
             jobs: Mutex::new(jobs),
             retries: Mutex::new(HashMap::new()),
-            refreshed: Mutex::new(None),
+            list_reads: Mutex::new(ListReads { succeeded: Instant::now(), failing: false }),
             work: Notify::new(),
         })
+    }
+
+    /// Notes how a read of the shared store's job list went.
+    fn list_read(&self, ok: bool) {
+        let mut reads = self.list_reads.lock().unwrap_or_else(|p| p.into_inner());
+        reads.failing = !ok;
+        if ok {
+            reads.succeeded = Instant::now();
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<JobRecord>>> {
@@ -203,8 +213,34 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 const JOB_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// How often a server with a shared store reads the store's unfinished jobs: to find
-/// work whose server died, and to show other servers' progress to its watchers.
+/// work whose server died, and to show other servers' progress to its watchers. At
+/// least this long between reads, and at least as long as the last read took: a
+/// backlog of thousands of jobs makes each read slow, and reading back to back would
+/// take the store's time from indexing them.
 const SHARED_JOBS_REFRESH: Duration = Duration::from_secs(1);
+
+/// A job list read that has not succeeded for this long is taken as hung (a store
+/// call waiting out its timeout), and GetJob reads unfinished jobs by id meanwhile.
+const LIST_HUNG_AFTER: Duration = Duration::from_secs(15);
+
+/// How the reads of a shared store's job list went lately.
+#[derive(Debug, Clone, Copy)]
+struct ListReads {
+    /// When the last read succeeded (or the board was loaded).
+    succeeded: Instant,
+    /// Whether the last read failed.
+    failing: bool,
+}
+
+impl ListReads {
+    /// Whether the board's copies of unfinished jobs may be stale for want of list
+    /// reads. Not "older than a few seconds": under a backlog a list read takes that
+    /// long, and reading every polled job by id then (measured: 40% of the store
+    /// reads while 300 jobs drained) slowed the reads further.
+    fn stale(&self) -> bool {
+        self.failing || self.succeeded.elapsed() > LIST_HUNG_AFTER
+    }
+}
 
 /// Batches being chunked and embedded at once: one committing while the next embeds,
 /// plus one more so the model has queued work the moment a batch finishes.
@@ -320,8 +356,8 @@ impl JobBackoff {
 enum Fed {
     /// A batch of its pending documents.
     Batch,
-    /// Nothing: it was done and is now finished.
-    Finished,
+    /// Nothing: it was done and is now being settled (see [`Settles`]).
+    Settling,
     /// Nothing now: its documents are in flight, still arriving, or not found yet.
     Idle,
 }
@@ -348,6 +384,7 @@ impl Corpus {
         let mut backoff = JobBackoff::default();
         // Failures in a row of the runner as a whole (dropped pipelines).
         let mut runner: Option<Streak> = None;
+        let mut settles = Settles::default();
         if self.store.description().shared {
             tokio::spawn(self.clone().follow_shared_jobs(shutdown.clone()));
         }
@@ -356,15 +393,22 @@ impl Corpus {
                 return;
             }
             let wake = self.jobs.work.notified();
-            if let Err(error) = self.fill_pipeline(&mut pipeline, &mut cursor, &mut backoff).await {
+            while let Some((job_id, settled)) = settles.try_next() {
+                self.settle_ended(&mut backoff, &job_id, settled).await;
+            }
+            if let Err(error) = self.fill_pipeline(&mut pipeline, &mut cursor, &mut backoff, &mut settles).await {
                 self.recover_from(&error, true, &mut runner, &mut pipeline, &mut cursor).await;
                 continue;
             }
             let Some(embedded) = pipeline.next().await else {
-                let retry = backoff.next_ready(Instant::now());
+                let now = Instant::now();
+                let retry = [backoff.next_ready(now), settles.next_ready(now)].into_iter().flatten().min();
                 tokio::select! {
                     () = wake => {}
                     _ = shutdown.changed() => {}
+                    Some((job_id, settled)) = settles.next(), if !settles.is_empty() => {
+                        self.settle_ended(&mut backoff, &job_id, settled).await;
+                    }
                     // Jobs held by other servers are tried again when their lease may have run out.
                     () = tokio::time::sleep(SHARED_JOBS_REFRESH), if self.store.description().shared => {}
                     () = tokio::time::sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => {}
@@ -478,14 +522,14 @@ impl Corpus {
         pipeline: &mut FuturesOrdered<BoxFuture<'static, Result<EmbeddedBatch>>>,
         cursor: &mut Option<(String, u64)>,
         backoff: &mut JobBackoff,
+        settles: &mut Settles,
     ) -> Result<()> {
         while pipeline.len() < PIPELINE_DEPTH {
             let fresh = pipeline.is_empty();
-            let Some(job) = self.claimed_job_with_work(fresh, backoff).await else { return Ok(()) };
+            let Some(job) = self.claimed_job_with_work(fresh, backoff, settles).await else { return Ok(()) };
             let job_id = job.id.clone();
-            match self.feed_job(job, pipeline, cursor).await {
-                Ok(Fed::Batch) => {}
-                Ok(Fed::Finished) => self.job_progressed(backoff, &job_id).await,
+            match self.feed_job(job, pipeline, cursor, settles).await {
+                Ok(Fed::Batch | Fed::Settling) => {}
                 Ok(Fed::Idle) => return Ok(()),
                 Err(error) if fresh => {
                     self.job_failed(backoff, &job_id, &error).await;
@@ -500,13 +544,14 @@ impl Corpus {
         Ok(())
     }
 
-    /// Starts one batch of `job`'s pending documents, or settles and finishes the job
-    /// when none is left.
+    /// Starts one batch of `job`'s pending documents, or (on a task of its own) settles
+    /// and finishes the job when none is left.
     async fn feed_job(
         self: &Arc<Self>,
         job: JobRecord,
         pipeline: &mut FuturesOrdered<BoxFuture<'static, Result<EmbeddedBatch>>>,
         cursor: &mut Option<(String, u64)>,
+        settles: &mut Settles,
     ) -> Result<Fed> {
         let from = match cursor {
             Some((id, next)) if *id == job.id => *next,
@@ -515,14 +560,12 @@ impl Corpus {
         let limit = self.settings.ingest_batch_documents;
         let pending = self.store.pending_documents(&job.id, from, limit).await?;
         let Some((last_sequence, _)) = pending.last() else {
-            if pipeline.is_empty() && !job.receiving {
-                // The counts along the way may be off (two servers counted one batch,
-                // a search missed documents); only the settled count may end the job.
-                let settled = self.store.settle_job(&job.id).await?;
-                self.jobs.publish(settled.clone());
-                if !settled.receiving && self.finish(settled).await?.is_finished() {
-                    return Ok(Fed::Finished);
-                }
+            if pipeline.is_empty() && !job.receiving && !settles.full() {
+                *cursor = None;
+                let corpus = self.clone();
+                let job_id = job.id.clone();
+                settles.start(&job.id, async move { corpus.settle_and_finish(&job_id).await });
+                return Ok(Fed::Settling);
             }
             // Nothing after the cursor, yet the job is not done: a read of a shared
             // store can miss documents acknowledged a moment before (Weaviate answers
@@ -557,13 +600,19 @@ impl Corpus {
     /// server may work on (with a shared store: holds the lease of), leaving out jobs
     /// put aside after failures. While batches are in flight (`fresh` false) it stays
     /// with the job it is on. A job whose claim fails is put aside, not the runner.
-    async fn claimed_job_with_work(self: &Arc<Self>, fresh: bool, backoff: &mut JobBackoff) -> Option<JobRecord> {
+    async fn claimed_job_with_work(
+        self: &Arc<Self>,
+        fresh: bool,
+        backoff: &mut JobBackoff,
+        settles: &Settles,
+    ) -> Option<JobRecord> {
+        let now = Instant::now();
         let candidates: Vec<JobRecord> = self
             .jobs
             .unfinished()
             .into_iter()
             .filter(|job| job.processed + job.failed < job.total || !job.receiving)
-            .filter(|job| backoff.ready(&job.id, Instant::now()))
+            .filter(|job| backoff.ready(&job.id, now) && !settles.busy(&job.id, now))
             .collect();
         for job in candidates {
             let claim = match self.store.claim_job(&job.id).await {
@@ -596,19 +645,23 @@ impl Corpus {
     /// Follows a shared store's jobs until `shutdown`: new unfinished jobs (from any
     /// server) and the progress of those this server knows, for GetJob and WatchJob.
     async fn follow_shared_jobs(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut last_read = Duration::ZERO;
         loop {
             tokio::select! {
-                () = tokio::time::sleep(SHARED_JOBS_REFRESH) => {}
+                () = tokio::time::sleep(SHARED_JOBS_REFRESH.max(last_read)) => {}
                 _ = shutdown.changed() => return,
             }
-            let unfinished = match self.store.jobs(true).await {
+            let started = Instant::now();
+            let listed = self.store.jobs(true).await;
+            last_read = started.elapsed();
+            self.jobs.list_read(listed.is_ok());
+            let unfinished = match listed {
                 Ok(jobs) => jobs,
                 Err(error) => {
                     tracing::debug!(%error, "cannot read the shared store's jobs");
                     continue;
                 }
             };
-            *self.jobs.refreshed.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
             let still_open: std::collections::HashSet<String> = unfinished.iter().map(|j| j.id.clone()).collect();
             for job in unfinished {
                 self.jobs.publish(job);
@@ -627,7 +680,7 @@ impl Corpus {
     /// A job's state: this server's view, or the store's for a job it has not seen
     /// (another server with a shared store took it).
     ///
-    /// With a shared store whose job list could not be read lately (a search over every
+    /// With a shared store whose job list cannot be read lately (a search over every
     /// shard fails while a shard is short of replicas, though a read by id works), an
     /// unfinished job is read again by id: the copy here may be stale, and the job's
     /// record is where its running server left its reason for not progressing.
@@ -635,12 +688,7 @@ impl Corpus {
         if let Ok(job) = self.jobs.get(id) {
             let stale = self.store.description().shared
                 && !job.is_finished()
-                && self
-                    .jobs
-                    .refreshed
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .is_none_or(|at| at.elapsed() > SHARED_JOBS_REFRESH * 3);
+                && self.jobs.list_reads.lock().unwrap_or_else(|p| p.into_inner()).stale();
             if stale && let Ok(Some(latest)) = self.store.job(id).await {
                 self.jobs.publish(latest);
                 return self.jobs.get(id);
@@ -670,6 +718,26 @@ impl Corpus {
         crate::stats::Stats::add(&self.engine.stats().ingested_documents, stored);
         self.jobs.publish(job);
         Ok(())
+    }
+
+    /// Settles a job with nothing left to index and finishes it when its settled count
+    /// says every document is done; true when it ended. The counts along the way may be
+    /// off (two servers counted one batch, a search missed documents): only the settled
+    /// count may end the job.
+    async fn settle_and_finish(self: &Arc<Self>, job_id: &str) -> Result<bool> {
+        let settled = self.store.settle_job(job_id).await?;
+        self.jobs.publish(settled.clone());
+        Ok(!settled.receiving && self.finish(settled).await?.is_finished())
+    }
+
+    /// What the runner does when a settle ends: a job that ended progressed; a failed
+    /// settle counts as the job's failure (its backoff, its `retrying`).
+    async fn settle_ended(self: &Arc<Self>, backoff: &mut JobBackoff, job_id: &str, settled: Result<bool>) {
+        match settled {
+            Ok(true) => self.job_progressed(backoff, job_id).await,
+            Ok(false) => {}
+            Err(error) => self.job_failed(backoff, job_id, &error).await,
+        }
     }
 
     /// Ends a job whose settled count (from [`CorpusStore::settle_job`]) has every
@@ -826,6 +894,19 @@ mod tests {
 
     fn unavailable(text: &str) -> Error {
         Error::Unavailable(text.to_string())
+    }
+
+    #[test]
+    fn a_slow_job_list_is_not_stale_but_a_failing_or_hung_one_is() {
+        let now = Instant::now();
+        assert!(!ListReads { succeeded: now, failing: false }.stale());
+        assert!(ListReads { succeeded: now, failing: true }.stale());
+        let long_ago = now.checked_sub(LIST_HUNG_AFTER + Duration::from_secs(1));
+        if let Some(long_ago) = long_ago {
+            assert!(ListReads { succeeded: long_ago, failing: false }.stale());
+        }
+        let slow = now.checked_sub(SHARED_JOBS_REFRESH * 5).expect("seconds after boot");
+        assert!(!ListReads { succeeded: slow, failing: false }.stale(), "a slow list read is still fresh");
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod grouping;
 pub mod highlight;
 pub mod jobs;
 pub mod search;
+mod settles;
 pub mod text;
 
 use std::sync::Arc;

@@ -171,7 +171,7 @@ impl Connection {
     pub async fn get_json(&self, path: &str) -> Result<Option<serde_json::Value>> {
         let started = Instant::now();
         let result = self.get_json_any(path).await;
-        self.metrics.observe("weaviate", "http_get", started.elapsed(), result.is_ok());
+        self.metrics.observe("weaviate", get_operation(path), started.elapsed(), result.is_ok());
         result
     }
 
@@ -269,5 +269,19 @@ impl Connection {
             }
         }
         Err(Error::Unavailable(format!("weaviate store unreachable: {last_error}")))
+    }
+}
+
+/// The metrics label of a GET: what kind of resource it reads, so that `/metrics`
+/// tells object reads (job records) from cluster status reads (the vector queues).
+fn get_operation(path: &str) -> &'static str {
+    if path.starts_with("/v1/objects/") {
+        "read_object"
+    } else if path.starts_with("/v1/nodes") {
+        "read_nodes"
+    } else if path.starts_with("/v1/schema") {
+        "read_schema"
+    } else {
+        "http_get"
     }
 }

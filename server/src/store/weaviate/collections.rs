@@ -133,6 +133,8 @@ impl WeaviateStore {
             keyword: ensured.keyword,
             model: self.model.clone(),
             layout,
+            queue_looks: Arc::default(),
+            foreign_leases: self.foreign_leases.clone(),
         };
         store.refresh_counts().await;
         store.spawn_health_follower(false);

@@ -19,6 +19,9 @@
 //! fresh, since settlement recounts it anyway. Only a job without a readable header
 //! is an error, and it is that job's error alone.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use futures::{StreamExt, TryStreamExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -505,8 +508,39 @@ pub async fn list(store: &WeaviateStore, unfinished_only: bool) -> Result<Vec<Jo
     Ok(jobs)
 }
 
+/// Leases of other servers seen by claims: until one lapses its job is theirs, and
+/// reading it again at every claim only costs the store (a runner passing over the
+/// other server's older jobs read each of them before every job of its own). Only
+/// other servers' leases are kept: this server's own are read at every claim, so that
+/// a take-over is seen at the next batch.
+#[derive(Debug, Default)]
+pub struct ForeignLeases {
+    /// Job id to the lease's end, in Unix seconds.
+    until: Mutex<HashMap<String, f64>>,
+}
+
+impl ForeignLeases {
+    /// Entries kept before the lapsed ones are swept out.
+    const SWEEP_ABOVE: usize = 4096;
+
+    fn held(&self, id: &str, now: f64) -> bool {
+        self.until.lock().unwrap_or_else(|p| p.into_inner()).get(id).is_some_and(|until| *until > now)
+    }
+
+    fn saw(&self, id: &str, until: f64, now: f64) {
+        let mut leases = self.until.lock().unwrap_or_else(|p| p.into_inner());
+        if leases.len() >= Self::SWEEP_ABOVE {
+            leases.retain(|_, until| *until > now);
+        }
+        leases.insert(id.to_string(), until);
+    }
+}
+
 /// Takes or renews a job's lease.
 pub async fn claim(store: &WeaviateStore, id: &str) -> Result<Claim> {
+    if store.foreign_leases.held(id, unix_now()) {
+        return Ok(Claim::HeldElsewhere);
+    }
     store.note_write();
     let Some(parts) = read(store, id).await? else { return Ok(Claim::HeldElsewhere) };
     let now = unix_now();
@@ -514,6 +548,7 @@ pub async fn claim(store: &WeaviateStore, id: &str) -> Result<Claim> {
     let mine = parts.lease_owner == store.server_id;
     let free = parts.lease_owner.is_empty() || parts.lease_until < now;
     if !mine && !free {
+        store.foreign_leases.saw(id, parts.lease_until, now);
         return Ok(Claim::HeldElsewhere);
     }
     // Renew when half the lease is gone; no write per batch.
@@ -677,7 +712,13 @@ pub async fn settle(store: &WeaviateStore, id: &str) -> Result<JobRecord> {
             tracing::warn!(job = id, waiting, "documents pending that a search did not find; the job goes on");
         } else {
             // Every document is stored: the job may end once they can be found.
-            indexing::wait_until_indexed(&store.connection, &store.names.chunks, store.settings.timeout).await;
+            indexing::wait_until_indexed(
+                &store.queue_looks,
+                &store.connection,
+                &store.names.chunks,
+                store.settings.timeout,
+            )
+            .await;
         }
         (processed, failed)
     };
@@ -721,6 +762,16 @@ async fn pending_state(store: &WeaviateStore, id: &str, sequence: u64) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_servers_lease_is_theirs_until_it_lapses() {
+        let leases = ForeignLeases::default();
+        assert!(!leases.held("job", 100.0));
+        leases.saw("job", 115.0, 100.0);
+        assert!(leases.held("job", 114.9));
+        assert!(!leases.held("job", 115.0), "a lapsed lease is read again");
+        assert!(!leases.held("other", 100.0));
+    }
 
     /// A search result of one job part with these text properties.
     fn result(fields: &[(&str, &str)]) -> pb::SearchResult {

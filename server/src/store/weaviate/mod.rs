@@ -122,6 +122,10 @@ pub struct WeaviateStore {
     /// classes are made the same).
     model: String,
     layout: Layout,
+    /// Reads of the chunk collection's vector queues, shared by settles waiting at once.
+    queue_looks: Arc<indexing::QueueLooks>,
+    /// Job leases seen held by other servers (claims skip those jobs until they lapse).
+    foreign_leases: Arc<jobs::ForeignLeases>,
 }
 
 /// Objects in the three collections that [`IndexStats`] reports.
@@ -266,6 +270,8 @@ impl WeaviateStore {
             keyword: ensured.keyword,
             model,
             layout,
+            queue_looks: Arc::default(),
+            foreign_leases: Arc::default(),
         };
         // The data API must answer too, not only the REST one.
         store
@@ -309,6 +315,8 @@ impl WeaviateStore {
             keyword: self.keyword,
             model: self.model.clone(),
             layout: self.layout,
+            queue_looks: self.queue_looks.clone(),
+            foreign_leases: self.foreign_leases.clone(),
         };
         tokio::spawn(async move {
             let mut ticks = 0u32;
