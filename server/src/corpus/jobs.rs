@@ -625,7 +625,9 @@ impl Corpus {
             match claim {
                 Claim::Granted => return Some(job),
                 Claim::TakenOver => {
-                    tracing::info!(job = %job.id, "took over a job whose server stopped renewing its lease");
+                    // A lapsed lease: its server stopped, or (in a backlog) the server
+                    // that created the job had not reached it within the lease.
+                    tracing::info!(job = %job.id, "took over a job whose lease ran out");
                     if !job.receiving {
                         return Some(job);
                     }

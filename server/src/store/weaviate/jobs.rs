@@ -483,27 +483,33 @@ pub async fn update(store: &WeaviateStore, id: &str, change: JobChange) -> Resul
     Ok(parts.record(id))
 }
 
-/// Every (unfinished) job.
+/// Every (unfinished) job: their progress parts (which the state filter selects),
+/// then the headers of those jobs. Leases of other servers seen on the way are noted
+/// for claims (see [`ForeignLeases`]).
 pub async fn list(store: &WeaviateStore, unfinished_only: bool) -> Result<Vec<JobRecord>> {
+    const FIELDS: [&str; 5] = ["job_id", "part", "record_json", "lease_owner", "lease_until"];
     let mut selection = vec![convert::text_equals("part", PROGRESS)];
     if unfinished_only {
         selection.push(convert::text_any("state", vec!["pending".into(), "running".into()]));
     }
     let request =
-        store.lookup(&store.names.jobs, convert::all_of(selection), &["job_id"], MAX_RESULTS, job_consistency(store));
-    let ids: Vec<String> =
-        store.query("list_jobs", request).await?.iter().map(|r| PropertiesReader::of(r).text("job_id")).collect();
-    let mut jobs = Vec::new();
+        store.lookup(&store.names.jobs, convert::all_of(selection), &FIELDS, MAX_RESULTS, job_consistency(store));
+    let progress = store.query("list_jobs", request).await?;
+    let ids: Vec<String> = progress.iter().map(|r| PropertiesReader::of(r).text("job_id")).collect();
+    let mut parts = progress;
     for group in ids.chunks(200) {
-        let request = store.lookup(
-            &store.names.jobs,
-            Some(convert::text_any("job_id", group.to_vec())),
-            &["job_id", "part", "record_json", "lease_owner", "lease_until"],
-            group.len() * 2,
-            job_consistency(store),
-        );
-        let results = store.query("read_jobs", request).await?;
-        jobs.extend(parse_jobs(&results).into_iter().map(|(id, parts)| parts.record(&id)));
+        let selection =
+            convert::all_of(vec![convert::text_equals("part", HEADER), convert::text_any("job_id", group.to_vec())]);
+        let request = store.lookup(&store.names.jobs, selection, &FIELDS, group.len(), job_consistency(store));
+        parts.extend(store.query("read_jobs", request).await?);
+    }
+    let now = unix_now();
+    let mut jobs = Vec::with_capacity(ids.len());
+    for (id, parts) in parse_jobs(&parts) {
+        if !parts.lease_owner.is_empty() && parts.lease_owner != store.server_id && parts.lease_until > now {
+            store.foreign_leases.saw(&id, parts.lease_until, now);
+        }
+        jobs.push(parts.record(&id));
     }
     Ok(jobs)
 }
