@@ -135,6 +135,7 @@ impl WeaviateStore {
             layout,
             queue_looks: Arc::default(),
             foreign_leases: self.foreign_leases.clone(),
+            final_headers: Arc::default(),
         };
         store.refresh_counts().await;
         store.spawn_health_follower(false);

@@ -25,8 +25,14 @@ use std::time::{Duration, Instant};
 use super::client::Connection;
 use crate::error::Result;
 
-/// How often the queues are read while waiting.
-const POLL_EVERY: Duration = Duration::from_millis(50);
+/// The first pause between reads of the queues while waiting; it doubles with each
+/// read that still finds vectors queued, up to [`POLL_AT_MOST`].
+const POLL_FIRST: Duration = Duration::from_millis(50);
+
+/// The longest pause between reads while waiting. Reads every 50 ms while a backlog
+/// settled one job after another kept `/v1/nodes` (which asks every node) busy: 8
+/// reads per 8-document job, 13% of the store time of a 1,500-job drain.
+const POLL_AT_MOST: Duration = Duration::from_millis(400);
 
 /// Waits (at most `timeout`) until every shard replica that had vectors of
 /// `collection` queued when the wait began has been seen with an empty queue.
@@ -48,6 +54,7 @@ pub async fn wait_until_indexed(looks: &QueueLooks, connection: &Connection, col
     // Any read that began after the wait began vouches for the writes before it; each
     // round needs one newer than the round before.
     let mut after = started;
+    let mut pause = POLL_FIRST;
     loop {
         let (began, queues) = looks.look(connection, collection, after).await;
         after = began + Duration::from_nanos(1);
@@ -71,7 +78,8 @@ pub async fn wait_until_indexed(looks: &QueueLooks, connection: &Connection, col
             tracing::warn!(collection, waited = ?started.elapsed(), last, "vector indexing not seen done; the job ends anyway");
             return;
         }
-        tokio::time::sleep(POLL_EVERY).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(POLL_AT_MOST);
     }
 }
 

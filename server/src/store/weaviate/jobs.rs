@@ -484,8 +484,8 @@ pub async fn update(store: &WeaviateStore, id: &str, change: JobChange) -> Resul
 }
 
 /// Every (unfinished) job: their progress parts (which the state filter selects),
-/// then the headers of those jobs. Leases of other servers seen on the way are noted
-/// for claims (see [`ForeignLeases`]).
+/// then the headers of those jobs not known final (see [`FinalHeaders`]). Leases of
+/// other servers seen on the way are noted for claims (see [`ForeignLeases`]).
 pub async fn list(store: &WeaviateStore, unfinished_only: bool) -> Result<Vec<JobRecord>> {
     const FIELDS: [&str; 5] = ["job_id", "part", "record_json", "lease_owner", "lease_until"];
     let mut selection = vec![convert::text_equals("part", PROGRESS)];
@@ -496,12 +496,15 @@ pub async fn list(store: &WeaviateStore, unfinished_only: bool) -> Result<Vec<Jo
         store.lookup(&store.names.jobs, convert::all_of(selection), &FIELDS, MAX_RESULTS, job_consistency(store));
     let progress = store.query("list_jobs", request).await?;
     let ids: Vec<String> = progress.iter().map(|r| PropertiesReader::of(r).text("job_id")).collect();
-    let mut parts = progress;
-    for group in ids.chunks(200) {
+    let (mut parts, unknown) = store.final_headers.take(&ids, unfinished_only);
+    parts.extend(progress);
+    for group in unknown.chunks(200) {
         let selection =
             convert::all_of(vec![convert::text_equals("part", HEADER), convert::text_any("job_id", group.to_vec())]);
         let request = store.lookup(&store.names.jobs, selection, &FIELDS, group.len(), job_consistency(store));
-        parts.extend(store.query("read_jobs", request).await?);
+        let headers = store.query("read_jobs", request).await?;
+        store.final_headers.keep(&headers);
+        parts.extend(headers);
     }
     let now = unix_now();
     let mut jobs = Vec::with_capacity(ids.len());
@@ -512,6 +515,50 @@ pub async fn list(store: &WeaviateStore, unfinished_only: bool) -> Result<Vec<Jo
         jobs.push(parts.record(&id));
     }
     Ok(jobs)
+}
+
+/// Job headers that no longer change, kept from one job-list read to the next. A
+/// header is written only by the server taking the ingest, and once it says the job
+/// no longer receives, its total and sequences are final. In a backlog of thousands
+/// of jobs, reading every header again at each list read (once a second per server)
+/// was about a third of the store time the list cost and grew with the backlog,
+/// slowing the drain as it grew. Entries leave when their job leaves the unfinished list.
+#[derive(Debug, Default)]
+pub struct FinalHeaders {
+    /// Job id to its header object as a list read returned it.
+    headers: Mutex<HashMap<String, pb::SearchResult>>,
+}
+
+impl FinalHeaders {
+    /// The kept headers among jobs `ids`, and the ids whose header must be read.
+    /// When `ids` are all the unfinished jobs (`complete`), the others are dropped.
+    fn take(&self, ids: &[String], complete: bool) -> (Vec<pb::SearchResult>, Vec<String>) {
+        let mut headers = self.headers.lock().unwrap_or_else(|p| p.into_inner());
+        if complete {
+            let listed: std::collections::HashSet<&String> = ids.iter().collect();
+            headers.retain(|id, _| listed.contains(id));
+        }
+        let mut kept = Vec::new();
+        let mut unknown = Vec::new();
+        for id in ids {
+            match headers.get(id) {
+                Some(header) => kept.push(header.clone()),
+                None => unknown.push(id.clone()),
+            }
+        }
+        (kept, unknown)
+    }
+
+    /// Keeps the headers read that say their job no longer receives.
+    fn keep(&self, results: &[pb::SearchResult]) {
+        let mut headers = self.headers.lock().unwrap_or_else(|p| p.into_inner());
+        for result in results {
+            let header = PartFields::of_result(result).parse::<Header>();
+            if header.is_some_and(|header| !header.receiving) {
+                headers.insert(PropertiesReader::of(result).text("job_id"), result.clone());
+            }
+        }
+    }
 }
 
 /// Leases of other servers seen by claims: until one lapses its job is theirs, and
@@ -542,36 +589,60 @@ impl ForeignLeases {
     }
 }
 
-/// Takes or renews a job's lease.
+/// Takes or renews a job's lease. The lease is in the job's progress part, which is
+/// all a claim reads (the whole job only when that part is missing or unreadable).
 pub async fn claim(store: &WeaviateStore, id: &str) -> Result<Claim> {
     if store.foreign_leases.held(id, unix_now()) {
         return Ok(Claim::HeldElsewhere);
     }
     store.note_write();
-    let Some(parts) = read(store, id).await? else { return Ok(Claim::HeldElsewhere) };
+    let Some(lease) = read_lease(store, id).await? else { return Ok(Claim::HeldElsewhere) };
     let now = unix_now();
-    let lease = store.settings.job_lease.as_secs_f64();
-    let mine = parts.lease_owner == store.server_id;
-    let free = parts.lease_owner.is_empty() || parts.lease_until < now;
+    let term = store.settings.job_lease.as_secs_f64();
+    let mine = lease.owner == store.server_id;
+    let free = lease.owner.is_empty() || lease.until < now;
     if !mine && !free {
-        store.foreign_leases.saw(id, parts.lease_until, now);
+        store.foreign_leases.saw(id, lease.until, now);
         return Ok(Claim::HeldElsewhere);
     }
     // Renew when half the lease is gone; no write per batch.
-    if mine && parts.lease_until - now > lease / 2.0 {
+    if mine && lease.until - now > term / 2.0 {
         return Ok(Claim::Granted);
     }
-    store.put("claim_job", vec![progress_object(store, id, &parts.progress, &store.server_id, now + lease)]).await?;
+    store.put("claim_job", vec![progress_object(store, id, &lease.progress, &store.server_id, now + term)]).await?;
     if mine {
         return Ok(Claim::Granted);
     }
     // Another server may have claimed at the same moment: the last write won.
-    let confirmed = read(store, id).await?.is_some_and(|p| p.lease_owner == store.server_id);
-    Ok(match (confirmed, parts.lease_owner.is_empty()) {
+    let confirmed = read_lease(store, id).await?.is_some_and(|l| l.owner == store.server_id);
+    Ok(match (confirmed, lease.owner.is_empty()) {
         (false, _) => Claim::HeldElsewhere,
         (true, true) => Claim::Granted,
         (true, false) => Claim::TakenOver,
     })
+}
+
+/// A job's lease and the progress it is stored with.
+struct Lease {
+    progress: Progress,
+    owner: String,
+    until: f64,
+}
+
+/// A job's lease, or None when the job does not exist. One read of the progress part
+/// by id; a progress part missing (not written yet, or a deleted job) or unreadable
+/// is settled by reading the whole job (see [`read`]).
+async fn read_lease(store: &WeaviateStore, id: &str) -> Result<Option<Lease>> {
+    if let Some(part) = read_part(store, id, PROGRESS, job_consistency(store)).await?
+        && let Some(progress) = part.parse::<Progress>()
+    {
+        return Ok(Some(Lease { progress, owner: part.lease_owner, until: part.lease_until }));
+    }
+    Ok(read(store, id).await?.map(|parts| Lease {
+        progress: parts.progress,
+        owner: parts.lease_owner,
+        until: parts.lease_until,
+    }))
 }
 
 /// Up to `limit` documents of a job not yet indexed, from `from` on.
@@ -799,6 +870,34 @@ mod tests {
     fn header_json(total: u64) -> String {
         serde_json::to_string(&Header { total, next_sequence: total, receiving: false, started_at: 1.0, revision: 3 })
             .unwrap()
+    }
+
+    #[test]
+    fn only_headers_of_jobs_no_longer_receiving_are_kept_until_their_job_leaves_the_list() {
+        let receiving = serde_json::to_string(&Header {
+            total: 2,
+            next_sequence: 2,
+            receiving: true,
+            started_at: 1.0,
+            revision: 1,
+        })
+        .unwrap();
+        let (done, open) = (header_json(8), receiving);
+        let headers = FinalHeaders::default();
+        headers.keep(&[
+            result(&[("job_id", "done"), ("part", HEADER), ("record_json", &done)]),
+            result(&[("job_id", "open"), ("part", HEADER), ("record_json", &open)]),
+            result(&[("job_id", "broken"), ("part", HEADER), ("record_json", "{not json")]),
+        ]);
+        let ids = |list: &[&str]| list.iter().map(|id| id.to_string()).collect::<Vec<_>>();
+        let (kept, unknown) = headers.take(&ids(&["done", "open", "broken"]), true);
+        assert_eq!(parse_jobs(&kept).into_iter().map(|(id, _)| id).collect::<Vec<_>>(), ["done"]);
+        assert_eq!(unknown, ids(&["open", "broken"]));
+        // A partial list keeps the others; the full list without "done" drops it.
+        assert_eq!(headers.take(&ids(&["open"]), false).0.len(), 0);
+        assert_eq!(headers.take(&ids(&["done"]), false).0.len(), 1);
+        headers.take(&ids(&["open"]), true);
+        assert_eq!(headers.take(&ids(&["done"]), true).1, ids(&["done"]));
     }
 
     #[test]

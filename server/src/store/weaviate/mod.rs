@@ -126,6 +126,8 @@ pub struct WeaviateStore {
     queue_looks: Arc<indexing::QueueLooks>,
     /// Job leases seen held by other servers (claims skip those jobs until they lapse).
     foreign_leases: Arc<jobs::ForeignLeases>,
+    /// Headers of this collection's jobs that no longer receive (see [`jobs::FinalHeaders`]).
+    final_headers: Arc<jobs::FinalHeaders>,
 }
 
 /// Objects in the three collections that [`IndexStats`] reports.
@@ -272,6 +274,7 @@ impl WeaviateStore {
             layout,
             queue_looks: Arc::default(),
             foreign_leases: Arc::default(),
+            final_headers: Arc::default(),
         };
         // The data API must answer too, not only the REST one.
         store
@@ -317,6 +320,7 @@ impl WeaviateStore {
             layout: self.layout,
             queue_looks: self.queue_looks.clone(),
             foreign_leases: self.foreign_leases.clone(),
+            final_headers: self.final_headers.clone(),
         };
         tokio::spawn(async move {
             let mut ticks = 0u32;
