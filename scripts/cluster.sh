@@ -720,7 +720,7 @@ discard_vector_graphs() {
 # while down reach it ~10 s later by async replication (ASYNC_REPLICATION_* above), and
 # some of those stay out of its vector index. Found in a 100-cycle chaos run (2026-11-29):
 # 8 documents that searches answered by one node missed (7 on one node, 1 on another),
-# written while that node was down (the 4 checked were created 2-12 s before its rebuild
+# written while that node was down (the 4 checked were created 0-12 s before its rebuild
 # ran); the node stored each with its vector, and its graph had none (a nearVector search
 # with the document's own vector found it at rank 1 on the other nodes, never on that
 # one). A repair asked after the run added 21 and 8 vectors to those two nodes' graphs
