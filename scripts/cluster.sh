@@ -50,6 +50,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 CACHE="${EMBEDWIRE_CACHE:-$HOME/.cache/embedwire}"
 STATE="${EMBEDWIRE_CLUSTER_DIR:-$CACHE/cluster}"
 WEAVIATE_BIN="$CACHE/bin/weaviate-server"
+REFILL_BIN="$CACHE/bin/weaviate-refill"
 PG_LINK="$CACHE/bin/pg"
 PG_USER=embedwire-pg
 PG_DB=embedwire
@@ -232,7 +233,7 @@ launch_weaviate_node() {
   # ASYNC_INDEXING: a node SIGKILLed during a write could keep the object but lose its
   # vector from the HNSW graph, for good (38 of 14,512 documents in a 100-cycle chaos
   # run); queued on disk first, the vector is replayed at restart (2 of 14,400 still
-  # slipped through: cmd_restart's repair_vector_indexes closes that). A queued vector is
+  # slipped through: cmd_restart's rebuild closes that). A queued vector is
   # not searchable yet: the servers wait for the queues to drain before ending a job,
   # and QUEUE_SCHEDULER_INTERVAL=100ms (default 1 s) keeps that wait short. A queue's
   # open chunk is indexed only after ASYNC_INDEXING_STALE_TIMEOUT without a write (default
@@ -673,29 +674,23 @@ cmd_down() {
 # shard stores: a node killed during a write can keep an object whose vector never
 # reached its queue, and searches that node answers miss it for good (async replication
 # compares objects, not the graph). Measured in 100-cycle chaos runs: 38 of 14,512
-# documents at Weaviate's defaults, 2 of 14,400 with ASYNC_INDEXING. Its debug API (the
-# profiling port, ASYNC_INDEXING only) re-queues such vectors; ask it for every shard node
-# I holds once the node is back. The repair runs in the background on the node; prints
-# how many repairs were asked for.
-repair_vector_indexes() {
-  local i="$1" class shard asked=0
-  while read -r class shard; do
-    if curl -fsS -o /dev/null -X POST \
-      "http://127.0.0.1:$(port "WEAVIATE_PROFILING_$i")/debug/index/repair/vector?collection=$class&shard=$shard"; then
-      asked=$((asked + 1))
-    else
-      log "weaviate-$i: could not ask for a repair of $class/$shard"
-    fi
-  done < <(curl -fsS "http://127.0.0.1:$(port "WEAVIATE_HTTP_$i")/v1/nodes?output=verbose" | python3 -c '
-import json, sys
-node = [n for n in json.load(sys.stdin)["nodes"] if n["name"] == sys.argv[1]]
-for shard in (node[0].get("shards") or []) if node else []:
-    print(shard["class"], shard["name"])
-' "weaviate-$i")
-  echo "$asked"
+# documents at Weaviate's defaults, 2 of 14,400 with ASYNC_INDEXING. So a restarted
+# node's graphs are rebuilt from its objects (discard_vector_graphs below), and
+# weaviate-refill (scripts/weaviate-refill) marks each vector index for it while the node
+# is down: at start the node queues every vector it stores. Prints how many indexes it
+# marked; run it before discard_vector_graphs, which removes what it counts.
+#
+# Not Weaviate's repair (/debug/index/repair/vector, used here until 2026-11-30): it ends
+# by deleting from the graph every vector whose object it did not visit, and it visits
+# only the objects that existed when it began, so a write indexed while it runs is
+# tombstoned and that node's searches miss the document for good. The chaos runs' text
+# misses were that: up to 8 documents per run, written during a repair on one node.
+mark_vector_refill() {
+  local i="$1"
+  "$REFILL_BIN" "$STATE/data/weaviate-$i"
 }
 
-# The repair above re-queues only vectors a graph does not contain, and a SIGKILL can
+# Marked or repaired, a node queues only vectors its graph does not contain, and a SIGKILL can
 # leave a graph containing a vector it cannot reach: Weaviate 1.35's index queue deletes
 # a chunk of vectors before it flushes the HNSW log of their inserts (DiskQueue's done
 # callback: removeChunk, then the Flush of OnBatchProcessed), and that log goes through a
@@ -703,7 +698,7 @@ for shard in (node[0].get("shards") or []) if node else []:
 # Searches that node answers then miss the document for good: 2 of 14,952 in the
 # 100-cycle chaos run of 2026-11-29, found at rank 1 by a search another node answered.
 # So a restarted node's graphs are thrown away before it starts: it comes back with
-# empty vector indexes, the repair queues every vector it stores, and the restart waits
+# empty vector indexes, the refill queues every vector it stores, and the restart waits
 # for the rebuild (servers keep searches off a node whose queue is far longer than the
 # others', see the weaviate store's complete_nodes). Every restart, not only those after
 # a crash: a crash cannot be told from a stop here, since a process SIGKILLed a moment
@@ -716,52 +711,27 @@ discard_vector_graphs() {
     -prune -exec rm -rf {} +
 }
 
-# The rebuild above reads the objects a node holds when it starts; the writes it missed
-# while down reach it ~10 s later by async replication (ASYNC_REPLICATION_* above), and
-# some of those stay out of its vector index. Found in a 100-cycle chaos run (2026-11-29):
-# 8 documents that searches answered by one node missed (7 on one node, 1 on another),
-# written while that node was down (the 4 checked were created 0-12 s before its rebuild
-# ran); the node stored each with its vector, and its graph had none (a nearVector search
-# with the document's own vector found it at rank 1 on the other nodes, never on that
-# one). A repair asked after the run added 21 and 8 vectors to those two nodes' graphs
-# (0 to the third), and then their searches found every document. So the
-# repair is asked again after the catch-up (at 20 s and 60 s), in the background: the
-# restart does not wait for it, and a repair that finds every vector in place costs ~0.5 s
-# per shard. Nothing it says is kept but the node's own log lines. This covers the
-# writes around a node's own restart only: with the three nodes restarted in turn during
-# an ingest, one node's graph also lacked 23 vectors written minutes after its restart
-# and its late repairs (README, Weaviate chaos); that cause is not found yet.
-repair_after_catch_up() {
-  local i="$1"
-  (
-    for delay in 20 40; do
-      sleep "$delay"
-      alive "weaviate-$i" || exit 0
-      repair_vector_indexes "$i" >/dev/null 2>&1 || true
-    done
-  ) </dev/null >/dev/null 2>&1 &
-  disown
-}
-
-# Waits until node I has finished the ASKED repairs its log shows after line FROM, and
-# then until each of its shards' vector queues has been seen empty once (a queue is first
-# in, first out: empty after the repair means the re-queued vectors are in the graph).
+# Waits until node I has queued the vectors of the MARKED indexes (its log after line
+# FROM says so once per index), and then until each of its shards' vector queues has been
+# seen empty once (a queue is first in, first out: empty after the refill means the
+# re-queued vectors are in the graph).
 wait_rebuilt() {
-  local i="$1" from="$2" asked="$3"
-  python3 - "$STATE/logs/weaviate-$i.log" "$from" "$asked" "weaviate-$i" \
+  local i="$1" from="$2" marked="$3"
+  python3 - "$STATE/logs/weaviate-$i.log" "$from" "$marked" "weaviate-$i" \
     "http://127.0.0.1:$(port "WEAVIATE_HTTP_$i")" "$REBUILD_TIMEOUT_SECS" <<'EOF2'
 import json, re, sys, time, urllib.request
-log_path, start, asked, name, url, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], float(sys.argv[6])
-# How each repair ends in the node's log (logfmt): done, nothing to repair, or failed.
-ended = re.compile(r'msg="(repaired vector index|repair index: (empty LSM store|vector index not found|queue not found)'
-                   r'|failed to repair vector index)"')
+log_path, start, marked, name, url, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], float(sys.argv[6])
+# How each index's refill ends in the node's log (logfmt; FillQueue and ConvertQueue in
+# Weaviate's adapters/repos/db/shard_async.go): queued, nothing to queue into, or failed.
+ended = re.compile(r'msg="(enqueued vectors from LSM store|preload queue: (vector index|queue) not found'
+                   r'|preload shard for target vector)')
 deadline = time.monotonic() + timeout
-def repairs_done():
+def refills_done():
     with open(log_path, errors="replace") as log:
         return sum(1 for n, line in enumerate(log) if n >= start and ended.search(line))
-while repairs_done() < asked:
+while refills_done() < marked:
     if time.monotonic() > deadline:
-        sys.exit(f"{name}: {repairs_done()} of {asked} vector index repairs ended within {timeout:.0f} s")
+        sys.exit(f"{name}: {refills_done()} of {marked} vector index refills ended within {timeout:.0f} s")
     time.sleep(0.2)
 owing = None
 while True:
@@ -784,7 +754,7 @@ EOF2
 # Stops NAME (SIGKILL with --kill, else as `down` does), starts it again on its ports and
 # data, and waits until it is ready (a Weaviate node: until the cluster has settled).
 cmd_restart() {
-  local name="${1:-}" kill=false pid deadline i join=() log_lines asked names
+  local name="${1:-}" kill=false pid deadline i join=() log_lines marked=0 names
   [[ "${2:-}" == --kill ]] && kill=true
   [[ -f "$STATE/ports.env" && -d "$STATE/pids" ]] || die "no cluster is up in $STATE"
   # Not `process_names | grep -q`: grep quits at the match, and under pipefail the writer's
@@ -805,6 +775,7 @@ cmd_restart() {
       for ((i = 0; i < WEAVIATE_NODES; i++)); do
         [[ "weaviate-$i" != "$name" ]] && join+=("127.0.0.1:$(port "WEAVIATE_GOSSIP_$i")")
       done
+      marked="$(mark_vector_refill "${name#weaviate-}")"
       discard_vector_graphs "${name#weaviate-}"
       log_lines="$(wc -l < "$STATE/logs/$name.log" 2>/dev/null || echo 0)"
       launch_weaviate_node "${name#weaviate-}" "${join[@]}"
@@ -816,9 +787,7 @@ cmd_restart() {
   esac
   wait_ready "$name" || die "$name did not come back (logs in $STATE/logs)"
   if [[ "$name" == weaviate-* ]]; then
-    asked="$(repair_vector_indexes "${name#weaviate-}")"
-    wait_rebuilt "${name#weaviate-}" "$log_lines" "$asked" || log "WARNING: $name's vector indexes not seen rebuilt"
-    repair_after_catch_up "${name#weaviate-}"
+    wait_rebuilt "${name#weaviate-}" "$log_lines" "$marked" || log "WARNING: $name's vector indexes not seen rebuilt"
   fi
   log "$name restarted (pid $(pid_of "$name"))"
 }

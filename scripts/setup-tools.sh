@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the developer tools the tests and benchmarks call: buf (lint), cargo-nextest
 # (the test runner of `make test`), grpcurl
-# (manual and scripted gRPC calls), ghz (gRPC load tests), Chromium (browser test) and
-# weaviate-server (the shared store of `--store weaviate`, built from its Go module). Idempotent and cached
+# (manual and scripted gRPC calls), ghz (gRPC load tests), Chromium (browser test),
+# weaviate-server (the shared store of `--store weaviate`, built from its Go module) and
+# weaviate-refill (scripts/weaviate-refill). Idempotent and cached
 # under $EMBEDWIRE_CACHE/bin, so a second run costs about nothing.
 set -euo pipefail
 
@@ -82,4 +83,20 @@ install_go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl "$GRPCURL_VE
 install_go_tool ghz github.com/bojand/ghz/cmd/ghz "$GHZ_VERSION"
 # About 2.5 minutes the first time (a 168 MB binary); cached like the others.
 install_go_tool weaviate-server github.com/weaviate/weaviate/cmd/weaviate-server "$WEAVIATE_VERSION"
+# scripts/cluster.sh's helper that marks a restarted node's vector indexes for a refill
+# (scripts/weaviate-refill/main.go says why), built from this repository; a change to its
+# source makes a new path.
+install_weaviate_refill() {
+  local source_dir
+  source_dir="$(dirname "${BASH_SOURCE[0]}")/weaviate-refill"
+  local digest
+  digest="$(cat "$source_dir/main.go" "$source_dir/go.mod" "$source_dir/go.sum" | sha256sum | cut -c1-12)"
+  local target="$CACHE/go-tools/weaviate-refill-$digest"
+  if [ ! -x "$target/weaviate-refill" ]; then
+    log "building weaviate-refill ($source_dir)"
+    (cd "$source_dir" && GOFLAGS=-mod=mod go build -o "$target/weaviate-refill" .)
+  fi
+  ln -sfn "$target/weaviate-refill" "$BIN/weaviate-refill"
+}
+install_weaviate_refill
 log "tools in $BIN: $(ls "$BIN" | tr '\n' ' ')"

@@ -149,15 +149,15 @@ fn log_lines(path: &Path) -> usize {
     std::fs::read_to_string(path).map(|log| log.lines().count()).unwrap_or(0)
 }
 
-/// The vectors a Weaviate node's "repaired vector index" log lines (logfmt) after line
-/// `from` say were added back to its queues.
-fn vectors_repaired(path: &Path, from: usize) -> u64 {
+/// The vectors a Weaviate node's "enqueued vectors from LSM store" log lines (logfmt)
+/// after line `from` say were queued again (the refill of a restarted node's indexes).
+fn vectors_requeued(path: &Path, from: usize) -> u64 {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()
         .skip(from)
-        .filter(|line| line.contains(r#"msg="repaired vector index""#))
-        .filter_map(|line| line.split_once(" added=")?.1.split(' ').next()?.parse::<u64>().ok())
+        .filter(|line| line.contains(r#"msg="enqueued vectors from LSM store""#))
+        .filter_map(|line| line.split_once(" count=")?.1.split(' ').next()?.parse::<u64>().ok())
         .sum()
 }
 
@@ -277,8 +277,8 @@ async fn make_cluster_loses_a_weaviate_node_and_a_server_and_goes_on() {
     let back = Instant::now();
     // Killed, the node threw its graphs away and rebuilt them from its objects before
     // `restart` returned (scripts/cluster.sh says why): every chunk vector re-queued,
-    // where a repair of kept graphs adds only the few a graph lacks.
-    let rebuilt = vectors_repaired(&node_log, node_lines_before);
+    // where a refill of kept graphs would add only the few a graph lacks.
+    let rebuilt = vectors_requeued(&node_log, node_lines_before);
     eprintln!("{lost_node} rebuilt its vector indexes with {rebuilt} vectors");
     assert!(rebuilt > ABSTRACTS as u64, "{lost_node} re-queued {rebuilt} vectors after its SIGKILL");
     for (name, page) in &pages {
