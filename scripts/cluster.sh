@@ -108,19 +108,42 @@ alive() { local pid; pid="$(pid_of "$1")"; [[ -n "$pid" ]] && kill -0 "$pid" 2>/
 # be gossip + 1 (its fallback for a peer whose metadata has not arrived) and, with
 # CLUSTER_IN_LOCALHOST, a peer's Raft RPC port is always computed as its Raft port + 1.
 # With --store postgres: one port each for the primary and the replica instead.
+# Below the kernel's ephemeral range (ip_local_port_range), not from it as bind(0) would:
+# a restarted process takes its ports again, and while it is down any outgoing
+# connection may get one of them as its source port (a chaos run's first node restart
+# died on "bind: address already in use" for its Raft RPC port that way).
 pick_ports() {
   python3 - "$WEAVIATE_NODES" "$SERVERS" "$STORE" <<'EOF'
-import socket, sys
+import random, socket, sys
 nodes, servers, store = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+    ephemeral_low = int(ranges.read().split()[0])
+LOWEST = 10000
 held = []
 def bind(port, kind=socket.SOCK_STREAM):
     s = socket.socket(socket.AF_INET, kind)
-    s.bind(("127.0.0.1", port))
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        s.close()
+        raise
     held.append(s)
     return s.getsockname()[1]
+def candidate():
+    # A port with its successor also below the ephemeral range (pairs need port + 1).
+    return random.randrange(LOWEST, ephemeral_low - 1) if ephemeral_low > LOWEST + 1000 else 0
+def free():
+    while True:
+        try:
+            return bind(candidate())
+        except OSError:
+            continue
 def pair(udp):
     while True:
-        first = bind(0)
+        try:
+            first = bind(candidate())
+        except OSError:
+            continue
         try:
             bind(first + 1)
             if udp:
@@ -131,17 +154,17 @@ def pair(udp):
 if store != "weaviate":
     nodes = 0
 if store == "postgres":
-    print(f"POSTGRES_PRIMARY_PORT={bind(0)}")
-    print(f"POSTGRES_REPLICA_PORT={bind(0)}")
+    print(f"POSTGRES_PRIMARY_PORT={free()}")
+    print(f"POSTGRES_REPLICA_PORT={free()}")
 for i in range(nodes):
-    print(f"WEAVIATE_HTTP_{i}={bind(0)}")
-    print(f"WEAVIATE_GRPC_{i}={bind(0)}")
+    print(f"WEAVIATE_HTTP_{i}={free()}")
+    print(f"WEAVIATE_GRPC_{i}={free()}")
     print(f"WEAVIATE_GOSSIP_{i}={pair(True)}")
     print(f"WEAVIATE_RAFT_{i}={pair(False)}")
-    print(f"WEAVIATE_PROFILING_{i}={bind(0)}")
+    print(f"WEAVIATE_PROFILING_{i}={free()}")
 for i in range(servers):
-    print(f"SERVER_PORT_{i}={bind(0)}")
-print(f"GATEWAY_PORT={bind(0)}")
+    print(f"SERVER_PORT_{i}={free()}")
+print(f"GATEWAY_PORT={free()}")
 EOF
 }
 

@@ -27,6 +27,7 @@ pub mod collection_access;
 pub mod collection_contract;
 pub mod grouping_contract;
 pub mod hybrid_contract;
+pub mod ports;
 pub mod postgres;
 pub mod store_contract;
 pub mod store_faults;

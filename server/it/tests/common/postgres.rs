@@ -33,6 +33,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::child::{self, STOP_GRACE};
+use super::ports;
 
 /// How long a test waits for a server to accept connections, a replica to stream or
 /// catch up (a cold start of both takes a few seconds).
@@ -489,8 +490,12 @@ fn user_ids(user: &str) -> (u32, u32) {
 
 /// Two distinct free loopback ports, both held until both are picked.
 fn free_ports() -> [u16; 2] {
-    let a = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let b = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let free = || loop {
+        if let Ok(listener) = TcpListener::bind((Ipv4Addr::LOCALHOST, ports::candidate())) {
+            return listener;
+        }
+    };
+    let (a, b) = (free(), free());
     [a.local_addr().unwrap().port(), b.local_addr().unwrap().port()]
 }
 

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::child::{self, STOP_GRACE};
+use super::ports;
 
 /// How long a test waits for nodes to become ready and the cluster to agree that every
 /// node is healthy (a cold 3-node start takes about 15 s on 2 cores).
@@ -447,15 +448,15 @@ fn node_env(name: &str, data: &Path, ports: NodePorts, raft_join: &str, nodes: u
 /// free as well. Every socket is held until all are picked, then released.
 fn pick_ports(nodes: usize) -> Vec<NodePorts> {
     let mut held: Vec<Box<dyn std::any::Any>> = Vec::new();
-    let single = |held: &mut Vec<Box<dyn std::any::Any>>| {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let single = |held: &mut Vec<Box<dyn std::any::Any>>| loop {
+        let Ok(listener) = TcpListener::bind((Ipv4Addr::LOCALHOST, ports::candidate())) else { continue };
         let port = listener.local_addr().unwrap().port();
         held.push(Box::new(listener));
-        port
+        return port;
     };
     // A port whose successor is free too (gossip also needs UDP on the first).
     let pair = |held: &mut Vec<Box<dyn std::any::Any>>, udp: bool| loop {
-        let first = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let Ok(first) = TcpListener::bind((Ipv4Addr::LOCALHOST, ports::candidate())) else { continue };
         let port = first.local_addr().unwrap().port();
         if port == u16::MAX {
             continue;

@@ -15,9 +15,11 @@
 //! from the vector index of the node killed around their write. The queue makes that
 //! rarer (2 of 14,400); with the repair `scripts/cluster.sh restart` asks of a
 //! restarted node, 100-cycle runs missed 0 of 15,856, 1 of 15,272 and 4 of 14,952:
-//! vectors the graph held without their links, which the repair skips. So a
-//! restarted node now rebuilds its graphs from its objects (cluster.sh says why), and
-//! the servers keep calls off it meanwhile (`complete_nodes`).
+//! vectors the graph held without their links, which the repair skips, and vectors
+//! the repair itself tombstoned (its last pass drops every vector written while it
+//! runs). So a restarted node now rebuilds its graphs from its objects, its queues
+//! refilled at start without that repair (cluster.sh says why), and the servers keep
+//! calls off it meanwhile (`complete_nodes`).
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
