@@ -43,7 +43,7 @@
 # outside root's home (mode 700, which that user cannot traverse), in
 # /var/lib/embedwire-pg/cluster-<hash of the state dir>/, linked as $STATE/data/postgres.
 # The servers use the database `embedwire` (created at the first `up`).
-# Needs `make setup` (weaviate-server and pg in $EMBEDWIRE_CACHE/bin, the release binaries).
+# Needs `make setup` (weaviate-server, weaviate-refill and pg in $EMBEDWIRE_CACHE/bin, the release binaries).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
