@@ -1,5 +1,5 @@
-// weaviate-refill marks every shard of a stopped Weaviate node for a refill of its
-// vector queues at the next start, without Weaviate's repair endpoint.
+// weaviate-refill marks every vector index of a stopped Weaviate node for a refill of
+// its queue at the next start, without Weaviate's repair endpoint.
 //
 // scripts/cluster.sh throws a restarted node's HNSW graphs away (it says why) and must
 // then queue every stored vector again. Weaviate 1.35's /debug/index/repair/vector does
@@ -20,7 +20,6 @@
 package main
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -41,7 +40,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: weaviate-refill DATA_DIR")
 		os.Exit(2)
 	}
-	marked, err := markShards(os.Args[1])
+	marked, err := markIndexes(os.Args[1])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "weaviate-refill:", err)
 		os.Exit(1)
@@ -72,7 +71,7 @@ func checkpointKeys(dataDir string) ([]string, error) {
 	return keys, nil
 }
 
-func markShards(dataDir string) (int, error) {
+func markIndexes(dataDir string) (int, error) {
 	keys, err := checkpointKeys(dataDir)
 	if err != nil || len(keys) == 0 {
 		return 0, err
@@ -82,8 +81,7 @@ func markShards(dataDir string) (int, error) {
 		return 0, fmt.Errorf("open %s (is the node stopped?): %w", checkpointFile, err)
 	}
 	defer db.Close()
-	zero := make([]byte, 8)
-	binary.LittleEndian.PutUint64(zero, 0)
+	zero := make([]byte, 8) // document id 0, as the little-endian uint64 Weaviate reads
 	err = db.Update(func(tx *bolt.Tx) error {
 		bucket, err := tx.CreateBucketIfNotExists([]byte(checkpointBucket))
 		if err != nil {
