@@ -62,7 +62,7 @@ impl Collector for ServerMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let stats = &self.stats;
         let counter = |value: &AtomicU64| ConstCounter::new(Stats::get(value));
-        let embedding: [Described; 17] = [
+        let embedding: [Described; 18] = [
             (
                 "embedwire_embed_requests",
                 "Embed calls and stream requests that reached the engine",
@@ -94,6 +94,11 @@ impl Collector for ServerMetrics {
                 "embedwire_model_idle_memory_releases",
                 "Times the idle model gave its memory back (ONNX Runtime's arena, after a large batch)",
                 &counter(&stats.idle_memory_releases),
+            ),
+            (
+                "embedwire_split_batches",
+                "Batches run as parts side by side, one thread each (each part counts in embedwire_batches too)",
+                &counter(&stats.split_batches),
             ),
             (
                 "embedwire_ingested_documents",

@@ -571,6 +571,7 @@ fn local_model_config(config: &ServerConfig) -> LocalModelConfig {
         model_id: config.model_id(),
         ort_library: config.ort_library(),
         onnx: config.onnx_settings(),
+        batch_parts: config.batch_parts(),
         batch: BatchLimits {
             max_batch_size: config.max_batch_size,
             max_batch_tokens: config.max_batch_tokens,

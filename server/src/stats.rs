@@ -27,6 +27,8 @@ pub struct Stats {
     pub queue_depth: AtomicU64,
     /// Times the idle model gave its memory back (ONNX Runtime's arena, after a large batch).
     pub idle_memory_releases: AtomicU64,
+    /// Batches run as parts side by side (each part also counts as a batch).
+    pub split_batches: AtomicU64,
     /// Documents stored durably by ingest jobs.
     pub ingested_documents: AtomicU64,
     /// Interactive calls queued or running, under the default admission rule.
@@ -59,6 +61,7 @@ impl Default for Stats {
             dropped_sequences: AtomicU64::default(),
             queue_depth: AtomicU64::default(),
             idle_memory_releases: AtomicU64::default(),
+            split_batches: AtomicU64::default(),
             ingested_documents: AtomicU64::default(),
             interactive_calls: AtomicU64::default(),
             admission_max_interactive_calls: AtomicU64::default(),

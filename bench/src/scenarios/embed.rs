@@ -76,7 +76,7 @@ fn measure_ceiling(common: &Common, paths: &ModelPaths, texts: &[String]) -> any
     let files = ModelFiles::read(&paths.model_dir)?;
     let tokenizer = TextTokenizer::from_file(&files.tokenizer_path, files.max_input_tokens)?;
     let settings = common.onnx_settings()?;
-    let mut model = OnnxModel::load(init_runtime(&paths.ort_library)?, &files, &paths.graph, settings)?;
+    let mut model = OnnxModel::load(init_runtime(&paths.ort_library)?, &files, &paths.graph, settings, None)?;
     let sequences = texts.iter().map(|text| tokenizer.tokenize(text).map(|t| t.ids)).collect::<Result<Vec<_>, _>>()?;
     let plan = CeilingPlan {
         batch_sizes: common.pick(vec![1, 2, 4, 8, 16, 32, 64], vec![1, 8, 32]),

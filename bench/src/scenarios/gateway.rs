@@ -124,7 +124,7 @@ fn query_ceiling(common: &Common) -> anyhow::Result<QueryCeiling> {
     let files = ModelFiles::read(&paths.model_dir)?;
     let tokenizer = TextTokenizer::from_file(&files.tokenizer_path, files.max_input_tokens)?;
     let settings = common.onnx_settings()?;
-    let mut model = OnnxModel::load(init_runtime(&paths.ort_library)?, &files, &paths.graph, settings)?;
+    let mut model = OnnxModel::load(init_runtime(&paths.ort_library)?, &files, &paths.graph, settings, None)?;
     let query = tokenizer.tokenize(KNOWN_QUERY)?.ids;
     let plan = CeilingPlan {
         batch_sizes: vec![1, 4, HEADLINE_CONCURRENCY],

@@ -145,7 +145,7 @@ impl InProcessModel {
         let paths = common.model_paths(choice)?;
         let files = ModelFiles::read(&paths.model_dir)?;
         let tokenizer = TextTokenizer::from_file(&files.tokenizer_path, files.max_input_tokens)?;
-        let model = OnnxModel::load(init_runtime(&paths.ort_library)?, &files, &paths.graph, common.onnx_settings()?)?;
+        let model = OnnxModel::load(init_runtime(&paths.ort_library)?, &files, &paths.graph, common.onnx_settings()?, None)?;
         Ok(InProcessModel { tokenizer, model, tokenize: Vec::new(), run: Vec::new(), run_after_idle: Vec::new() })
     }
 

@@ -10,6 +10,7 @@ use crate::lanes::{Admission, InteractiveAdmission, QueueBound};
 use crate::model::files::ModelFiles;
 use crate::model::onnx::{OnnxModel, OnnxSettings, init_runtime};
 use crate::model::precision::{self, CpuInt8, PrecisionChoice};
+use crate::model::shared_weights::SharedWeights;
 use crate::model::tokenizer::TextTokenizer;
 use crate::model::{ModelInfo, TokenizedText};
 use crate::stats::Stats;
@@ -25,6 +26,9 @@ pub struct LocalModelConfig {
     pub ort_library: std::path::PathBuf,
     /// ONNX Runtime threading.
     pub onnx: OnnxSettings,
+    /// Parts a large batch runs as, side by side (see `batcher::MIN_SPLIT_SEQUENCES`);
+    /// 1 or 0: whole.
+    pub batch_parts: usize,
     /// Batch formation.
     pub batch: BatchLimits,
     /// When an interactive request is refused for load (see `lanes`).
@@ -85,16 +89,30 @@ impl LocalBackend {
         tracing::info!(precision = chosen.precision.name(), graph = %chosen.graph.display(), reason = %chosen.reason, "model graph");
         // Parsing tokenizer.json (about 30 ms alone) overlaps loading ONNX Runtime and
         // the graph (about 90 ms): measured 10 ms less in all, as both want the cores.
-        let (tokenizer, model) = std::thread::scope(|scope| {
+        let (tokenizer, models) = std::thread::scope(|scope| {
             let tokenizer = scope.spawn(|| TextTokenizer::from_file(&files.tokenizer_path, files.max_input_tokens));
-            let model = init_runtime(&config.ort_library)
-                .and_then(|environment| OnnxModel::load(environment, &files, &chosen.graph, config.onnx));
+            let models = init_runtime(&config.ort_library).and_then(|environment| {
+                // The parts' sessions and the whole model's share one copy of the weights.
+                let shared = match config.batch_parts >= 2 {
+                    true => Some(Arc::new(SharedWeights::read(&chosen.graph)?)),
+                    false => None,
+                };
+                let model = OnnxModel::load(environment, &files, &chosen.graph, config.onnx, shared.as_ref())?;
+                let parts = load_parts(environment, &files, &chosen.graph, config, shared.as_ref())?;
+                Ok((model, parts, shared))
+            });
             let tokenizer =
                 tokenizer.join().unwrap_or_else(|_| Err(Error::Config("the tokenizer loader panicked".into())));
-            (tokenizer, model)
+            (tokenizer, models)
         });
-        let (tokenizer, mut model) = (tokenizer?, model?);
+        let (tokenizer, (mut model, mut parts, shared)) = (tokenizer?, models?);
         warm_up(&mut model, &tokenizer)?;
+        for part in &mut parts {
+            warm_up(part, &tokenizer)?;
+        }
+        if let Some(shared) = shared {
+            shared.drop_resident_pages();
+        }
         let admission =
             InteractiveAdmission::new(config.queue_bound.resolve(config.batch.max_batch_size), stats.clone());
         tracing::info!(
@@ -114,7 +132,7 @@ impl LocalBackend {
             max_bulk_batch_tokens: config.batch.max_bulk_batch_tokens.max(files.max_input_tokens),
             ..config.batch
         };
-        let batcher = TokenBudgetBatcher::start(model, batch, stats)?;
+        let batcher = TokenBudgetBatcher::start_with_parallel_parts(model, parts, batch, stats)?;
         Ok(LocalBackend { tokenizer: Arc::new(tokenizer), batcher, info, admission })
     }
 
@@ -202,6 +220,22 @@ fn runs_now_if_free(sequences: &[Vec<u32>], priority: Priority) -> bool {
 /// plans, and costs many times a normal batch. Better at start than in the first
 /// caller's latency, or in the speed estimate of the queue-time bound and of the
 /// retry hints.
+/// The single-threaded sessions that run the parts of a split batch: none when
+/// batches run whole.
+fn load_parts(
+    environment: &'static ort::environment::Environment,
+    files: &ModelFiles,
+    graph: &std::path::Path,
+    config: &LocalModelConfig,
+    shared: Option<&Arc<SharedWeights>>,
+) -> Result<Vec<OnnxModel>> {
+    if config.batch_parts < 2 {
+        return Ok(Vec::new());
+    }
+    let settings = config.onnx.parallel_part();
+    (0..config.batch_parts).map(|_| OnnxModel::load(environment, files, graph, settings, shared)).collect()
+}
+
 fn warm_up(model: &mut OnnxModel, tokenizer: &TextTokenizer) -> Result<()> {
     let text = tokenizer.tokenize("a short sentence to warm the model up")?;
     model.embed_batch(&[text.ids.as_slice(), text.ids.as_slice()])?;

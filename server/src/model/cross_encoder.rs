@@ -71,7 +71,7 @@ impl CrossEncoder {
                     reason: missing.to_string(),
                 }
             });
-        let session = open_session(environment, &chosen.graph, settings)?;
+        let session = open_session(environment, &chosen.graph, settings, None)?;
         let takes_token_type_ids = check_bert_inputs(&session, &chosen.graph)?;
         check_logits_output(&session, &chosen.graph)?;
         Ok(LoadedCrossEncoder {

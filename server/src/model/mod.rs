@@ -20,6 +20,7 @@ pub mod pair_tokenizer;
 pub mod pooling;
 pub mod precision;
 pub mod pseudo;
+pub mod shared_weights;
 pub mod tokenizer;
 
 pub use pooling::Pooling;

@@ -4,7 +4,7 @@
 //! binary builds without it and one build serves any compatible library.
 
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use ort::environment::Environment;
@@ -16,6 +16,7 @@ use ort::value::Tensor;
 use super::Pooling;
 use super::arena_shrink::{self, ArenaShrink};
 use super::files::ModelFiles;
+use super::shared_weights::SharedWeights;
 use crate::error::{Error, Result};
 
 /// ONNX Runtime allows one environment per process; every model shares it.
@@ -51,6 +52,14 @@ pub struct OnnxSettings {
     pub spinning: Spinning,
     /// Whether ONNX Runtime keeps freed memory in its arena for reuse.
     pub arena: bool,
+}
+
+impl OnnxSettings {
+    /// The settings of a session that runs one part of a split batch: one thread,
+    /// since the parts run side by side on the cores.
+    pub fn parallel_part(self) -> OnnxSettings {
+        OnnxSettings { intra_op_threads: 1, ..self }
+    }
 }
 
 /// When ONNX Runtime's pool threads spin (busy-wait) for work instead of sleeping.
@@ -101,12 +110,21 @@ pub struct OnnxModel {
     idle_release_footprint: usize,
     /// The run options that ask for it.
     shrink_options: RunOptions,
+    /// The weights the session reads, when shared with other sessions: dropped after
+    /// the session (fields drop in order).
+    _shared: Option<Arc<SharedWeights>>,
 }
 
 impl OnnxModel {
     /// Loads `graph` (the fp32 graph of `files` or its int8 twin) into a session.
-    pub fn load(environment: &Environment, files: &ModelFiles, graph: &Path, settings: OnnxSettings) -> Result<Self> {
-        let session = open_session(environment, graph, settings)?;
+    pub fn load(
+        environment: &Environment,
+        files: &ModelFiles,
+        graph: &Path,
+        settings: OnnxSettings,
+        shared: Option<&Arc<SharedWeights>>,
+    ) -> Result<Self> {
+        let session = open_session(environment, graph, settings, shared.map(|shared| &**shared))?;
         let takes_token_type_ids = check_bert_inputs(&session, graph)?;
         let output = pick_output(&session).ok_or_else(|| {
             Error::Config(format!(
@@ -127,6 +145,7 @@ impl OnnxModel {
             arena_shrink: settings.arena.then(|| ArenaShrink::new(Instant::now())),
             idle_release_footprint: arena_shrink::footprint(1, files.max_input_tokens, files.hidden_size),
             shrink_options,
+            _shared: shared.cloned(),
         })
     }
 
@@ -199,8 +218,18 @@ impl OnnxModel {
 }
 
 /// Opens the graph at `path` with `settings`; the error names the file.
-pub(super) fn open_session(environment: &Environment, path: &Path, settings: OnnxSettings) -> Result<Session> {
+/// With `shared`, the session takes its weights from there instead of loading its own.
+pub(super) fn open_session(
+    environment: &Environment,
+    path: &Path,
+    settings: OnnxSettings,
+    shared: Option<&SharedWeights>,
+) -> Result<Session> {
     Session::builder(environment)
+        .and_then(|b| match shared {
+            Some(shared) => Ok(shared.apply(b)?),
+            None => Ok(b),
+        })
         .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
         .and_then(|b| Ok(b.with_intra_threads(settings.intra_op_threads)?))
         .and_then(|b| Ok(b.with_inter_threads(1)?))

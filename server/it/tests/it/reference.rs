@@ -1,6 +1,7 @@
 //! The served model matches sentence-transformers: identical token ids and vectors
 //! within 1e-5 per component for every reference text, alone and batched together
-//! (which exercises padding to the longest text of a batch and masked pooling).
+//! (which exercises padding to the longest text of a batch and masked pooling, and a
+//! batch run as parts side by side on sessions sharing the weights).
 
 use crate::common;
 
@@ -13,7 +14,9 @@ const TOLERANCE: f32 = 1e-5;
 async fn tokenization_and_embeddings_match_sentence_transformers() {
     // 32 concurrent calls at once on 2 cores wait longer than the default (derived)
     // queue-time bound; this test is about the vectors, not admission.
-    let server = InProcessServer::start(&[ONNX, &["--max-queue-ms", "0"]].concat()).await;
+    // Two parts per large batch (the default on 2 cores), said so: the parts' sessions,
+    // which share the whole model's weights, must give the same vectors.
+    let server = InProcessServer::start(&[ONNX, &["--max-queue-ms", "0", "--batch-parts", "2"]].concat()).await;
     let mut client = server.client().await;
     let items = reference_items();
     assert_eq!(items.len(), 32);
@@ -37,6 +40,9 @@ async fn tokenization_and_embeddings_match_sentence_transformers() {
         let diff = max_abs_diff(&row, &item.embedding);
         assert!(diff <= TOLERANCE, "batched {:?}: max abs diff {diff}", item.text);
     }
+    let metrics = reqwest::get(format!("{}/metrics", server.address)).await.unwrap().text().await.unwrap();
+    let split = metrics.lines().find(|l| l.starts_with("embedwire_split_batches")).and_then(|l| l.rsplit(' ').next());
+    assert!(split.is_some_and(|n| n.parse::<f64>().unwrap() >= 1.0), "no batch of the 32 ran as parts: {split:?}");
 
     // Each alone, concurrently: the batcher mixes them with each other instead.
     let singles = futures::future::join_all(items.iter().map(|item| {
