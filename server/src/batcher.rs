@@ -776,30 +776,6 @@ mod tests {
         ids
     }
 
-    #[test]
-    fn split_respects_size_and_padded_token_budget() {
-        let job = Arc::new(Job {
-            state: Mutex::new(JobState {
-                values: vec![],
-                remaining: 0,
-                reply: None,
-                first_batch_started: None,
-                inference: Duration::ZERO,
-            }),
-            submitted: Instant::now(),
-        });
-        let sorted: Vec<QueuedSequence<Vec<u32>>> = [2, 2, 3, 3, 3, 10]
-            .iter()
-            .map(|&len| QueuedSequence { job: job.clone(), row: 0, input: vec![1; len], interactive: true })
-            .collect();
-        let sizes: Vec<Vec<usize>> = split_under_budget(sorted, limits(3, 9))
-            .iter()
-            .map(|batch| batch.iter().map(|s| s.input.len()).collect())
-            .collect();
-        // [2,2,3] pads to 9 tokens; [3,3] next; 10 alone even though it is over budget.
-        assert_eq!(sizes, vec![vec![2, 2, 3], vec![3, 3], vec![10]]);
-    }
-
     fn queued(lengths: &[usize]) -> Vec<QueuedSequence<Vec<u32>>> {
         let job = Arc::new(Job {
             state: Mutex::new(JobState {
@@ -815,6 +791,17 @@ mod tests {
             .iter()
             .map(|&len| QueuedSequence { job: job.clone(), row: 0, input: vec![1; len], interactive: true })
             .collect()
+    }
+
+    #[test]
+    fn split_respects_size_and_padded_token_budget() {
+        let sorted = queued(&[2, 2, 3, 3, 3, 10]);
+        let sizes: Vec<Vec<usize>> = split_under_budget(sorted, limits(3, 9))
+            .iter()
+            .map(|batch| batch.iter().map(|s| s.input.len()).collect())
+            .collect();
+        // [2,2,3] pads to 9 tokens; [3,3] next; 10 alone even though it is over budget.
+        assert_eq!(sizes, vec![vec![2, 2, 3], vec![3, 3], vec![10]]);
     }
 
     #[test]

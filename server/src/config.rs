@@ -670,8 +670,12 @@ mod tests {
     use super::ServerConfig;
     use crate::model::onnx::Spinning;
 
+    fn config(args: &[&str]) -> ServerConfig {
+        ServerConfig::try_parse_from(std::iter::once("embedwire-server").chain(args.iter().copied())).unwrap()
+    }
+
     fn spinning(args: &[&str]) -> Spinning {
-        ServerConfig::try_parse_from(std::iter::once("embedwire-server").chain(args.iter().copied())).unwrap().ort_spin
+        config(args).ort_spin
     }
 
     #[test]
@@ -682,10 +686,6 @@ mod tests {
         assert_eq!(spinning(&["--ort-spin"]), Spinning::Always);
         assert_eq!(spinning(&["--ort-spin=true"]), Spinning::Always);
         assert_eq!(spinning(&["--ort-spin=false"]), Spinning::Never);
-    }
-
-    fn config(args: &[&str]) -> ServerConfig {
-        ServerConfig::try_parse_from(std::iter::once("embedwire-server").chain(args.iter().copied())).unwrap()
     }
 
     #[test]

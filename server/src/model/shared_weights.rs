@@ -78,18 +78,8 @@ impl SharedWeights {
         Ok(SharedWeights { initializers, prepacked: PrepackedWeights::new(), mapped })
     }
 
-    /// Initializers shared.
-    pub fn len(&self) -> usize {
-        self.initializers.len()
-    }
-
-    /// True when no initializer could be shared.
-    pub fn is_empty(&self) -> bool {
-        self.initializers.is_empty()
-    }
-
     /// Gives `builder` the shared initializers and the shared repacked weights.
-    pub fn apply(&self, builder: SessionBuilder) -> ort::Result<SessionBuilder> {
+    pub(super) fn apply(&self, builder: SessionBuilder) -> ort::Result<SessionBuilder> {
         let mut builder = builder.with_prepacked_weights(&self.prepacked)?;
         for (name, value) in &self.initializers {
             builder = builder.with_initializer(name, value.clone())?;
@@ -135,7 +125,7 @@ fn check_size(tensor: &TensorProto, (_, size): (TensorElementType, usize), bytes
 /// aligned for its element type, as inline weights in the graph may not be).
 fn mapped_tensor(tensor: &TensorProto, element: (TensorElementType, usize), data: &[u8]) -> Result<DynValue> {
     check_size(tensor, element, data.len())?;
-    if data.as_ptr() as usize % element.1 != 0 {
+    if !(data.as_ptr() as usize).is_multiple_of(element.1) {
         return owned_tensor_from(tensor, element, data);
     }
     let failed = |why: String| Error::Config(format!("initializer {}: {why}", tensor.name));
