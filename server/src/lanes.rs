@@ -17,10 +17,15 @@
 //! waiting for its answer, never has more than N calls in flight, so any such client
 //! of up to that many callers is queued and batched, never refused, whatever its calls
 //! cost; only offered work that keeps coming while answers slow down (an open loop
-//! beyond capacity) fills the bound. There, the queue holds about two full batches,
-//! so an accepted one-text call waits for about two batches and its own: measured at
-//! 3 x capacity on 2 cores, accepted p99 stays under 4 x one full batch's model time
-//! (`embedwire-bench overload`, README "Overload").
+//! beyond capacity) fills the bound. There, an accepted one-text call waits behind
+//! the 127 calls ahead of it: measured at 3 x capacity on 2 cores (`embedwire-bench
+//! overload`, README "Overload"), where a batch holds ~50 of the bench's queries,
+//! accepted p50 is ~2.7 full batches and p99 5-6, because the model takes a few
+//! batches' worth of queued calls at a time and runs them sorted by length (a long
+//! text admitted early can wait for that window and then for the shorter texts of
+//! the next). A bound of two batches' worth of calls would keep p99 near 4 batches
+//! but refuse closed-loop clients of 90-128 callers; taking one batch at a time in
+//! arrival order cost a third of the throughput on mixed-length queries.
 //!
 //! The old default, a bound on expected queue time of 2 x one short text's model
 //! time (4-5 ms here), refused closed-loop clients of 16-32 callers on their first
@@ -40,8 +45,9 @@ use crate::work_ahead::WorkAhead;
 
 /// The default bound, in full batches of calls: interactive calls queued or running
 /// at most this many times `--max-batch-size`. Two: the batch running and the next
-/// one full, so the model never waits for work while accepted calls wait about two
-/// batches; three let accepted p99 pass 4 x a full batch at 3 x load.
+/// one full, so the model never waits for work, and a closed-loop client of up to
+/// 128 callers (TEI queues 512) is never refused; more would only lengthen the
+/// accepted calls' wait under overload.
 pub const AUTO_BATCHES_OF_CALLS: usize = 2;
 
 /// The derived bound never goes below this: the model's time for one short text on
