@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
+use crate::split_choice::{SplitChoice, Way};
 use crate::stats::Stats;
 use crate::work_ahead::WorkAhead;
 
@@ -453,8 +454,9 @@ pub const INTERACTIVE_BATCHES_PER_BULK: usize = 4;
 /// keeping new arrivals waiting behind a long backlog.
 const BATCHES_PER_WINDOW: usize = 4;
 
-/// Batches of at least this many sequences are split into as many parts as there are
-/// parallel part models, run side by side, one thread each. On a machine whose cores
+/// Batches of at least this many sequences can be split into as many parts as there
+/// are parallel part models, run side by side, one thread each; whether they are is
+/// measured batch by batch ([`SplitChoice`]). On a machine whose cores
 /// something else also wants (the request handlers, a load generator, another
 /// process), a batch run by one session on all cores waits at every matrix product
 /// for its slowest thread, and a descheduled thread stalls them all; parts on their own
@@ -481,6 +483,7 @@ fn run_model_thread<M: BatchModel>(
 ) {
     let mut previous_batch_size = 1;
     let mut interactive_batches_since_bulk = 0;
+    let mut split_choice = SplitChoice::default();
     let window_size = limits.max_batch_size * BATCHES_PER_WINDOW;
     loop {
         release_when_idle(&mut models, queue, stats);
@@ -505,7 +508,12 @@ fn run_model_thread<M: BatchModel>(
             // Held while the parts run too: a lone caller's batch must not join them.
             let mut model = models.whole.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             if batch.len() >= MIN_SPLIT_SEQUENCES && models.parts.len() >= 2 {
-                run_split(models.parts, &batch, stats, work_ahead);
+                let way = split_choice.next();
+                let took = match way {
+                    Way::Parts => run_split(models.parts, &batch, stats, work_ahead),
+                    Way::Whole => run_batch(&mut *model, &batch, stats, work_ahead),
+                };
+                split_choice.observe(way, padded_tokens(&batch), took);
             } else {
                 run_batch(&mut *model, &batch, stats, work_ahead);
             }
@@ -585,25 +593,32 @@ fn split_under_budget<I: BatchInput>(
     batches
 }
 
-/// Runs one batch, takes it off the work ahead, and answers its jobs.
-fn run_batch<M: BatchModel>(model: &mut M, batch: &[QueuedSequence<M::Input>], stats: &Stats, work_ahead: &WorkAhead) {
+/// Runs one batch, takes it off the work ahead, and answers its jobs; returns the
+/// model's time.
+fn run_batch<M: BatchModel>(
+    model: &mut M,
+    batch: &[QueuedSequence<M::Input>],
+    stats: &Stats,
+    work_ahead: &WorkAhead,
+) -> Duration {
     let ran = execute(model, batch, stats);
     // Before any answer goes out, so a caller that got one sees the work gone.
     work_ahead.observe_batch(padded_tokens(batch), ran.took);
     work_ahead.remove(interactive_tokens(batch));
     count_time(batch, ran.started, ran.took);
     answer(batch, ran.result, model.dim());
+    ran.took
 }
 
 /// Runs a batch as one part per model in `parts`, side by side, each on its own thread
 /// (the first on this one), then answers them all. The work ahead learns the speed of
-/// the whole: all the parts' tokens in the time they took together.
+/// the whole: all the parts' tokens in the time they took together, returned.
 fn run_split<M: BatchModel>(
     parts: &mut [M],
     batch: &[QueuedSequence<M::Input>],
     stats: &Stats,
     work_ahead: &WorkAhead,
-) {
+) -> Duration {
     let bounds = balanced_parts(batch, parts.len());
     Stats::add(&stats.split_batches, 1);
     let started = Instant::now();
@@ -637,6 +652,7 @@ fn run_split<M: BatchModel>(
     for (part, ran) in bounds.into_iter().zip(ran) {
         answer(&batch[part], ran.result, dim);
     }
+    took
 }
 
 /// Cuts a batch sorted by length into `count` consecutive parts (fewer if it is

@@ -42,6 +42,7 @@ pub mod model;
 pub mod rerank;
 pub mod server;
 pub mod service;
+pub mod split_choice;
 pub mod stats;
 pub mod store;
 pub mod tls;
