@@ -44,6 +44,10 @@ const MAX_INT8_VNNI_P50_MS: f64 = 2.0;
 const TOP_K: u32 = 5;
 /// Unmeasured calls on each path before its first pass.
 const WARMUP_CALLS: usize = 30;
+/// Each path's part of a round makes at least this many calls, however long they take:
+/// on a loaded machine (`make test` runs a cluster test beside it) a one-sentence call
+/// took 31 ms, and a --quick part of 0.3 s made 10, too few for a p50 worth a look.
+const MIN_CALLS_PER_PART: usize = 20;
 
 /// Options of the latency scenario.
 #[derive(Debug, Clone, clap::Args)]
@@ -324,8 +328,8 @@ async fn measure(
         model.pass(queries, next, time, true)?;
         model.pass_after_idle(queries, next, time)?;
         for (path, caller, samples) in &mut callers {
-            let started = Instant::now();
-            while started.elapsed() < time {
+            let (started, before) = (Instant::now(), samples.0.len());
+            while started.elapsed() < time || samples.0.len() - before < MIN_CALLS_PER_PART {
                 samples.0.push(caller.call(*path, &queries[next % queries.len()]).await?);
                 next += 1;
             }
