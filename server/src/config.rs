@@ -177,8 +177,9 @@ pub struct ServerConfig {
     /// model's recent time per token pass it; 0 turns every load bound off. Unset,
     /// the default refuses only real overload: an interactive call while 2 x
     /// --max-batch-size of them are already queued or running (a closed-loop client
-    /// of up to that many callers is never refused). Bigger Embed calls and
-    /// background ingestion take the bulk lane: never refused for load, slowed by it.
+    /// of up to that many callers is never refused), and a unary rerank call while
+    /// 64 are on the cross-encoder. Bigger Embed calls and background ingestion take
+    /// the bulk lane: never refused for load, slowed by it.
     #[arg(long, env = "EMBEDWIRE_MAX_QUEUE_MS")]
     pub max_queue_ms: Option<u64>,
 

@@ -50,12 +50,6 @@ use crate::work_ahead::WorkAhead;
 /// accepted calls' wait under overload.
 pub const AUTO_BATCHES_OF_CALLS: usize = 2;
 
-/// The derived bound never goes below this: the model's time for one short text on
-/// a fast CPU is under a millisecond, less than a scheduler's time slice, and a
-/// bound that small would refuse calls an idle server answers at once. (Used by the
-/// cross-encoder's derived bound, which is still time-based.)
-pub const AUTO_BOUND_FLOOR: Duration = Duration::from_millis(4);
-
 /// A refusal's retry hint stays within these: at least a scheduler's slice (a
 /// client coming back sooner finds the same queue), at most the time a full queue
 /// of the default bound takes to drain on a slow CPU.
@@ -117,9 +111,9 @@ impl Admission {
     pub fn describe(self) -> String {
         match self {
             Admission::Off => "no load bound (--max-queue-ms 0)".into(),
-            Admission::Calls(calls) => format!(
-                "at most {calls} interactive calls queued or running ({AUTO_BATCHES_OF_CALLS} x --max-batch-size)"
-            ),
+            Admission::Calls(calls) => {
+                format!("at most {calls} interactive calls queued or running (the default bound)")
+            }
             Admission::QueueTime(bound) => {
                 format!("at most {} ms of model work queued ahead (--max-queue-ms)", bound.as_millis())
             }
@@ -175,13 +169,21 @@ impl InteractiveAdmission {
 
     /// Picks the lane of a call of `inputs` texts and admits it or refuses it.
     pub fn admit(&self, work_ahead: &WorkAhead, inputs: usize) -> Result<(Priority, InteractiveCall)> {
-        let untracked = InteractiveCall::default();
         match self.rule {
-            Admission::Off => Ok((Priority::Interactive, untracked)),
-            _ if inputs > INTERACTIVE_MAX_INPUTS => Ok((Priority::Bulk, untracked)),
+            Admission::Off => Ok((Priority::Interactive, InteractiveCall::default())),
+            _ if inputs > INTERACTIVE_MAX_INPUTS => Ok((Priority::Bulk, InteractiveCall::default())),
+            _ => self.admit_interactive(work_ahead).map(|call| (Priority::Interactive, call)),
+        }
+    }
+
+    /// Admits or refuses a call already known to be interactive (a unary rerank call
+    /// is one, whatever its size: its caller waits for it).
+    pub fn admit_interactive(&self, work_ahead: &WorkAhead) -> Result<InteractiveCall> {
+        match self.rule {
+            Admission::Off => Ok(InteractiveCall::default()),
             Admission::QueueTime(bound) => {
                 admit_within(work_ahead, bound, "none: the default bounds calls in flight")?;
-                Ok((Priority::Interactive, untracked))
+                Ok(InteractiveCall::default())
             }
             Admission::Calls(limit) => {
                 let taken = self
@@ -189,12 +191,11 @@ impl InteractiveAdmission {
                     .interactive_calls
                     .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| (now < limit as u64).then_some(now + 1));
                 match taken {
-                    Ok(_) => Ok((Priority::Interactive, InteractiveCall { counted_in: Some(self.stats.clone()) })),
+                    Ok(_) => Ok(InteractiveCall { counted_in: Some(self.stats.clone()) }),
                     Err(_) => Err(Error::Overloaded {
                         reason: format!(
-                            "server overloaded: {limit} interactive calls are already queued or running ({}); \
-                             retry after the hinted delay",
-                            self.rule.describe()
+                            "server overloaded: {limit} interactive calls are already queued or running, the \
+                             default bound (--max-queue-ms replaces it); retry after the hinted delay"
                         ),
                         retry_after: retry_after(work_ahead.expected_wait()),
                     }),
@@ -212,7 +213,7 @@ fn retry_after(expected_wait: Option<Duration>) -> Duration {
 /// Admits a call while the interactive work queued ahead fits in `bound`, whatever
 /// its size; `default_bound` says how the bound is derived when `--max-queue-ms` is
 /// not set, for the refusal's message.
-pub fn admit_within(work_ahead: &WorkAhead, bound: Duration, default_bound: &str) -> Result<()> {
+fn admit_within(work_ahead: &WorkAhead, bound: Duration, default_bound: &str) -> Result<()> {
     // No batch measured yet: nothing to go by, so nothing is refused.
     let Some(wait) = work_ahead.expected_wait() else { return Ok(()) };
     if wait <= bound {
@@ -259,6 +260,19 @@ mod tests {
         drop(held);
         assert_eq!(admission.in_flight(), 0, "answered calls leave the count");
         assert_eq!(lane(&admission, &ahead, 1).unwrap(), Priority::Interactive);
+    }
+
+    #[test]
+    fn a_call_known_to_be_interactive_is_counted_whatever_its_size() {
+        let admission = InteractiveAdmission::new(Admission::Calls(2), Arc::default());
+        let ahead = queued(1_000_000);
+        let held = [admission.admit_interactive(&ahead).unwrap(), admission.admit_interactive(&ahead).unwrap()];
+        assert!(matches!(admission.admit_interactive(&ahead), Err(Error::Overloaded { .. })));
+        drop(held);
+        assert!(admission.admit_interactive(&ahead).is_ok(), "answered calls leave the count");
+        let timed = InteractiveAdmission::new(Admission::QueueTime(Duration::from_millis(10)), Arc::default());
+        assert!(timed.admit_interactive(&queued(900)).is_ok());
+        assert!(timed.admit_interactive(&queued(1100)).is_err(), "11 ms queued ahead of a 10 ms bound");
     }
 
     #[test]

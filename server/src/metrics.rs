@@ -254,6 +254,21 @@ fn encode_rerank(encoder: &mut DescriptorEncoder, stats: &RerankStats) -> fmt::R
                 "Rerank calls refused with RESOURCE_EXHAUSTED at admission",
                 &counter(&stats.rejected_overload),
             ),
+            (
+                "embedwire_rerank_interactive_calls",
+                "Unary rerank calls queued or running on the cross-encoder",
+                &ConstGauge::new(Stats::get(&batches.interactive_calls)),
+            ),
+            (
+                "embedwire_rerank_admission_max_calls",
+                "The cross-encoder's admission bound: unary calls at once before RESOURCE_EXHAUSTED (0: another rule, or no cross-encoder)",
+                &ConstGauge::new(Stats::get(&batches.admission_max_interactive_calls)),
+            ),
+            (
+                "embedwire_rerank_admission_max_queue_ms",
+                "The cross-encoder's queue-time bound (--max-queue-ms), in ms (0: not in force)",
+                &ConstGauge::new(Stats::get(&batches.admission_max_queue_ms)),
+            ),
             ("embedwire_rerank_batches", "Cross-encoder batches run", &counter(&batches.batches)),
             (
                 "embedwire_rerank_dropped_pairs",

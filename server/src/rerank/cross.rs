@@ -1,9 +1,10 @@
 //! The cross-encoder scorer: pairs are tokenized on the request path, then join the
 //! cross-encoder's own dynamic batcher, so pairs of concurrent calls share batches
 //! under the token budget, sorted by length; a long candidate list is split over
-//! several batches and its scores come back in order. Calls are admitted while the
-//! work queued ahead fits the queue-time bound; a caller that goes away (deadline,
-//! cancel) has its pairs dropped before they cost model time.
+//! several batches and its scores come back in order. Unary calls are admitted while
+//! fewer than [`AUTO_CALLS`] of them are queued or running (or under `--max-queue-ms`);
+//! a caller that goes away (deadline, cancel) has its pairs dropped before they cost
+//! model time.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::{RerankOptions, Scores, keep_units};
 use crate::batcher::{BatchLimits, Priority, TokenBudgetBatcher};
 use crate::error::{Error, Result};
-use crate::lanes::{self, QueueBound};
+use crate::lanes::{Admission, InteractiveAdmission, InteractiveCall, QueueBound};
 use crate::model::cross_encoder::{CrossEncoder, LoadedCrossEncoder};
 use crate::model::pair_tokenizer::{PairTokenizer, TokenizedPair, TruncationSide};
 use crate::stats::Stats;
@@ -20,29 +21,33 @@ use crate::stats::Stats;
 /// pool so one long candidate list does not stall other connections' I/O.
 const INLINE_TOKENIZE_LIMIT: usize = 32;
 
-/// The warm-up call, the unit of the derived queue-time bound: 20 candidates of
-/// about 60 tokens, what a retrieval stage typically hands a reranker.
+/// The warm-up call: 20 candidates of about 60 tokens, what a retrieval stage
+/// typically hands a reranker.
 const WARM_UP_PAIRS: usize = 20;
 
-/// The derived bound, in warm-up calls' model time: a call is refused while more
-/// than this many typical calls are queued ahead. Looser than the embedding model's
-/// bound (a few short texts): a rerank call is itself a batch of pairs, and a
-/// closed-loop client population of this size keeps the model busy without waits
-/// past a second on this kind of CPU.
-pub const AUTO_BOUND_CALLS: u32 = 8;
+/// The default bound: unary rerank calls queued or running at once. Counted in calls
+/// for the reason the embedding model's bound is (`lanes`): a closed-loop client of N
+/// callers never has more than N calls in flight, so one of up to this many callers
+/// is queued, never refused. The old default, 8 x the time of a 20-pair call queued
+/// ahead, refused closed-loop clients of 16 and 32 callers (172 and 1,614 refusals
+/// in `embedwire-bench rerank`) that the model served at full speed anyway. Fewer
+/// calls than the embedding model's 128: a rerank call is itself a batch or more of
+/// pairs (20 pairs of ~75 tokens are ~0.7 of a 2,048-token batch), so 64 calls ahead
+/// are already ~45 batches of wait for an accepted call under open-loop overload.
+pub const AUTO_CALLS: usize = 64;
 
 /// The cross-encoder, its tokenizer and its model thread.
 pub struct CrossEncoderScorer {
     tokenizer: Arc<PairTokenizer>,
     batcher: TokenBudgetBatcher<TokenizedPair>,
     model_id: String,
-    /// The resolved queue-time bound; None: off.
-    queue_bound: Option<Duration>,
+    /// Admission of unary calls (streams' requests are bulk: paced, never refused).
+    admission: InteractiveAdmission,
 }
 
 impl CrossEncoderScorer {
-    /// Warms the model up, derives the queue-time bound from it, and starts the model
-    /// thread. Blocking: the warm-up runs a few batches.
+    /// Warms the model up and starts the model thread; the admission bound in force is
+    /// published in `stats`. Blocking: the warm-up runs a few batches.
     pub fn start(
         loaded: LoadedCrossEncoder,
         model_id: String,
@@ -52,16 +57,17 @@ impl CrossEncoderScorer {
     ) -> Result<Self> {
         let LoadedCrossEncoder { mut model, tokenizer, .. } = loaded;
         let typical_call = warm_up(&mut model, &tokenizer)?;
-        let queue_bound = match queue_bound {
-            QueueBound::Auto => Some((typical_call * AUTO_BOUND_CALLS).max(lanes::AUTO_BOUND_FLOOR)),
-            QueueBound::Off => None,
-            QueueBound::Fixed(bound) => Some(bound),
+        let rule = match queue_bound {
+            QueueBound::Auto => Admission::Calls(AUTO_CALLS),
+            QueueBound::Off => Admission::Off,
+            QueueBound::Fixed(bound) => Admission::QueueTime(bound),
         };
+        let admission = InteractiveAdmission::new(rule, stats.clone());
         tracing::info!(
             model = %model_id,
             typical_call_ms = typical_call.as_secs_f64() * 1e3,
-            queue_bound_ms = queue_bound.map(|b| b.as_secs_f64() * 1e3),
-            "cross-encoder ready: rerank calls are refused while more model work than the bound is queued"
+            bound = %rule.describe(),
+            "cross-encoder ready"
         );
         let limits = BatchLimits {
             // A single pair always fits, whatever the budget says.
@@ -70,7 +76,7 @@ impl CrossEncoderScorer {
             ..limits
         };
         let batcher = TokenBudgetBatcher::start(model, limits, stats)?;
-        Ok(CrossEncoderScorer { tokenizer: Arc::new(tokenizer), batcher, model_id, queue_bound })
+        Ok(CrossEncoderScorer { tokenizer: Arc::new(tokenizer), batcher, model_id, admission })
     }
 
     /// The cross-encoder's id.
@@ -82,10 +88,10 @@ impl CrossEncoderScorer {
     pub async fn score(&self, query: &str, texts: &[String], options: RerankOptions) -> Result<Scores> {
         // Before tokenizing: under overload most calls are refused, and each refusal
         // should cost as little CPU as possible, which the model needs.
-        if let (Some(bound), Priority::Interactive) = (self.queue_bound, options.priority) {
-            let derived = format!("{AUTO_BOUND_CALLS} x the cross-encoder's time for a call of {WARM_UP_PAIRS} pairs");
-            lanes::admit_within(self.batcher.work_ahead(), bound, &derived)?;
-        }
+        let _admitted = match options.priority {
+            Priority::Interactive => self.admission.admit_interactive(self.batcher.work_ahead())?,
+            Priority::Bulk => InteractiveCall::default(),
+        };
         let started = Instant::now();
         let pairs = if texts.len() <= INLINE_TOKENIZE_LIMIT {
             tokenize_pairs(&self.tokenizer, query, texts, options)?
@@ -153,11 +159,10 @@ fn tokenize_pairs(
         .collect()
 }
 
-/// Runs a few calls before serving (ONNX Runtime's first run allocates and plans);
-/// returns the model time of one typical call, the median of three.
+/// Runs a call before serving (ONNX Runtime's first run allocates and plans); returns
+/// the model time of one typical call, for the log.
 fn warm_up(model: &mut CrossEncoder, tokenizer: &PairTokenizer) -> Result<Duration> {
-    // A passage of about 60 tokens, as retrieval stages hand out: the bound is in
-    // calls like the ones the server will see.
+    // A passage of about 60 tokens, as retrieval stages hand out.
     let pair = tokenizer.tokenize(
         "what does a reranker do",
         "A reranker reads a query together with one candidate passage and scores how well the passage \
@@ -168,12 +173,7 @@ fn warm_up(model: &mut CrossEncoder, tokenizer: &PairTokenizer) -> Result<Durati
     )?;
     let call: Vec<&TokenizedPair> = vec![&pair; WARM_UP_PAIRS];
     model.score(&call[..2])?;
-    let mut runs: Vec<Duration> = (0..3)
-        .map(|_| {
-            let started = Instant::now();
-            model.score(&call).map(|_| started.elapsed())
-        })
-        .collect::<Result<_>>()?;
-    runs.sort();
-    Ok(runs[1])
+    let started = Instant::now();
+    model.score(&call)?;
+    Ok(started.elapsed())
 }

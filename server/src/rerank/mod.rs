@@ -6,7 +6,7 @@
 //!
 //! # Layout
 //! - [`cross`]: the cross-encoder scorer: pair tokenizer + dynamic batcher + model
-//!   thread, with admission by expected queue time.
+//!   thread, with admission by calls in flight.
 //! - [`bi`]: the bi-encoder scorer over the embedding engine.
 //! - [`stats`]: rerank counters and histograms for `/metrics`.
 
@@ -50,8 +50,8 @@ pub struct RerankOptions {
     pub side: TruncationSide,
     /// Cut each text to this many tokens before pairing.
     pub max_tokens_per_text: Option<usize>,
-    /// Interactive (a unary call: admitted by queue time) or bulk (a stream's
-    /// requests: never refused for queue time, paced by flow control).
+    /// Interactive (a unary call: admitted under the load bound) or bulk (a stream's
+    /// requests: never refused for load, paced by flow control).
     pub priority: Priority,
 }
 

@@ -239,3 +239,35 @@ async fn with_a_cross_encoder_scores_are_probabilities_or_logits() {
     assert!(page.contains("embedwire_rerank_pairs_per_request_bucket"));
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_closed_loop_client_of_32_callers_is_never_refused_by_the_cross_encoder() {
+    let model = TempDir::new("rerank-closed-loop-model");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/model/make_tiny_cross_encoder.py");
+    let output = std::process::Command::new(venv_python()).arg(&script).arg(&model.0).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let server = InProcessServer::start(&[ONNX, &["--rerank-model-dir", &model.flag()]].concat()).await;
+    let client = rerank_client(&server).await;
+    // 32 callers, each waiting for its answer before the next call: at most 32 calls
+    // in flight, under the default bound of 64. The old time-based default (8 x one
+    // 20-pair call's model time queued ahead) refused such a client on its first burst.
+    let texts: Vec<String> = (0..20).map(|i| format!("{} {i}", long_text(40))).collect();
+    let callers = (0..32).map(|_| {
+        let (mut client, texts) = (client.clone(), texts.clone());
+        async move {
+            for _ in 0..3 {
+                let call = RerankRequest { query: QUERY.into(), texts: texts.clone(), ..Default::default() };
+                client.rerank(call).await?;
+            }
+            Ok::<_, tonic::Status>(())
+        }
+    });
+    for result in futures::future::join_all(callers).await {
+        result.unwrap();
+    }
+    let page = reqwest::get(format!("{}/metrics", server.address)).await.unwrap().text().await.unwrap();
+    assert!(page.contains("embedwire_rerank_admission_max_calls 64"), "{page}");
+    assert!(page.contains("embedwire_rerank_interactive_calls 0"), "answered calls leave the count: {page}");
+    server.stop().await.unwrap();
+}
