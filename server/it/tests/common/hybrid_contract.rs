@@ -114,11 +114,15 @@ pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
     assert!(hybrid.windows(2).all(|w| w[0].score >= w[1].score), "{kind}: fused order");
     let vector = search(&mut client, request(&question, SearchMode::Vector)).await.unwrap().remove(0).hits;
     assert!(vector.iter().all(|h| h.vector_score == Some(h.score) && h.keyword_score.is_none()));
-    // Hybrid hits get their text and metadata after fusion: the same as found by vector
-    // or by keyword alone.
+    // Hybrid hits carry text and metadata, from the keyword side or (found by the vector
+    // side alone) read after fusion: the same as found by vector or by keyword alone.
     assert!(hybrid[0].text.contains(PART) && hybrid[0].metadata["shelf"] == keyword[0].metadata["shelf"], "{kind}");
+    assert!(hybrid.iter().any(|h| h.keyword_score.is_none()), "{kind}: a hit of the vector side alone: {hybrid:?}");
+    let by_keyword = search(&mut client, request(&question, SearchMode::Keyword)).await.unwrap().remove(0).hits;
     for hit in &hybrid {
-        if let Some(same) = vector.iter().find(|v| (&v.document_id, v.chunk) == (&hit.document_id, hit.chunk)) {
+        assert!(!hit.text.is_empty() && hit.metadata.contains_key("shelf"), "{kind}: {hit:?}");
+        let same_chunk = |other: &&SearchHit| (&other.document_id, other.chunk) == (&hit.document_id, hit.chunk);
+        for same in vector.iter().find(same_chunk).into_iter().chain(by_keyword.iter().find(same_chunk)) {
             assert_eq!((&hit.text, &hit.metadata), (&same.text, &same.metadata), "{kind}: {}", hit.document_id);
         }
     }
