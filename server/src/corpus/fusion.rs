@@ -67,12 +67,8 @@ pub fn fuse(
                 entry.score += part;
                 entry.keyword_score = Some(hit.score);
                 *within_depth |= rank < depth;
-                // The keyword side brings the page's content, the vector side none.
                 if entry.hit.text.is_none() {
                     entry.hit.text = hit.text;
-                }
-                if entry.hit.metadata.is_empty() {
-                    entry.hit.metadata = hit.metadata;
                 }
             }
             None => {

@@ -189,12 +189,8 @@ fn page_content(params: &SearchParams, rerank: bool) -> HitContent {
 /// The keyword search of `text` for `count` chunks under the request's filter,
 /// carrying `content`.
 fn keyword_query<'a>(params: &'a SearchParams, text: &'a str, count: usize, content: HitContent) -> KeywordQuery<'a> {
-    keyword_query_of(text, count, &params.filter, content)
-}
-
-fn keyword_query_of<'a>(text: &'a str, count: usize, filter: &'a Filter, content: HitContent) -> KeywordQuery<'a> {
     let HitContent { with_text, with_metadata, with_vector } = content;
-    KeywordQuery { text, count, filter, with_text, with_metadata, with_vector }
+    KeywordQuery { text, count, filter: &params.filter, with_text, with_metadata, with_vector }
 }
 
 /// The best chunks of one query, and whether the store has no more to give (it
@@ -214,7 +210,7 @@ impl Corpus {
         // at 10,000 documents: hybrid p50 1.88 x vector with the sides after the embedding,
         // its keyword side alone as slow as the vector one).
         let mut keyword_sides: Vec<KeywordSide> =
-            params.queries.iter().map(|query| self.start_keyword_side(&params, query, rerank)).collect();
+            params.queries.iter().map(|query| self.start_keyword_side(&params, query)).collect();
         let vectors = if params.mode == SearchMode::Keyword {
             vec![Vec::new(); params.queries.len()]
         } else {
@@ -239,17 +235,15 @@ impl Corpus {
     /// Hybrid mode: starts the query's keyword side as a task of its own (the store's
     /// search of one query; a request's queries run side by side, as its vector sides
     /// are embedded in one batch). None in other modes.
-    ///
-    /// The keyword side brings what the page shows (text, metadata): it runs while the
-    /// query is embedded, so that costs the request little, and most of a fused page
-    /// was found by both sides, so the page seldom needs the store again after fusion
-    /// (see [`Corpus::candidates`]).
-    fn start_keyword_side(&self, params: &SearchParams, query: &Query, rerank: bool) -> KeywordSide {
+    fn start_keyword_side(&self, params: &SearchParams, query: &Query) -> KeywordSide {
         let (SearchMode::Hybrid, Query::Text(text)) = (params.mode, query) else { return KeywordSide::None };
         let (store, text, filter) = (self.store.clone(), text.clone(), params.filter.clone());
-        let (count, content) = (hybrid_depth(params), page_content(params, rerank));
+        let (count, with_vector) = (hybrid_depth(params), params.include_vectors);
         KeywordSide::Running(AbortOnDrop(tokio::spawn(async move {
-            store.keyword_search(keyword_query_of(&text, count, &filter, content)).await
+            // Without text and metadata, as the vector side ([`Corpus::candidates`]).
+            let (with_text, with_metadata) = (false, false);
+            let query = KeywordQuery { text: &text, count, filter: &filter, with_text, with_metadata, with_vector };
+            store.keyword_search(query).await
         })))
     }
 
@@ -346,11 +340,9 @@ impl Corpus {
     ) -> Result<Candidates> {
         let vector = sides.vector;
         let page_content = page_content(params, rerank);
-        // A hybrid search's vector side ranks its candidates without their text and
-        // metadata (on Weaviate, the text of 50 candidates from every shard), and runs
-        // after the embedding; the keyword side, running since the request came in,
-        // brings them ([`Corpus::start_keyword_side`]). After fusion only the page's
-        // hits that the vector side alone found are read again.
+        // Each side of a hybrid search ranks its candidates without their text and
+        // metadata (on Weaviate, the text of 2 x 50 candidates from every shard); the
+        // page gets them after fusion.
         let side_content = HitContent { with_text: false, with_metadata: false, ..page_content };
         let by_vector = |count: usize, score_threshold: Option<f32>, content: HitContent| StoreQuery {
             vector,
@@ -391,7 +383,7 @@ impl Corpus {
                 let count = pool.max(depth);
                 let (by_vector, by_keyword) = futures::future::try_join(
                     self.store.search(by_vector(count, None, side_content)),
-                    sides.keyword.hits(self.store.as_ref(), keyword_query(params, text, depth, page_content)),
+                    sides.keyword.hits(self.store.as_ref(), keyword_query(params, text, depth, side_content)),
                 )
                 .await?;
                 let exhausted = by_vector.len() < count;
@@ -399,8 +391,7 @@ impl Corpus {
                 let mut fused = fusion::fuse(by_vector, by_keyword, alpha, params.fusion, depth);
                 fused.retain(above_threshold);
                 fused.truncate(pool);
-                let vector_only = fused.iter_mut().filter(|fused| fused.keyword_score.is_none());
-                self.store.fill_content(vector_only.map(|fused| &mut fused.hit).collect(), page_content).await?;
+                self.store.fill_content(fused.iter_mut().map(|fused| &mut fused.hit).collect(), page_content).await?;
                 Candidates { hits: fused, exhausted }
             }
         })

@@ -114,8 +114,8 @@ pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
     assert!(hybrid.windows(2).all(|w| w[0].score >= w[1].score), "{kind}: fused order");
     let vector = search(&mut client, request(&question, SearchMode::Vector)).await.unwrap().remove(0).hits;
     assert!(vector.iter().all(|h| h.vector_score == Some(h.score) && h.keyword_score.is_none()));
-    // Hybrid hits carry text and metadata, from the keyword side or (found by the vector
-    // side alone) read after fusion: the same as found by vector or by keyword alone.
+    // Hybrid hits get their text and metadata after fusion, whichever side found them:
+    // the same as found by vector or by keyword alone.
     assert!(hybrid[0].text.contains(PART) && hybrid[0].metadata["shelf"] == keyword[0].metadata["shelf"], "{kind}");
     assert!(hybrid.iter().any(|h| h.keyword_score.is_none()), "{kind}: a hit of the vector side alone: {hybrid:?}");
     let by_keyword = search(&mut client, request(&question, SearchMode::Keyword)).await.unwrap().remove(0).hits;
