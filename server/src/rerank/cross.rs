@@ -47,7 +47,7 @@ pub struct CrossEncoderScorer {
 
 impl CrossEncoderScorer {
     /// Warms the model up and starts the model thread; the admission bound in force is
-    /// published in `stats`. Blocking: the warm-up runs a few batches.
+    /// published in `stats`. Blocking: the warm-up runs two calls.
     pub fn start(
         loaded: LoadedCrossEncoder,
         model_id: String,

@@ -186,13 +186,20 @@ async fn concurrent_calls_past_the_in_flight_bound_are_resource_exhausted() {
     server.stop().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn with_a_cross_encoder_scores_are_probabilities_or_logits() {
-    let model = TempDir::new("rerank-rpc-model");
+/// A tiny random cross-encoder built by scripts/model/make_tiny_cross_encoder.py in a
+/// fresh directory named after `name`.
+fn tiny_cross_encoder(name: &str) -> TempDir {
+    let model = TempDir::new(name);
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/model/make_tiny_cross_encoder.py");
     let output = std::process::Command::new(venv_python()).arg(&script).arg(&model.0).output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    model
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_cross_encoder_scores_are_probabilities_or_logits() {
+    let model = tiny_cross_encoder("rerank-rpc-model");
     let model_dir = model.flag();
     let flags = [ONNX, &["--rerank-model-dir", &model_dir, "--rerank-model-id", "tiny-ce"]].concat();
     let server = InProcessServer::start(&flags).await;
@@ -242,11 +249,7 @@ async fn with_a_cross_encoder_scores_are_probabilities_or_logits() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_closed_loop_client_of_32_callers_is_never_refused_by_the_cross_encoder() {
-    let model = TempDir::new("rerank-closed-loop-model");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/model/make_tiny_cross_encoder.py");
-    let output = std::process::Command::new(venv_python()).arg(&script).arg(&model.0).output().unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let model = tiny_cross_encoder("rerank-closed-loop-model");
     let server = InProcessServer::start(&[ONNX, &["--rerank-model-dir", &model.flag()]].concat()).await;
     let client = rerank_client(&server).await;
     // 32 callers, each waiting for its answer before the next call: at most 32 calls
