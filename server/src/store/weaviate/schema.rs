@@ -127,9 +127,10 @@ fn class(name: &str, description: &str, layout: Layout, vectors: bool, propertie
 
 /// The HNSW search breadth (ef) of the chunk collection: `limit` x this factor,
 /// between Weaviate's default bounds of 100 and 500. Weaviate's default factor, 8,
-/// makes a hybrid search's 50 vector candidates cost ef 400 on every shard against
-/// 100 for a page of 10; 2 gives them ef 100, as PostgreSQL's `--postgres-ef-search`
-/// (measured at 10,000 SciFact documents, `embedwire-bench retrieval`: README).
+/// made a hybrid search's 50 vector candidates (its depth then) cost ef 400 on every
+/// shard against 100 for a page of 10; 2 gives any page up to 50 ef 100, as
+/// PostgreSQL's `--postgres-ef-search` (measured at 10,000 SciFact documents,
+/// `embedwire-bench retrieval`: README).
 const DYNAMIC_EF_FACTOR: u64 = 2;
 
 fn vector_index_config() -> Value {
