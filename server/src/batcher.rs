@@ -135,6 +135,10 @@ type RunIfFree<I> = Box<dyn Fn(&[QueuedSequence<I>]) -> bool + Send + Sync>;
 /// The model, locked by whoever runs a batch: the model thread, or a lone caller.
 type SharedModel<M> = Arc<Mutex<M>>;
 
+/// Where the model thread receives the models that run the parts of a split batch,
+/// once they are loaded.
+pub type LateParts<M> = std::sync::mpsc::Receiver<Vec<M>>;
+
 impl<I: BatchInput> TokenBudgetBatcher<I> {
     /// Starts the model thread for `model`.
     pub fn start<M: BatchModel<Input = I>>(model: M, limits: BatchLimits, stats: Arc<Stats>) -> Result<Self> {
@@ -150,6 +154,20 @@ impl<I: BatchInput> TokenBudgetBatcher<I> {
         limits: BatchLimits,
         stats: Arc<Stats>,
     ) -> Result<Self> {
+        let (sender, late_parts) = std::sync::mpsc::channel();
+        let _ = sender.send(parts);
+        Self::start_with_late_parts(model, late_parts, limits, stats)
+    }
+
+    /// As [`start_with_parallel_parts`](Self::start_with_parallel_parts), with the
+    /// parts sent on `late_parts` when they are ready: until then (or if none come)
+    /// every batch runs whole on `model`. The server loads them after it serves.
+    pub fn start_with_late_parts<M: BatchModel<Input = I>>(
+        model: M,
+        late_parts: LateParts<M>,
+        limits: BatchLimits,
+        stats: Arc<Stats>,
+    ) -> Result<Self> {
         let queue = Arc::new(SequenceQueue::default());
         let work_ahead = Arc::new(WorkAhead::default());
         let dim = model.dim();
@@ -159,8 +177,7 @@ impl<I: BatchInput> TokenBudgetBatcher<I> {
         let worker = std::thread::Builder::new()
             .name(M::THREAD_NAME.into())
             .spawn(move || {
-                let mut parts = parts;
-                let models = Models { whole: &worker_model, parts: &mut parts };
+                let models = Models { whole: &worker_model, parts: Vec::new(), late_parts: Some(late_parts) };
                 run_model_thread(models, &worker_queue, limits, &worker_stats, &worker_work_ahead)
             })
             .map_err(|e| Error::Config(format!("starting the model thread: {e}")))?;
@@ -471,7 +488,24 @@ pub const MIN_SPLIT_SEQUENCES: usize = 8;
 /// ones that run the parts of a split batch (none: batches are never split).
 struct Models<'a, M> {
     whole: &'a SharedModel<M>,
-    parts: &'a mut [M],
+    parts: Vec<M>,
+    /// Where the parts come from while they are still loading.
+    late_parts: Option<LateParts<M>>,
+}
+
+impl<M> Models<'_, M> {
+    /// Takes the parts if they arrived since the last look (without waiting).
+    fn adopt_loaded_parts(&mut self) {
+        let Some(late_parts) = &self.late_parts else { return };
+        match late_parts.try_recv() {
+            Ok(parts) => {
+                self.parts = parts;
+                self.late_parts = None;
+            }
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => self.late_parts = None,
+            Err(std::sync::mpsc::TryRecvError::Empty) => {}
+        }
+    }
 }
 
 fn run_model_thread<M: BatchModel>(
@@ -507,10 +541,13 @@ fn run_model_thread<M: BatchModel>(
             }
             // Held while the parts run too: a lone caller's batch must not join them.
             let mut model = models.whole.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if batch.len() >= MIN_SPLIT_SEQUENCES {
+                models.adopt_loaded_parts();
+            }
             if batch.len() >= MIN_SPLIT_SEQUENCES && models.parts.len() >= 2 {
                 let way = split_choice.next();
                 let took = match way {
-                    Way::Parts => run_split(models.parts, &batch, stats, work_ahead),
+                    Way::Parts => run_split(&mut models.parts, &batch, stats, work_ahead),
                     Way::Whole => run_batch(&mut *model, &batch, stats, work_ahead),
                 };
                 split_choice.observe(way, padded_tokens(&batch), took);
@@ -873,6 +910,30 @@ mod tests {
         assert_eq!(ran.pop(), Some((0, 2)), "a small batch runs whole");
         ran.sort();
         assert_eq!(ran, vec![(1, MIN_SPLIT_SEQUENCES), (2, MIN_SPLIT_SEQUENCES)], "the large one as two parts");
+    }
+
+    #[tokio::test]
+    async fn batches_run_whole_until_the_part_models_arrive() {
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let model = |tag| TaggedModel { tag, batches: batches.clone() };
+        let (send_parts, late_parts) = std::sync::mpsc::channel();
+        let batcher = TokenBudgetBatcher::start_with_late_parts(
+            model(0),
+            late_parts,
+            limits(64, 10_000),
+            Arc::new(Stats::default()),
+        )
+        .unwrap();
+        let count = MIN_SPLIT_SEQUENCES * 2;
+        let large = || (0..count).map(|i| sequence(3, i as u32)).collect::<Vec<_>>();
+        batcher.submit(large(), Priority::Interactive).await.unwrap().unwrap();
+        assert_eq!(batches.lock().unwrap().clone(), vec![(0, count)], "no parts yet: the large batch runs whole");
+        send_parts.send(vec![model(1), model(2)]).unwrap();
+        let (values, _) = batcher.submit(large(), Priority::Interactive).await.unwrap().unwrap();
+        assert_eq!(values, (0..count).map(|i| i as f32).collect::<Vec<_>>(), "rows in submission order");
+        let mut ran = batches.lock().unwrap().split_off(1);
+        ran.sort();
+        assert_eq!(ran, vec![(1, MIN_SPLIT_SEQUENCES), (2, MIN_SPLIT_SEQUENCES)], "once they came, as two parts");
     }
 
     #[tokio::test]

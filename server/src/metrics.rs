@@ -62,7 +62,7 @@ impl Collector for ServerMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let stats = &self.stats;
         let counter = |value: &AtomicU64| ConstCounter::new(Stats::get(value));
-        let embedding: [Described; 18] = [
+        let embedding: [Described; 19] = [
             (
                 "embedwire_embed_requests",
                 "Embed calls and stream requests that reached the engine",
@@ -109,6 +109,11 @@ impl Collector for ServerMetrics {
                 "embedwire_queue_depth",
                 "Sequences waiting for the model when the last batch formed",
                 &ConstGauge::new(Stats::get(&stats.queue_depth)),
+            ),
+            (
+                "embedwire_batch_part_sessions",
+                "Sessions loaded to run a large batch as parts side by side (0 while they load after start)",
+                &ConstGauge::new(Stats::get(&stats.batch_part_sessions)),
             ),
             (
                 "embedwire_interactive_calls",

@@ -29,6 +29,9 @@ pub struct Stats {
     pub idle_memory_releases: AtomicU64,
     /// Batches run as parts side by side (each part also counts as a batch).
     pub split_batches: AtomicU64,
+    /// Sessions loaded to run the parts of a split batch (they load after the server
+    /// serves; 0 until then, and when batches always run whole).
+    pub batch_part_sessions: AtomicU64,
     /// Documents stored durably by ingest jobs.
     pub ingested_documents: AtomicU64,
     /// Interactive calls queued or running, under the default admission rule.
@@ -62,6 +65,7 @@ impl Default for Stats {
             queue_depth: AtomicU64::default(),
             idle_memory_releases: AtomicU64::default(),
             split_batches: AtomicU64::default(),
+            batch_part_sessions: AtomicU64::default(),
             ingested_documents: AtomicU64::default(),
             interactive_calls: AtomicU64::default(),
             admission_max_interactive_calls: AtomicU64::default(),

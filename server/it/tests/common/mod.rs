@@ -339,3 +339,18 @@ pub fn sentences(count: usize, words: usize) -> Vec<String> {
         })
         .collect()
 }
+
+/// Waits (at most 30 s) until the server at `address` has loaded `sessions` sessions
+/// for the parts of split batches: they load after SERVING (`embedwire_batch_part_sessions`).
+pub async fn wait_for_batch_part_sessions(address: &str, sessions: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let gauge = format!("embedwire_batch_part_sessions {sessions}");
+    loop {
+        let page = reqwest::get(format!("{address}/metrics")).await.unwrap().text().await.unwrap();
+        if page.lines().any(|line| line == gauge) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the batch part sessions did not load in 30 s");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -123,6 +123,26 @@ async fn deadlines_are_honoured_end_to_end() {
     assert!(embedded < 256.0, "most of the expired call's 512 inputs were not embedded ({embedded} sequences ran)");
 }
 
+/// The sessions that run a large batch as parts side by side load after the server
+/// serves (they doubled its time to SERVING); /metrics says when they are loaded, and
+/// from then on large batches split.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_batches_split_once_the_part_sessions_have_loaded_after_start() {
+    let server = InProcessServer::start(&[ONNX[0], ONNX[1], "--batch-parts", "2"]).await;
+    let mut client = server.client().await;
+    common::wait_for_batch_part_sessions(&server.address, 2).await;
+    let texts = sentences(16, 12);
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    // One batch of 16: large enough to split, and the first to split runs as parts.
+    let vectors = rows(&client.embed(embed_request(&refs)).await.unwrap().into_inner());
+    assert_eq!(vectors.len(), 16);
+    let page = metrics_page(&server.address).await;
+    assert_eq!(value(&page, "embedwire_split_batches_total"), 1.0, "{page}");
+    let whole = InProcessServer::start(&[ONNX[0], ONNX[1], "--batch-parts", "1"]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(value(&metrics_page(&whole.address).await, "embedwire_batch_part_sessions "), 0.0, "none to load");
+}
+
 /// Long chunks grow ONNX Runtime's arena; once the ingest is over and the model idles,
 /// it gives the arena back (counted on /metrics), and answers as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,6 +18,8 @@ async fn tokenization_and_embeddings_match_sentence_transformers() {
     // which share the whole model's weights, must give the same vectors.
     let server = InProcessServer::start(&[ONNX, &["--max-queue-ms", "0", "--batch-parts", "2"]].concat()).await;
     let mut client = server.client().await;
+    // The parts' sessions load after SERVING.
+    common::wait_for_batch_part_sessions(&server.address, 2).await;
     let items = reference_items();
     assert_eq!(items.len(), 32);
     let texts: Vec<&str> = items.iter().map(|i| i.text.as_str()).collect();
