@@ -4,11 +4,14 @@
 use std::{ffi::OsString, net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::Context;
+use clap::Parser;
+use embedwire_server::ServerConfig;
 use tokio::process::Command;
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
 use crate::child_process::{ChildProcess, fresh_dir};
+use crate::server_metrics::MetricsSnapshot;
 
 /// Longest wait for a server to listen and then to report SERVING.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -52,6 +55,23 @@ impl ServerProcess {
     /// the time from spawning the process to the first SERVING answer.
     pub async fn start(command: &ServerCommand) -> anyhow::Result<(Self, Duration)> {
         Self::start_on(command, fresh_data_dir(), true).await
+    }
+
+    /// Waits until the work the server does after SERVING is over: the sessions that run
+    /// the parts of split batches load then (`embedwire_batch_part_sessions` on /metrics),
+    /// and a memory reading taken before counts them half loaded.
+    pub async fn wait_settled(&self, command: &ServerCommand) -> anyhow::Result<()> {
+        let program = std::iter::once(OsString::from("embedwire-server"));
+        let parts = ServerConfig::try_parse_from(program.chain(command.args.iter().cloned()))?.batch_parts();
+        if parts < 2 {
+            return Ok(());
+        }
+        let deadline = std::time::Instant::now() + READY_TIMEOUT;
+        while MetricsSnapshot::read(self.address).await?.get("embedwire_batch_part_sessions") < parts as f64 {
+            anyhow::ensure!(std::time::Instant::now() < deadline, "the server's batch part sessions did not load");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
     }
 
     /// [`ServerProcess::start`] on `data_dir`, which is removed when it ends if

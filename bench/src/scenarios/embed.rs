@@ -118,6 +118,7 @@ async fn measure_server(
         server.stop().await?;
     };
     let control = [server.connect().await?];
+    server.wait_settled(command).await?;
     load::run(&control, 1, texts.clone(), Rpc::Embed, Stop::Calls(1)).await?;
     let idle = rss_bytes(server.pid)?;
     load::run(&control, 1, texts.clone(), Rpc::Embed, Stop::Calls(common.pick(50, 10))).await?;

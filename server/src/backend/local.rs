@@ -253,19 +253,20 @@ impl PartsLoader {
         let loading = std::thread::Builder::new()
             .name("load-batch-parts".into())
             .spawn(move || {
-                match self.load(&shared) {
+                let loaded = match self.load(&shared) {
                     Ok(parts) => {
-                        let loaded = parts.len() as u64;
-                        if sender.send(parts).is_ok() {
-                            self.stats.batch_part_sessions.store(loaded, std::sync::atomic::Ordering::Relaxed);
-                        }
+                        let count = parts.len() as u64;
+                        sender.send(parts).map_or(0, |()| count)
                     }
                     Err(error) => {
-                        tracing::warn!(%error, "the sessions for split batches did not load: batches run whole")
+                        tracing::warn!(%error, "the sessions for split batches did not load: batches run whole");
+                        0
                     }
-                }
+                };
                 // Every session reads its weights now: what stays mapped can go.
                 shared.drop_resident_pages();
+                // Said last: once it shows, the start-up work is over (a memory reading is settled).
+                self.stats.batch_part_sessions.store(loaded, std::sync::atomic::Ordering::Relaxed);
             })
             .map_err(|e| Error::Config(format!("starting the thread that loads the batch parts: {e}")))?;
         Ok((late_parts, Some(loading)))
