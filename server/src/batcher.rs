@@ -494,17 +494,20 @@ struct Models<'a, M> {
 }
 
 impl<M> Models<'_, M> {
-    /// Takes the parts if they arrived since the last look (without waiting).
-    fn adopt_loaded_parts(&mut self) {
-        let Some(late_parts) = &self.late_parts else { return };
-        match late_parts.try_recv() {
-            Ok(parts) => {
-                self.parts = parts;
-                self.late_parts = None;
+    /// The part models, taking them first if they arrived since the last look (without
+    /// waiting): none while they load.
+    fn loaded_parts(&mut self) -> &mut [M] {
+        if let Some(late_parts) = &self.late_parts {
+            match late_parts.try_recv() {
+                Ok(parts) => {
+                    self.parts = parts;
+                    self.late_parts = None;
+                }
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => self.late_parts = None,
+                Err(std::sync::mpsc::TryRecvError::Empty) => {}
             }
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => self.late_parts = None,
-            Err(std::sync::mpsc::TryRecvError::Empty) => {}
         }
+        &mut self.parts
     }
 }
 
@@ -541,10 +544,7 @@ fn run_model_thread<M: BatchModel>(
             }
             // Held while the parts run too: a lone caller's batch must not join them.
             let mut model = models.whole.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            if batch.len() >= MIN_SPLIT_SEQUENCES {
-                models.adopt_loaded_parts();
-            }
-            if batch.len() >= MIN_SPLIT_SEQUENCES && models.parts.len() >= 2 {
+            if batch.len() >= MIN_SPLIT_SEQUENCES && models.loaded_parts().len() >= 2 {
                 let way = split_choice.next();
                 let took = match way {
                     Way::Parts => run_split(&mut models.parts, &batch, stats, work_ahead),
