@@ -57,6 +57,11 @@ pub struct CollectionRequest {
 pub trait CollectionPlaces: Send + Sync + 'static {
     /// Every collection that exists, by name.
     async fn list(&self) -> Result<Vec<CollectionRecord>>;
+    /// Collection `name`'s record if it exists. By default from the listing; a store
+    /// whose listing can lag another server's create reads the one record surely.
+    async fn find(&self, name: &str) -> Result<Option<CollectionRecord>> {
+        Ok(self.list().await?.into_iter().find(|record| record.name == name))
+    }
     /// Creates a collection's store, durably; ALREADY_EXISTS if the name is taken.
     async fn create(&self, record: &CollectionRecord) -> Result<Arc<dyn CorpusStore>>;
     /// Opens an existing collection's store.
@@ -227,10 +232,14 @@ impl Collections {
     async fn refresh_locked(&self) -> Result<()> {
         let mut records = self.places.list().await?;
         let known: Vec<String> = self.named.read().expect("lock").keys().cloned().collect();
-        if known.iter().any(|name| !records.iter().any(|record| &record.name == name)) {
-            // A collection this server serves is not listed: read again before taking it
-            // for deleted, so that one late replica cannot close a live collection.
-            records = self.places.list().await?;
+        let unlisted: Vec<&String> =
+            known.iter().filter(|name| !records.iter().any(|record| &record.name == *name)).collect();
+        for name in unlisted {
+            // A collection this server serves is not listed: read it by name before
+            // taking it for deleted, so that one late replica cannot close a live one.
+            if let Some(record) = self.places.find(name).await? {
+                records.push(record);
+            }
         }
         let listed: std::collections::BTreeSet<&str> = records.iter().map(|record| record.name.as_str()).collect();
         let gone: Vec<Arc<Slot>> = {
@@ -297,14 +306,26 @@ impl Collections {
         name::validate(name, "collection")?;
         let mut slot = self.named.read().expect("lock").get(name).cloned();
         if slot.is_none() && self.is_shared() {
-            // Maybe created through another server a moment ago.
+            // Maybe created through another server a moment ago (and maybe not listed
+            // yet: then it is read by name).
             self.refresh().await?;
             slot = self.named.read().expect("lock").get(name).cloned();
+            if slot.is_none() {
+                slot = self.adopt(name).await?;
+            }
         }
         match slot {
             Some(slot) => self.opened(&slot).await,
             None => Err(not_found(name)),
         }
+    }
+
+    /// Collection `name`'s slot if the store has it though the last listing did not.
+    async fn adopt(&self, name: &str) -> Result<Option<Arc<Slot>>> {
+        let _changing = self.changes.lock().await;
+        let Some(record) = self.places.find(name).await? else { return Ok(None) };
+        let mut named = self.named.write().expect("lock");
+        Ok(Some(named.entry(name.to_string()).or_insert_with(|| Slot::closed(record)).clone()))
     }
 
     /// The slot's corpus, opening its store and starting its runner at the first use.

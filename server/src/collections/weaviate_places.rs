@@ -30,6 +30,10 @@ impl CollectionPlaces for WeaviatePlaces {
         self.root.collection_records().await
     }
 
+    async fn find(&self, name: &str) -> Result<Option<CollectionRecord>> {
+        self.root.collection_record(name).await
+    }
+
     async fn create(&self, record: &CollectionRecord) -> Result<Arc<dyn CorpusStore>> {
         Ok(Arc::new(self.root.create_collection(record).await?))
     }

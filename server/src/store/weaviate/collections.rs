@@ -27,9 +27,10 @@ use crate::config::Consistency;
 use crate::error::{Error, Result};
 use crate::store::StoreDescription;
 
-/// Registry reads and writes: a majority of each shard's replicas both ways, so that a
-/// server lists a collection as soon as another server's create has answered (a read
-/// of one replica can miss it: a refresh then took a collection just made for deleted).
+/// Registry reads and writes: a majority of each shard's replicas both ways. Only a read
+/// by id is a quorum read: a listing (a search) reads one replica and checks just what
+/// it found, so it can miss a collection another server has just made; a refresh
+/// reads a collection missing from a listing again before taking it for deleted.
 const REGISTRY_CONSISTENCY: Consistency = Consistency::Quorum;
 
 impl WeaviateStore {
@@ -57,15 +58,28 @@ impl WeaviateStore {
         Ok(records)
     }
 
-    async fn collection_exists(&self, name: &str) -> Result<bool> {
-        let filter = Some(convert::text_equals("name", name));
-        let request = self.lookup(&self.registry(), filter, &["name"], 1, REGISTRY_CONSISTENCY);
-        Ok(!self.query("find collection", request).await?.is_empty())
+    /// Collection `name`'s record, or None. By id, not by a filtered search: Weaviate
+    /// runs a search on one replica and checks only the objects it found against the
+    /// others, so a search can miss a registry object another server's QUORUM write put
+    /// on the other two (seen in CI: a second create of a name answered OK). A read by
+    /// id asks a quorum of replicas.
+    pub async fn collection_record(&self, name: &str) -> Result<Option<CollectionRecord>> {
+        let path = format!(
+            "/v1/objects/{}/{}?consistency_level={}",
+            self.registry(),
+            convert::collection_uuid(name),
+            convert::level_name(REGISTRY_CONSISTENCY)
+        );
+        let Some(object) = self.connection.get_json(&path).await? else { return Ok(None) };
+        let json = object.pointer("/properties/record_json").and_then(serde_json::Value::as_str).unwrap_or_default();
+        let record = serde_json::from_str(json)
+            .map_err(|e| Error::Storage(format!("weaviate store: collection {name}'s record: {e}")))?;
+        Ok(Some(record))
     }
 
     /// Creates collection `record.name`: its classes, then its registry object.
     pub async fn create_collection(&self, record: &CollectionRecord) -> Result<WeaviateStore> {
-        if self.collection_exists(&record.name).await? {
+        if self.collection_record(&record.name).await?.is_some() {
             return Err(Error::AlreadyExists(format!("collection {} exists already", record.name)));
         }
         let names = Collections::of_collection(&self.names.chunks, &record.name);

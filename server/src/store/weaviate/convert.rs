@@ -12,6 +12,7 @@ use embedwire_proto::weaviate::v1 as pb;
 use pb::filters::Operator;
 use prost_types::value::Kind;
 
+use crate::config::Consistency;
 use crate::corpus::filter::{Condition, Filter};
 use crate::error::{Error, Result};
 
@@ -45,6 +46,15 @@ pub fn collection_uuid(name: &str) -> String {
 /// The object id of one part of a job ("header" or "progress").
 pub fn job_uuid(job_id: &str, part: &str) -> String {
     uuid::Uuid::new_v5(&ID_NAMESPACE, format!("job\0{job_id}\0{part}").as_bytes()).to_string()
+}
+
+/// A consistency level as Weaviate's REST API and its messages spell it.
+pub fn level_name(level: Consistency) -> &'static str {
+    match level {
+        Consistency::One => "ONE",
+        Consistency::Quorum => "QUORUM",
+        Consistency::All => "ALL",
+    }
 }
 
 /// One `meta` entry: a key and a value as a JSON pair.

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use embedwire_proto::weaviate::v1 as pb;
 use pb::filters::Operator;
 
-use super::convert::{self, PropertiesBuilder, PropertiesReader};
+use super::convert::{self, PropertiesBuilder, PropertiesReader, level_name};
 use super::{MAX_RESULTS, WeaviateStore, indexing};
 use crate::config::Consistency;
 use crate::corpus::unix_now;
@@ -142,14 +142,6 @@ fn job_consistency(store: &WeaviateStore) -> Consistency {
         Consistency::One => Consistency::All,
         Consistency::Quorum => Consistency::Quorum,
         Consistency::All => Consistency::One,
-    }
-}
-
-fn level_name(consistency: Consistency) -> &'static str {
-    match consistency {
-        Consistency::One => "ONE",
-        Consistency::Quorum => "QUORUM",
-        Consistency::All => "ALL",
     }
 }
 

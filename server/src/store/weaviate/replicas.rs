@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::convert::level_name;
 use crate::config::Consistency;
 
 /// How long a shard seen short of replicas is still named in explanations.
@@ -26,14 +27,6 @@ fn needed(level: Consistency, n: usize) -> usize {
         Consistency::One => 1,
         Consistency::Quorum => n / 2 + 1,
         Consistency::All => n,
-    }
-}
-
-fn level_name(level: Consistency) -> &'static str {
-    match level {
-        Consistency::One => "ONE",
-        Consistency::Quorum => "QUORUM",
-        Consistency::All => "ALL",
     }
 }
 
