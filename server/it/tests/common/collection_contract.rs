@@ -115,6 +115,50 @@ pub async fn shared_by_two_servers(store_flags: Vec<String>) {
     one.collections.delete_collection(delete).await.unwrap();
 }
 
+/// Two servers on `store_flags` create the same names at the same moment: for each
+/// name one create answers OK and the other ALREADY_EXISTS (a check of the registry
+/// alone let both answer OK, the second making the first's classes again), and what is
+/// then ingested through either server is all there.
+pub async fn concurrent_creates_of_one_name(store_flags: Vec<String>) {
+    let flags: Vec<&str> = ONNX.iter().copied().chain(store_flags.iter().map(String::as_str)).collect();
+    let (first, second) = (InProcessServer::start(&flags).await, InProcessServer::start(&flags).await);
+    let (mut one, mut two) = (clients(&first).await, clients(&second).await);
+    const NAMES: [&str; 3] = ["race_a", "race_b", "race_c"];
+    for name in NAMES {
+        let (by_one, by_two) = tokio::join!(
+            one.collections.create_collection(create(name)),
+            two.collections.create_collection(create(name))
+        );
+        assert!(by_one.is_ok() != by_two.is_ok(), "{name}: exactly one create answers OK: {by_one:?} / {by_two:?}");
+        let refused = by_one.err().or(by_two.err()).expect("one refusal");
+        assert_eq!(refused.code(), Code::AlreadyExists, "{name}: {refused:?}");
+    }
+    for (n, name) in NAMES.iter().enumerate() {
+        // Through each server in turn: both serve what either made.
+        let search = if n % 2 == 0 { &mut one.search } else { &mut two.search };
+        let documents: Vec<Document> = (0..3)
+            .map(|i| Document {
+                id: format!("{name}-{i}"),
+                text: format!("Raced document {i} of {name}."),
+                ..Default::default()
+            })
+            .collect();
+        let job = search.ingest(IngestRequest { documents, collection: name.to_string() }).await.unwrap().into_inner();
+        let watch = WatchJobRequest { job_id: job.job.unwrap().job_id, collection: name.to_string() };
+        let mut updates = search.watch_job(watch).await.unwrap().into_inner();
+        let mut last = None;
+        while let Some(update) = updates.next().await {
+            last = update.unwrap().job;
+        }
+        assert_eq!(last.unwrap().status(), JobStatus::Completed, "{name}");
+    }
+    for name in NAMES {
+        assert_eq!(documents_in(&mut one.search, name).await, Ok(3), "{name} through the first server");
+        assert_eq!(documents_in(&mut two.search, name).await, Ok(3), "{name} through the second server");
+        two.collections.delete_collection(DeleteCollectionRequest { name: name.into() }).await.unwrap();
+    }
+}
+
 /// SIGKILL while two collections index: after every restart each collection's job
 /// has not gone back, what it reported processed is stored in that collection (and
 /// only there), and both jobs end with every acknowledged document.

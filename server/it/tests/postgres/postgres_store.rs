@@ -40,6 +40,11 @@ async fn sigkill_during_ingest_into_two_collections_loses_nothing_acknowledged()
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn concurrent_creates_of_one_collection_name() {
+    common::collection_contract::concurrent_creates_of_one_name(postgres_flags("racing", "racing")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn collections_shared_by_two_servers() {
     common::collection_contract::shared_by_two_servers(postgres_flags("tenants", "tenants")).await;
 }

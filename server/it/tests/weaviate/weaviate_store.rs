@@ -91,6 +91,11 @@ async fn sigkill_during_ingest_into_two_collections_loses_nothing_acknowledged()
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn concurrent_creates_of_one_collection_name() {
+    common::collection_contract::concurrent_creates_of_one_name(weaviate_flags("racing")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn collections_shared_by_two_servers() {
     common::collection_contract::shared_by_two_servers(weaviate_flags("tenants")).await;
 }
@@ -181,4 +186,61 @@ async fn collections_from_older_versions_keep_working_or_refuse_clearly() {
         let class: serde_json::Value = reqwest::get(url).await.unwrap().json().await.unwrap();
         assert_eq!(class["vectorIndexConfig"]["dynamicEfFactor"], 2, "{class_name}");
     }
+}
+
+/// What a crash between a delete's two steps leaves (the registry object gone, the
+/// classes still full) is taken for leftovers by the next create of the name once it
+/// has stood so for a while: the create waits, then answers OK with an empty
+/// collection (nothing of the old one leaks into the new).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_clears_classes_left_without_a_registry_object() {
+    use embedwire_proto::v1::collection_service_client::CollectionServiceClient;
+    use embedwire_proto::v1::search_service_client::SearchServiceClient;
+    use embedwire_proto::v1::*;
+    use futures::StreamExt;
+
+    let flags = weaviate_flags("leftover");
+    let flags: Vec<&str> = common::ONNX.iter().copied().chain(flags.iter().map(String::as_str)).collect();
+    let server = common::InProcessServer::start(&flags).await;
+    let channel = tonic::transport::Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap();
+    let (mut collections, mut search) =
+        (CollectionServiceClient::new(channel.clone()), SearchServiceClient::new(channel));
+    let create = || CreateCollectionRequest { name: "stale".into(), settings: None };
+    collections.create_collection(create()).await.unwrap();
+    let documents =
+        vec![Document { id: "old".into(), text: "A document of the first stale.".into(), ..Default::default() }];
+    let job = search.ingest(IngestRequest { documents, collection: "stale".into() }).await.unwrap().into_inner();
+    let watch = WatchJobRequest { job_id: job.job.unwrap().job_id, collection: "stale".into() };
+    let mut updates = search.watch_job(watch).await.unwrap().into_inner();
+    while updates.next().await.is_some() {}
+
+    // The crash: the registry object deleted, the classes kept.
+    let http = reqwest::Client::new();
+    let base = &cluster().http_urls()[0];
+    let listed: serde_json::Value = http
+        .get(format!("{base}/v1/objects?class=LeftoverCollections&limit=100"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let object = listed["objects"].as_array().unwrap().iter().find(|o| o["properties"]["name"] == "stale").unwrap();
+    let id = object["id"].as_str().unwrap();
+    let deleted = http.delete(format!("{base}/v1/objects/LeftoverCollections/{id}")).send().await.unwrap();
+    assert!(deleted.status().is_success(), "{:?}", deleted.status());
+
+    // Through a server started since, which never served the old collection.
+    let second = common::InProcessServer::start(&flags).await;
+    let channel = tonic::transport::Channel::from_shared(second.address.clone()).unwrap().connect().await.unwrap();
+    let (mut collections, mut search) =
+        (CollectionServiceClient::new(channel.clone()), SearchServiceClient::new(channel));
+    let started = std::time::Instant::now();
+    collections.create_collection(create()).await.unwrap();
+    assert!(started.elapsed() >= Duration::from_secs(25), "leftovers are taken as such only after a wait");
+    let stats = search.get_index_stats(GetIndexStatsRequest { collection: "stale".into() }).await.unwrap();
+    assert_eq!(stats.into_inner().document_count, 0, "nothing of the old collection in the new one");
+    let query = store_contract::text_query("a document of the first stale");
+    let request = SearchRequest { queries: vec![query], collection: "stale".into(), ..Default::default() };
+    assert!(search.search(request).await.unwrap().into_inner().results[0].hits.is_empty());
 }

@@ -4,8 +4,9 @@
 //! schema lists them with their settings; a collection exists once its row is
 //! committed.
 //!
-//! Create: the schema is migrated (created), then the row inserted; a crash between
-//! leaves a schema without a row, which the next create of that name drops first.
+//! Create: the row is inserted (dropping a schema of the name left by an older
+//! version's crash mid-create), then the schema migrated (created); a crash between
+//! leaves a row without a schema, which opening the collection creates.
 //! Delete: the row and the schema go in one transaction.
 
 use std::sync::Arc;
@@ -69,34 +70,41 @@ impl PostgresStore {
         Ok(rows.iter().map(|row| row.get::<_, Json<CollectionRecord>>(0).0).collect())
     }
 
-    /// Creates collection `record.name`: its schema, then its registry row.
+    /// Creates collection `record.name`: its registry row, then its schema.
     pub async fn create_collection(&self, record: &CollectionRecord) -> Result<Arc<PostgresStore>> {
         let schema = self.collection_schema(&record.name)?;
-        let exists = format!("SELECT 1 FROM {} WHERE name = $1", self.registry());
-        if !self.query_primary("create collection", &exists, &[&record.name]).await?.is_empty() {
-            return Err(Error::AlreadyExists(format!("collection {} exists already", record.name)));
-        }
-        // What a crash mid-create left, or a delete of another server in between.
-        let leftover = quoted(&schema);
-        self.write("create collection", move |tx| {
-            Box::pin(async move { tx.batch_execute(&format!("DROP SCHEMA IF EXISTS {leftover} CASCADE")).await })
-        })
-        .await?;
-        let store = self.sibling(&schema).await?;
-        let (registry, row) = (self.registry(), Json(record.clone()));
-        let name = record.name.clone();
+        let (registry, row, name, leftover) =
+            (self.registry(), Json(record.clone()), record.name.clone(), quoted(&schema));
+        // The row first, and what a crash left of an earlier create dropped in the same
+        // transaction: of servers creating one name at once exactly one inserts the row
+        // (the others wait on it, then find it), and the schema it may drop is nobody's.
+        // (Schema first let a second create drop the first's schema as a leftover.)
         let inserted = self
             .write("create collection", move |tx| {
                 Box::pin(async move {
                     let sql = format!("INSERT INTO {registry} (name, record) VALUES ($1, $2) ON CONFLICT DO NOTHING");
-                    tx.execute(&sql, &[&name, &row]).await
+                    let inserted = tx.execute(&sql, &[&name, &row]).await?;
+                    if inserted == 1 {
+                        tx.batch_execute(&format!("DROP SCHEMA IF EXISTS {leftover} CASCADE")).await?;
+                    }
+                    Ok(inserted)
                 })
             })
             .await?;
         if inserted == 0 {
             return Err(Error::AlreadyExists(format!("collection {} exists already", record.name)));
         }
-        Ok(store)
+        // A listed collection whose schema is missing gets it when opened, so a failure
+        // here leaves nothing broken; the row goes again so that the create can be retried.
+        match self.sibling(&schema).await {
+            Ok(store) => Ok(store),
+            Err(error) => {
+                if let Err(undo) = self.delete_collection(&record.name).await {
+                    tracing::warn!(collection = %record.name, %undo, "could not undo a failed create");
+                }
+                Err(error)
+            }
+        }
     }
 
     /// The store of an existing collection (its schema migrated to this version).

@@ -3,9 +3,12 @@
 //! over the default store's connection. A registry class (`<Base>Collections`) lists
 //! them with their settings; a collection exists once its registry object is written.
 //!
-//! Create: leftover classes of the name are deleted, the classes made, then the object
-//! written; a crash between leaves classes without an object, which the next create of
-//! that name deletes first. Delete: the object first, then the classes.
+//! Create: the chunk class is made first, as a claim on the name (a schema change
+//! fails if the class exists, so of servers creating one name at once one goes on),
+//! then leftover classes of the name deleted, the others made, then the object
+//! written; a crash between leaves classes without an object, which a later create of
+//! that name deletes once they have stood so for a while. Delete: the object first,
+//! then the classes.
 //!
 //! A named collection's classes have one shard each (replicated as the default
 //! collection's are): a shard replica costs a Weaviate node memory, files, goroutines
@@ -16,6 +19,7 @@
 //! Weaviate's multi-tenancy would be needed (not built).
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use embedwire_proto::weaviate::v1 as pb;
 
@@ -32,6 +36,14 @@ use crate::store::StoreDescription;
 /// it found, so it can miss a collection another server has just made; a refresh
 /// reads a collection missing from a listing again before taking it for deleted.
 const REGISTRY_CONSISTENCY: Consistency = Consistency::Quorum;
+
+/// How long a collection's classes may stand without its registry object before a
+/// create takes them for a crash's leftovers: a create under way writes its object
+/// within seconds (four schema changes, each retried for up to 10 s while a Raft
+/// leader is elected).
+const LEFTOVER_AFTER: Duration = Duration::from_secs(30);
+/// Between looks at a claimed name.
+const CLAIM_PAUSE: Duration = Duration::from_millis(300);
 
 impl WeaviateStore {
     /// The registry class.
@@ -77,14 +89,20 @@ impl WeaviateStore {
         Ok(Some(record))
     }
 
-    /// Creates collection `record.name`: its classes, then its registry object.
+    /// Creates collection `record.name`: its chunk class (the claim), the other
+    /// classes, then its registry object.
     pub async fn create_collection(&self, record: &CollectionRecord) -> Result<WeaviateStore> {
+        let exists = || Error::AlreadyExists(format!("collection {} exists already", record.name));
         if self.collection_record(&record.name).await?.is_some() {
-            return Err(Error::AlreadyExists(format!("collection {} exists already", record.name)));
+            return Err(exists());
         }
         let names = Collections::of_collection(&self.names.chunks, &record.name);
-        // What a crash mid-create or mid-delete left.
-        self.delete_classes(&names).await?;
+        if !self.claim(&record.name, &names).await? {
+            return Err(exists());
+        }
+        // This server made the chunk class: any other class of the name is what a crash
+        // mid-create or mid-delete left.
+        self.delete_classes(&[&names.documents, &names.jobs, &names.pending]).await?;
         let store = self.sibling(names).await?;
         let object = pb::BatchObject {
             uuid: convert::collection_uuid(&record.name),
@@ -101,6 +119,32 @@ impl WeaviateStore {
         Ok(store)
     }
 
+    /// Whether this server may create collection `name`: it made the chunk class, which
+    /// of servers creating one name at once only one does (a check of the registry
+    /// alone let both go on, the second deleting the first's classes). When the class
+    /// exists, another server's create is under way (its registry object follows within
+    /// seconds: false) or was cut short by a crash: classes left without an object for
+    /// [`LEFTOVER_AFTER`] are deleted, and the claim is tried again.
+    async fn claim(&self, name: &str, names: &Collections) -> Result<bool> {
+        let layout = Layout { shards: 1, ..self.layout };
+        let mut leftover_at = Instant::now() + LEFTOVER_AFTER;
+        loop {
+            if schema::make_chunk_class(&self.connection, names, &self.model, layout).await? {
+                return Ok(true);
+            }
+            if self.collection_record(name).await?.is_some() {
+                return Ok(false);
+            }
+            if Instant::now() >= leftover_at {
+                tracing::warn!(collection = name, "deleting classes left without a registry object");
+                self.delete_classes(&names.all()).await?;
+                // Another server may claim the name now: wait for its object as long again.
+                leftover_at = Instant::now() + LEFTOVER_AFTER;
+            }
+            tokio::time::sleep(CLAIM_PAUSE).await;
+        }
+    }
+
     /// The store of an existing collection.
     pub async fn open_collection(&self, record: &CollectionRecord) -> Result<WeaviateStore> {
         self.sibling(Collections::of_collection(&self.names.chunks, &record.name)).await
@@ -110,12 +154,12 @@ impl WeaviateStore {
     pub async fn delete_collection(&self, name: &str) -> Result<()> {
         let path = format!("/v1/objects/{}/{}", self.registry(), convert::collection_uuid(name));
         self.connection.delete(&path).await?;
-        self.delete_classes(&Collections::of_collection(&self.names.chunks, name)).await
+        self.delete_classes(&Collections::of_collection(&self.names.chunks, name).all()).await
     }
 
-    /// Deletes those of `names`' classes that exist, side by side: a delete is a Raft
-    /// round even for a class that is not there, so each is looked up first.
-    async fn delete_classes(&self, names: &Collections) -> Result<()> {
+    /// Deletes those of `classes` that exist, side by side: a delete is a Raft round
+    /// even for a class that is not there, so each is looked up first.
+    async fn delete_classes(&self, classes: &[&str]) -> Result<()> {
         let delete = async |class: &str| {
             let path = format!("/v1/schema/{class}");
             if self.connection.get_json(&path).await?.is_some() {
@@ -123,7 +167,7 @@ impl WeaviateStore {
             }
             Ok(())
         };
-        futures::future::try_join_all(names.all().map(delete)).await.map(drop)
+        futures::future::try_join_all(classes.iter().map(|class| delete(class))).await.map(drop)
     }
 
     /// A store over the classes `names` (made here if missing, one shard each) sharing

@@ -184,9 +184,9 @@ pub struct Ensured {
 
 /// Creates the collections that are missing and checks the chunk collection's model
 /// (`model` names the model id and dimension).
-pub async fn ensure(connection: &Connection, names: &Collections, model: &str, layout: Layout) -> Result<Ensured> {
-    let mut keyword = None;
-    let definitions = [
+/// The four classes' definitions, the chunk class first.
+fn definitions(names: &Collections, model: &str, layout: Layout) -> [Value; 4] {
+    [
         class(
             &names.chunks,
             &model_marker(model),
@@ -247,7 +247,25 @@ pub async fn ensure(connection: &Connection, names: &Collections, model: &str, l
                 text("document_json", false),
             ],
         ),
-    ];
+    ]
+}
+
+/// Makes the chunk class of `names` if no class of that name exists, in one Raft-ordered
+/// schema change; whether this call made it. Of servers creating one collection at the
+/// same moment exactly one makes it: that is how they agree who creates it.
+pub async fn make_chunk_class(
+    connection: &Connection,
+    names: &Collections,
+    model: &str,
+    layout: Layout,
+) -> Result<bool> {
+    let [chunks, ..] = definitions(names, model, layout);
+    Ok(post_class(connection, &names.chunks, &chunks).await? == Posted::Created)
+}
+
+pub async fn ensure(connection: &Connection, names: &Collections, model: &str, layout: Layout) -> Result<Ensured> {
+    let mut keyword = None;
+    let definitions = definitions(names, model, layout);
     // The classes are made side by side: each is a Raft round and a wait for every node
     // (about 0.15 s), and a collection is four of them.
     let made = futures::future::try_join_all(definitions.iter().map(|definition| ensure_class(connection, definition)));
@@ -348,18 +366,33 @@ const SCHEMA_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis
 
 /// Creates one class; when another server created it first, reads theirs.
 async fn create(connection: &Connection, name: &str, definition: &Value) -> Result<Value> {
+    match post_class(connection, name, definition).await? {
+        Posted::Created => Ok(definition.clone()),
+        Posted::Existed => connection
+            .get_json(&format!("/v1/schema/{name}"))
+            .await?
+            .ok_or_else(|| Error::Config(format!("weaviate collection {name} vanished while it was being created"))),
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Posted {
+    Created,
+    Existed,
+}
+
+/// Posts one class definition, retrying while the Raft leader is being elected.
+async fn post_class(connection: &Connection, name: &str, definition: &Value) -> Result<Posted> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         let (status, body) = connection.post_json("/v1/schema", definition).await?;
         if (200..300).contains(&status) {
             tracing::info!(collection = name, "created the weaviate collection");
-            return Ok(definition.clone());
+            return Ok(Posted::Created);
         }
         if status == 422 && body.contains("already exists") {
-            return connection.get_json(&format!("/v1/schema/{name}")).await?.ok_or_else(|| {
-                Error::Config(format!("weaviate collection {name} vanished while it was being created"))
-            });
+            return Ok(Posted::Existed);
         }
         let leader_busy = status >= 500 || body.contains("rpc error") || body.contains("leader");
         if !leader_busy || attempt >= SCHEMA_ATTEMPTS {
