@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::{CollectionPlaces, CollectionRecord, FixedIndex};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::CorpusStore;
 use crate::store::weaviate::WeaviateStore;
 
@@ -34,8 +34,15 @@ impl CollectionPlaces for WeaviatePlaces {
         self.root.collection_record(name).await
     }
 
+    /// On a task of its own: a create may wait for leftovers to age (see
+    /// `WeaviateStore::create_collection`), and one whose caller gave up still finishes,
+    /// so that the collection is made (and listed) rather than left half made.
     async fn create(&self, record: &CollectionRecord) -> Result<Arc<dyn CorpusStore>> {
-        Ok(Arc::new(self.root.create_collection(record).await?))
+        let (root, record) = (self.root.clone(), record.clone());
+        let made = tokio::spawn(async move { root.create_collection(&record).await });
+        let store =
+            made.await.map_err(|e| Error::Storage(format!("weaviate store: a collection create failed: {e}")))??;
+        Ok(Arc::new(store))
     }
 
     async fn open(&self, record: &CollectionRecord) -> Result<Arc<dyn CorpusStore>> {

@@ -190,8 +190,8 @@ async fn collections_from_older_versions_keep_working_or_refuse_clearly() {
 
 /// What a crash between a delete's two steps leaves (the registry object gone, the
 /// classes still full) is taken for leftovers by the next create of the name once it
-/// has stood so for a while: the create waits, then answers OK with an empty
-/// collection (nothing of the old one leaks into the new).
+/// has stood so for a while: the create waits, and finishes even if its caller gave
+/// up, with an empty collection (nothing of the old one leaks into the new).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_create_clears_classes_left_without_a_registry_object() {
     use embedwire_proto::v1::collection_service_client::CollectionServiceClient;
@@ -235,9 +235,23 @@ async fn a_create_clears_classes_left_without_a_registry_object() {
     let channel = tonic::transport::Channel::from_shared(second.address.clone()).unwrap().connect().await.unwrap();
     let (mut collections, mut search) =
         (CollectionServiceClient::new(channel.clone()), SearchServiceClient::new(channel));
+    // A caller that gives up before the leftovers have aged: the create goes on.
     let started = std::time::Instant::now();
-    collections.create_collection(create()).await.unwrap();
-    assert!(started.elapsed() >= Duration::from_secs(25), "leftovers are taken as such only after a wait");
+    let mut impatient = tonic::Request::new(create());
+    impatient.set_timeout(Duration::from_secs(3));
+    let gave_up = collections.create_collection(impatient).await.unwrap_err();
+    assert!(matches!(gave_up.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled), "{gave_up:?}");
+    loop {
+        let listed = collections.list_collections(ListCollectionsRequest {}).await.unwrap().into_inner();
+        if listed.collections.iter().any(|c| c.name == "stale") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the create given up on never finished");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(started.elapsed() >= Duration::from_secs(15), "leftovers are taken as such only after a wait");
+    let again = collections.create_collection(create()).await.unwrap_err();
+    assert_eq!(again.code(), tonic::Code::AlreadyExists, "{again:?}");
     let stats = search.get_index_stats(GetIndexStatsRequest { collection: "stale".into() }).await.unwrap();
     assert_eq!(stats.into_inner().document_count, 0, "nothing of the old collection in the new one");
     let query = store_contract::text_query("a document of the first stale");

@@ -39,9 +39,10 @@ const REGISTRY_CONSISTENCY: Consistency = Consistency::Quorum;
 
 /// How long a collection's classes may stand without its registry object before a
 /// create takes them for a crash's leftovers: a create under way writes its object
-/// within seconds (four schema changes, each retried for up to 10 s while a Raft
-/// leader is elected).
-const LEFTOVER_AFTER: Duration = Duration::from_secs(30);
+/// within 1-3 s (four schema changes side by side, each retried for up to 10 s while a
+/// Raft leader is elected), and a create that waits this long still answers within the
+/// clients' default deadline of 30 s.
+const LEFTOVER_AFTER: Duration = Duration::from_secs(20);
 /// Between looks at a claimed name.
 const CLAIM_PAUSE: Duration = Duration::from_millis(300);
 
