@@ -18,12 +18,12 @@ fn create(name: &str) -> CreateCollectionRequest {
 }
 use super::{InProcessServer, ONNX};
 
-struct Clients {
-    collections: CollectionServiceClient<Channel>,
-    search: SearchServiceClient<Channel>,
+pub struct Clients {
+    pub collections: CollectionServiceClient<Channel>,
+    pub search: SearchServiceClient<Channel>,
 }
 
-async fn clients(server: &InProcessServer) -> Clients {
+pub async fn clients(server: &InProcessServer) -> Clients {
     let channel = Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap();
     Clients { collections: CollectionServiceClient::new(channel.clone()), search: SearchServiceClient::new(channel) }
 }
@@ -31,6 +31,19 @@ async fn clients(server: &InProcessServer) -> Clients {
 async fn documents_in(search: &mut SearchServiceClient<Channel>, collection: &str) -> Result<u64, Code> {
     let request = GetIndexStatsRequest { collection: collection.into() };
     search.get_index_stats(request).await.map(|r| r.into_inner().document_count).map_err(|s| s.code())
+}
+
+/// Ingests `documents` into `collection` and follows the job to its end; its last state.
+pub async fn ingest_into(search: &mut SearchServiceClient<Channel>, collection: &str, documents: Vec<Document>) -> Job {
+    let request = IngestRequest { documents, collection: collection.into() };
+    let job = search.ingest(request).await.unwrap().into_inner().job.unwrap();
+    let watch = WatchJobRequest { job_id: job.job_id, collection: collection.into() };
+    let mut updates = search.watch_job(watch).await.unwrap().into_inner();
+    let mut last = None;
+    while let Some(update) = updates.next().await {
+        last = update.unwrap().job;
+    }
+    last.expect("a job update")
 }
 
 async fn names(collections: &mut CollectionServiceClient<Channel>) -> Vec<String> {
@@ -61,15 +74,8 @@ pub async fn shared_by_two_servers(store_flags: Vec<String>) {
             ..Default::default()
         })
         .collect();
-    let ingest = IngestRequest { documents, collection: NAME.into() };
-    let job = two.search.ingest(ingest).await.unwrap().into_inner().job.unwrap();
-    let watch = WatchJobRequest { job_id: job.job_id.clone(), collection: NAME.into() };
-    let mut updates = two.search.watch_job(watch).await.unwrap().into_inner();
-    let mut last = None;
-    while let Some(update) = updates.next().await {
-        last = update.unwrap().job;
-    }
-    assert_eq!(last.unwrap().status(), JobStatus::Completed);
+    let job = ingest_into(&mut two.search, NAME, documents).await;
+    assert_eq!(job.status(), JobStatus::Completed);
 
     // The same job, documents and settings through either server.
     let get_job = GetJobRequest { job_id: job.job_id.clone(), collection: NAME.into() };
@@ -143,14 +149,7 @@ pub async fn concurrent_creates_of_one_name(store_flags: Vec<String>) {
                 ..Default::default()
             })
             .collect();
-        let job = search.ingest(IngestRequest { documents, collection: name.to_string() }).await.unwrap().into_inner();
-        let watch = WatchJobRequest { job_id: job.job.unwrap().job_id, collection: name.to_string() };
-        let mut updates = search.watch_job(watch).await.unwrap().into_inner();
-        let mut last = None;
-        while let Some(update) = updates.next().await {
-            last = update.unwrap().job;
-        }
-        assert_eq!(last.unwrap().status(), JobStatus::Completed, "{name}");
+        assert_eq!(ingest_into(search, name, documents).await.status(), JobStatus::Completed, "{name}");
     }
     for name in NAMES {
         assert_eq!(documents_in(&mut one.search, name).await, Ok(3), "{name} through the first server");

@@ -194,25 +194,18 @@ async fn collections_from_older_versions_keep_working_or_refuse_clearly() {
 /// up, with an empty collection (nothing of the old one leaks into the new).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_create_clears_classes_left_without_a_registry_object() {
-    use embedwire_proto::v1::collection_service_client::CollectionServiceClient;
-    use embedwire_proto::v1::search_service_client::SearchServiceClient;
+    use common::collection_contract::{clients, ingest_into};
     use embedwire_proto::v1::*;
-    use futures::StreamExt;
 
     let flags = weaviate_flags("leftover");
     let flags: Vec<&str> = common::ONNX.iter().copied().chain(flags.iter().map(String::as_str)).collect();
     let server = common::InProcessServer::start(&flags).await;
-    let channel = tonic::transport::Channel::from_shared(server.address.clone()).unwrap().connect().await.unwrap();
-    let (mut collections, mut search) =
-        (CollectionServiceClient::new(channel.clone()), SearchServiceClient::new(channel));
+    let mut first = clients(&server).await;
     let create = || CreateCollectionRequest { name: "stale".into(), settings: None };
-    collections.create_collection(create()).await.unwrap();
+    first.collections.create_collection(create()).await.unwrap();
     let documents =
         vec![Document { id: "old".into(), text: "A document of the first stale.".into(), ..Default::default() }];
-    let job = search.ingest(IngestRequest { documents, collection: "stale".into() }).await.unwrap().into_inner();
-    let watch = WatchJobRequest { job_id: job.job.unwrap().job_id, collection: "stale".into() };
-    let mut updates = search.watch_job(watch).await.unwrap().into_inner();
-    while updates.next().await.is_some() {}
+    assert_eq!(ingest_into(&mut first.search, "stale", documents).await.status(), JobStatus::Completed);
 
     // The crash: the registry object deleted, the classes kept.
     let http = reqwest::Client::new();
@@ -232,9 +225,7 @@ async fn a_create_clears_classes_left_without_a_registry_object() {
 
     // Through a server started since, which never served the old collection.
     let second = common::InProcessServer::start(&flags).await;
-    let channel = tonic::transport::Channel::from_shared(second.address.clone()).unwrap().connect().await.unwrap();
-    let (mut collections, mut search) =
-        (CollectionServiceClient::new(channel.clone()), SearchServiceClient::new(channel));
+    let common::collection_contract::Clients { mut collections, mut search } = clients(&second).await;
     // A caller that gives up before the leftovers have aged: the create goes on.
     let started = std::time::Instant::now();
     let mut impatient = tonic::Request::new(create());

@@ -127,7 +127,7 @@ impl WeaviateStore {
     /// seconds: false) or was cut short by a crash: classes left without an object for
     /// [`LEFTOVER_AFTER`] are deleted, and the claim is tried again.
     async fn claim(&self, name: &str, names: &Collections) -> Result<bool> {
-        let layout = Layout { shards: 1, ..self.layout };
+        let layout = self.collection_layout();
         let mut leftover_at = Instant::now() + LEFTOVER_AFTER;
         loop {
             if schema::make_chunk_class(&self.connection, names, &self.model, layout).await? {
@@ -144,6 +144,11 @@ impl WeaviateStore {
             }
             tokio::time::sleep(CLAIM_PAUSE).await;
         }
+    }
+
+    /// A named collection's classes: one shard each (see the module's notes).
+    fn collection_layout(&self) -> Layout {
+        Layout { shards: 1, ..self.layout }
     }
 
     /// The store of an existing collection.
@@ -174,7 +179,7 @@ impl WeaviateStore {
     /// A store over the classes `names` (made here if missing, one shard each) sharing
     /// this one's connection, health and server id.
     async fn sibling(&self, names: Collections) -> Result<WeaviateStore> {
-        let layout = Layout { shards: 1, ..self.layout };
+        let layout = self.collection_layout();
         let ensured = schema::ensure(&self.connection, &names, &self.model, layout).await?;
         let description = StoreDescription {
             index_id: self.description.index_id.replacen(&self.names.chunks, &names.chunks, 1),
