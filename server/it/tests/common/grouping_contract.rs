@@ -13,7 +13,7 @@ use embedwire_proto::v1::{
 use tonic::Code;
 use tonic::transport::Channel;
 
-use super::store_contract::{condition_equals, ingest_and_wait, search_client, text_query};
+use super::store_contract::{condition_equals, ingest_and_wait, search_client, text_query, until_replicas_agree};
 use super::{InProcessServer, ONNX};
 
 /// Small chunks, so that a long document has many.
@@ -98,6 +98,11 @@ pub async fn grouped_by_document(flags: Vec<String>, kind: &str) {
     let job = ingest_and_wait(&mut client, library()).await;
     assert_eq!(job.processed_documents as usize, LONG + SHORT, "{kind}: {job:?}");
     let all = (LONG + SHORT) as u32;
+    // Every chunk on every replica before pages of one ranking are compared.
+    for mode in [SearchMode::Vector, SearchMode::Keyword] {
+        let every_chunk = SearchRequest { group_by: 0, top_k: Some(1000), ..grouped(mode, 0, 0, None) };
+        until_replicas_agree(&mut client, every_chunk, &format!("{kind} {mode:?}: every chunk")).await;
+    }
 
     for mode in [SearchMode::Vector, SearchMode::Keyword, SearchMode::Hybrid] {
         let context = format!("{kind} {mode:?}");

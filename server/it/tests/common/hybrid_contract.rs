@@ -3,7 +3,7 @@
 //! token ranks first, replaced and deleted documents leave the keyword side too, every
 //! search option works in every mode, and bad input is refused naming the field.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use embedwire_proto::v1::{
@@ -13,7 +13,7 @@ use embedwire_proto::v1::{
 use tonic::Code;
 use tonic::transport::Channel;
 
-use super::store_contract::{condition_equals, ingest_and_wait, search_client, text_query};
+use super::store_contract::{condition_equals, ingest_and_wait, search_client, text_query, until_every_replica};
 use super::{InProcessServer, ONNX};
 
 /// The part number only one chunk holds.
@@ -84,6 +84,20 @@ fn ids(hits: &[SearchHit]) -> Vec<&str> {
     hits.iter().map(|h| h.document_id.as_str()).collect()
 }
 
+/// Waits until every one of the catalogue's documents is found by vector and by
+/// keyword search on every replica.
+async fn until_catalogue_searchable(client: &mut SearchServiceClient<Channel>, kind: &str) {
+    let everyone = catalogue().len();
+    let all_found = |hits: &[SearchHit]| hits.iter().map(|h| &h.document_id).collect::<HashSet<_>>().len() == everyone;
+    for mode in [SearchMode::Vector, SearchMode::Keyword] {
+        // Every document holds one of these words (stemmed: "valves", "seals").
+        let mut every_document = request("pump valve seal gasket", mode);
+        every_document.top_k = Some(2 * everyone as u32);
+        let what = format!("{kind} {mode:?}: all {everyone} documents");
+        until_every_replica(client, every_document, &what, |hits: &[SearchHit]| all_found(hits)).await;
+    }
+}
+
 /// Runs every keyword and hybrid case on a server started with `flags` (none: the
 /// embedded store in a fresh data directory).
 pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
@@ -92,6 +106,7 @@ pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
     let mut client = search_client(&server.address).await;
     let job = ingest_and_wait(&mut client, catalogue()).await;
     assert_eq!(job.processed_documents, 36, "{kind}: {job:?}");
+    until_catalogue_searchable(&mut client, kind).await;
 
     // The rare token ranks first by keyword and in hybrid; keyword hits carry only a
     // keyword score, hybrid hits the sides that found them.
@@ -253,8 +268,9 @@ pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
     // A replaced document loses its old words, a deleted one leaves the keyword side.
     let replaced = document("manual-valve", "Replacement gasket fits the intake flange of older units.", "parts");
     ingest_and_wait(&mut client, vec![replaced]).await;
-    let after = search(&mut client, request(PART, SearchMode::Keyword)).await.unwrap().remove(0).hits;
-    assert!(after.is_empty(), "{kind}: the replaced text is gone from the keyword index: {after:?}");
+    let what = format!("{kind}: the replaced text gone from the keyword index");
+    let gone = |after: &[SearchHit]| after.is_empty();
+    until_every_replica(&mut client, request(PART, SearchMode::Keyword), &what, gone).await;
     let before =
         search(&mut client, request("gate valves throttling", SearchMode::Keyword)).await.unwrap().remove(0).hits;
     assert_eq!(before[0].document_id, "valve-b");
@@ -263,7 +279,8 @@ pub async fn keyword_and_hybrid_search(flags: Vec<String>, kind: &str) {
         .await
         .unwrap();
     for mode in [SearchMode::Keyword, SearchMode::Hybrid] {
-        let hits = search(&mut client, request("gate valves throttling", mode)).await.unwrap().remove(0).hits;
-        assert!(hits.iter().all(|h| h.document_id != "valve-b"), "{kind} {mode:?}: deleted: {hits:?}");
+        let gone = |hits: &[SearchHit]| hits.iter().all(|h| h.document_id != "valve-b");
+        let what = format!("{kind} {mode:?}: valve-b deleted");
+        until_every_replica(&mut client, request("gate valves throttling", mode), &what, gone).await;
     }
 }

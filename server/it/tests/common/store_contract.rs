@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use embedwire_proto::v1::embed_service_client::EmbedServiceClient;
 use embedwire_proto::v1::search_service_client::SearchServiceClient;
@@ -93,6 +93,56 @@ pub async fn wait_job(client: &mut SearchServiceClient<Channel>, job_id: &str) -
     }
 }
 
+/// How long a write may take to reach every replica a search can be answered from.
+/// Weaviate acknowledges a write once a quorum (2 of 3) has it and commits it on the
+/// third a moment later; each search is answered by one replica per shard, and the
+/// server's calls rotate over the nodes, so a search right after a job ends can land
+/// on the replica still without it (seen in CI: "gate valves throttling" answered
+/// without valve-b). Bounded here, not assumed to be zero; the embedded store and the
+/// PostgreSQL primary answer at once.
+pub const READ_LAG: Duration = Duration::from_secs(10);
+
+/// Answers in a row that must agree before a write counts as seen everywhere: two
+/// rounds over a 3-node cluster's coordinators.
+const AGREEING_ANSWERS: usize = 6;
+
+/// Waits (at most [`READ_LAG`]) until `request` answers with hits that `seen` accepts
+/// [`AGREEING_ANSWERS`] times in a row; panics naming `what` past that.
+pub async fn until_every_replica(
+    client: &mut SearchServiceClient<Channel>,
+    request: SearchRequest,
+    what: &str,
+    mut seen: impl FnMut(&[SearchHit]) -> bool,
+) {
+    let started = Instant::now();
+    let (mut agreeing, mut answers) = (0, 0);
+    while agreeing < AGREEING_ANSWERS {
+        let hits = client.search(request.clone()).await.unwrap().into_inner().results.remove(0).hits;
+        answers += 1;
+        agreeing = if seen(&hits) { agreeing + 1 } else { 0 };
+        let late = started.elapsed() >= READ_LAG;
+        assert!(agreeing > 0 || !late, "{what}: not seen within {READ_LAG:?}: {:?}", keys(&hits));
+        if agreeing == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Printed for the record: how long the replicas took to agree in this run.
+    println!("{what}: {answers} answers, {:?} until {AGREEING_ANSWERS} in a row agreed", started.elapsed());
+}
+
+/// Waits (as [`until_every_replica`]) until `request` answers with the same chunks
+/// [`AGREEING_ANSWERS`] times in a row: every replica holds what was written.
+pub async fn until_replicas_agree(client: &mut SearchServiceClient<Channel>, request: SearchRequest, what: &str) {
+    let mut last: Option<HashSet<(String, u32)>> = None;
+    until_every_replica(client, request, what, |hits| {
+        let now: HashSet<_> = keys(hits).into_iter().collect();
+        let same = last.as_ref() == Some(&now);
+        last = Some(now);
+        same
+    })
+    .await;
+}
+
 pub fn keys(hits: &[SearchHit]) -> Vec<(String, u32)> {
     hits.iter().map(|h| (h.document_id.clone(), h.chunk.as_ref().map_or(u32::MAX, |c| c.index))).collect()
 }
@@ -112,6 +162,8 @@ pub async fn same_answers_as_the_embedded_store(flags: Vec<String>, kind: &str, 
         assert_eq!(job.status, JobStatus::Completed as i32, "{job:?}");
         assert_eq!(job.processed_documents, 408);
     }
+    let every_chunk = SearchRequest { queries: vec![text_query("a")], top_k: Some(1000), ..Default::default() };
+    until_replicas_agree(&mut shared, every_chunk, &format!("{kind}: every chunk")).await;
     let exact_stats = exact.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
     let shared_stats = shared.get_index_stats(GetIndexStatsRequest::default()).await.unwrap().into_inner();
     assert_eq!((shared_stats.document_count, shared_stats.chunk_count), (408, exact_stats.chunk_count));
