@@ -295,6 +295,14 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_POSTGRES_EF_SEARCH", default_value_t = 100)]
     pub postgres_ef_search: usize,
 
+    /// PostgreSQL: keyword search reads every posting of a query's rarest terms while
+    /// they hold fewer than this many together, and looks its other (common) terms up
+    /// only in the best chunks those found (higher: closer to scoring every posting,
+    /// slower on common words; 0: every posting of every term; see README "Keyword and
+    /// hybrid search").
+    #[arg(long, env = "EMBEDWIRE_POSTGRES_KEYWORD_RARE_POSTINGS", default_value_t = 2000)]
+    pub postgres_keyword_rare_postings: u64,
+
     /// PostgreSQL: a replica further behind the primary than this is not read from.
     #[arg(long, env = "EMBEDWIRE_POSTGRES_MAX_REPLICA_LAG_SECS", default_value_t = 2.0)]
     pub postgres_max_replica_lag_secs: f64,

@@ -244,13 +244,23 @@ impl Corpus {
     fn start_keyword_side(&self, params: &SearchParams, query: &Query, rerank: bool) -> KeywordSide {
         let (SearchMode::Hybrid, Query::Text(text)) = (params.mode, query) else { return KeywordSide::None };
         let (store, text, filter) = (self.store.clone(), text.clone(), params.filter.clone());
-        let (count, with_vector) = (hybrid_depth(params, self.rerank_pool(rerank)), params.include_vectors);
+        let count = hybrid_depth(params, self.rerank_pool(rerank));
+        let HitContent { with_text, with_metadata, with_vector } = self.side_content(page_content(params, rerank));
         KeywordSide::Running(AbortOnDrop(tokio::spawn(async move {
-            // Without text and metadata, as the vector side ([`Corpus::candidates`]).
-            let (with_text, with_metadata) = (false, false);
             let query = KeywordQuery { text: &text, count, filter: &filter, with_text, with_metadata, with_vector };
             store.keyword_search(query).await
         })))
+    }
+
+    /// What each side of a hybrid search brings for a page carrying `page`: no text or
+    /// metadata (on Weaviate, the text of 2 x 20 candidates from every shard), which
+    /// the page gets after fusion, unless the store's rows hold them anyway.
+    fn side_content(&self, page: HitContent) -> HitContent {
+        if self.store.ranks_with_content() {
+            page
+        } else {
+            HitContent { with_text: false, with_metadata: false, ..page }
+        }
     }
 
     /// The candidates the rerank scorer re-scores, when reranking.
@@ -351,10 +361,8 @@ impl Corpus {
     ) -> Result<Candidates> {
         let vector = sides.vector;
         let page_content = page_content(params, rerank);
-        // Each side of a hybrid search ranks its candidates without their text and
-        // metadata (on Weaviate, the text of 2 x 20 candidates from every shard); the
-        // page gets them after fusion.
-        let side_content = HitContent { with_text: false, with_metadata: false, ..page_content };
+        let side_content = self.side_content(page_content);
+        let sides_carry_content = side_content == page_content;
         let by_vector = |count: usize, score_threshold: Option<f32>, content: HitContent| StoreQuery {
             vector,
             count,
@@ -402,7 +410,11 @@ impl Corpus {
                 let mut fused = fusion::fuse(by_vector, by_keyword, alpha, params.fusion, depth);
                 fused.retain(above_threshold);
                 fused.truncate(pool);
-                self.store.fill_content(fused.iter_mut().map(|fused| &mut fused.hit).collect(), page_content).await?;
+                if !sides_carry_content {
+                    self.store
+                        .fill_content(fused.iter_mut().map(|fused| &mut fused.hit).collect(), page_content)
+                        .await?;
+                }
                 Candidates { hits: fused, exhausted }
             }
         })

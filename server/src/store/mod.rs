@@ -167,7 +167,7 @@ pub struct KeywordQuery<'a> {
 }
 
 /// What a hit carries besides its citation and score.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HitContent {
     pub with_text: bool,
     pub with_metadata: bool,
@@ -296,6 +296,13 @@ pub trait CorpusStore: Send + Sync + 'static {
     /// The best chunks for one query's words by BM25, best first; none when the text
     /// has no indexable word.
     async fn keyword_search(&self, query: KeywordQuery<'_>) -> Result<Vec<StoredHit>>;
+
+    /// Whether a search's hits carry their text and metadata at little extra cost (the
+    /// rows it ranks hold them): hybrid search then has both sides bring the content
+    /// instead of reading the page's after fusion, one round trip fewer.
+    fn ranks_with_content(&self) -> bool {
+        false
+    }
 
     /// Gives `hits` (found without them) their text and metadata, as `content` asks.
     /// Hybrid search ranks each side's candidates without either and fills only the

@@ -154,10 +154,11 @@ async fn servers_starting_together_migrate_once() {
     let args = [&["--backend", "pseudo"][..], &flags].concat();
     let servers = futures::future::join_all((0..4).map(|_| InProcessServer::start(&args))).await;
     let cluster = PostgresCluster::shared_store();
-    // Each migration once: versions 1 (the tables), 2 (tsvectors) and 3 (BM25 postings).
+    // Each migration once: versions 1 (the tables), 2 (tsvectors), 3 (BM25 postings)
+    // and 4 (postings by term and chunk).
     assert_eq!(
         cluster.sql("migrate", "SELECT string_agg(version::text, ',' ORDER BY version) FROM together.migrations"),
-        "1,2,3"
+        "1,2,3,4"
     );
     assert_eq!(cluster.sql("migrate", "SELECT value FROM together.settings WHERE key = 'vector'"), "halfvec");
     for server in servers {
@@ -281,6 +282,43 @@ async fn keyword_scores_are_bm25_and_the_postings_follow_every_write() {
         hits.iter().map(|h| format!("{}={:.4}", h.document_id, h.keyword_score.unwrap())).collect::<Vec<_>>().join(",");
     assert_eq!(answered, expected, "the server's BM25 against the formula");
     assert_eq!(hits[0].document_id, "a", "two matches of valve and one of seal");
+
+    // A server reading only the rarest term's postings in full (a budget of one posting)
+    // looks the other term up in the chunks that term found. Asked for two hits, it
+    // answers from those chunks, with their whole BM25 scores; asked for ten, more than
+    // they hold, it reads every posting and answers as above.
+    let pruned_flags = [flags.clone(), vec!["--postgres-keyword-rare-postings".into(), "1".into()]].concat();
+    let pruned =
+        InProcessServer::start(&[ONNX, &pruned_flags.iter().map(String::as_str).collect::<Vec<_>>()].concat()).await;
+    let mut pruned_client = search_client(&pruned.address).await;
+    let scores = |hits: &[embedwire_proto::v1::SearchHit]| {
+        hits.iter().map(|h| format!("{}={:.4}", h.document_id, h.keyword_score.unwrap())).collect::<Vec<_>>()
+    };
+    // The process's metrics are counted for both servers of this test.
+    let calls = || async {
+        let metrics = reqwest::get(format!("{}/metrics", pruned.address)).await.unwrap().text().await.unwrap();
+        ["keyword search", "keyword search, every posting"].map(|operation| {
+            let series =
+                format!("embedwire_store_request_seconds_count{{store=\"postgres\",operation=\"{operation}\"}} ");
+            metrics.lines().find_map(|line| line.strip_prefix(series.as_str())?.parse::<u64>().ok()).unwrap_or(0)
+        })
+    };
+    let before = calls().await;
+    let two = SearchRequest { top_k: Some(2), ..keyword("valve seals") };
+    let hits = pruned_client.search(two).await.unwrap().into_inner().results.remove(0).hits;
+    let exact: Vec<&str> = expected.split(',').collect();
+    assert_eq!(hits.len(), 2, "{hits:?}");
+    assert_eq!(hits[0].document_id, "a", "{hits:?}");
+    for score in scores(&hits) {
+        assert!(exact.contains(&score.as_str()), "{score}: not its BM25 score, which is one of {exact:?}");
+    }
+    let after_two = calls().await;
+    assert_eq!([after_two[0] - before[0], after_two[1] - before[1]], [1, 0], "the rare term's search sufficed");
+    let hits = pruned_client.search(keyword("valve seals")).await.unwrap().into_inner().results.remove(0).hits;
+    assert_eq!(scores(&hits).join(","), expected, "ten asked: every posting, as the first server");
+    let after_ten = calls().await;
+    assert_eq!([after_ten[0] - after_two[0], after_ten[1] - after_two[1]], [1, 1], "too few: every posting read");
+    pruned.stop().await.unwrap();
 
     // Replace and delete: the postings go with their chunks.
     let job = ingest_and_wait(&mut client, vec![document("a", "Now about gaskets only.")]).await;

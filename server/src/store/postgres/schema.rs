@@ -130,6 +130,16 @@ fn migrations(s: &str, shape: &IndexShape) -> Vec<(i32, &'static str, String)> {
              CREATE INDEX chunk_terms_chunk ON {s}.chunk_terms (doc_id, chunk_index);"
             ),
         ),
+        (
+            4,
+            "keyword search: postings indexed by (term, chunk), for looking a common term up in a chunk",
+            // See `bm25::search_sql`. It serves the scans by term as the index it replaces did.
+            format!(
+                "CREATE INDEX chunk_terms_term_chunk ON {s}.chunk_terms (term, doc_id, chunk_index)
+                     INCLUDE (frequency, chunk_length);
+                 DROP INDEX {s}.chunk_terms_term;"
+            ),
+        ),
     ]
 }
 
