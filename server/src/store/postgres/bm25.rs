@@ -152,8 +152,8 @@ const TERMS_CTE: &str = "WITH terms AS MATERIALIZED (
 /// of them returned. A query's common words ("cell", "increase") each hold a large
 /// share of all chunks and weigh little; summing all their postings made the cost
 /// grow with the index. At 10,000 SciFact documents (23,173 chunks, 10,104 postings
-/// a train query on average) the statement took 8.4 ms a query against 3.5 ms this
-/// way, 2,000 rare postings and 60 candidates for 20 hits; nDCG@10 of the 20 chunks
+/// a train query on average) the statement took 9.4 ms a query against 3.5 ms this
+/// way in one run, 2,000 rare postings and 60 candidates for 20 hits; nDCG@10 of the 20 chunks
 /// 0.5356 and 0.5358, and 0.686 for the benchmark's 300 before and after (README).
 ///
 /// A chunk holding none of the rare terms is never a candidate: when fewer than `$2`
