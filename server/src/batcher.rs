@@ -8,10 +8,22 @@
 //! waiting sequences, sorts it by length (so sequences of similar length share a
 //! batch and little is spent on padding), cuts it into batches under a token budget
 //! and a size cap, and runs them. Between batches the CPU does nothing else useful,
-//! so the thread never waits for a full batch, with one exception: when the previous
-//! batch was larger than what is queued now, it waits up to `max_wait` for the queue
-//! to reach that size again. Under steady concurrency that keeps batches full; a lone
-//! client (batches of one) never waits.
+//! so the thread does not wait for a full batch, except for company it has reason to
+//! expect: when the previous batch was larger than what is queued now, or when more
+//! interactive sequences were recently queued or running at once than are queued now,
+//! it waits for the queue to reach that size again, at most `max_wait` and at most a
+//! quarter of the model time the batch it waits for will take. A lone client (batches
+//! of one) never waits.
+//!
+//! Why wait for company: a closed-loop client of N callers (each sends its next call
+//! when answered) left to itself splits into cohorts. While one cohort's batch runs,
+//! the other cohort's calls queue; the batch ends, the queued cohort starts at once,
+//! and the callers just answered come back (search, response, next request: a few ms)
+//! to find a batch running, so they form the next cohort. Batches stay at N/2 or N/3,
+//! where the model does less per second. Waiting those few ms merges the cohorts into
+//! one batch of N. Measured on 2 cores with 16 callers of `POST /v1/search` on 10,000
+//! documents, alternating servers: 451-493 against 361-385 requests/s, p95 41-45
+//! against 55-65 ms.
 //!
 //! A sequence whose caller has gone (cancelled, deadline passed) is dropped when its
 //! batch is formed, before it costs model time.
@@ -85,7 +97,8 @@ pub struct BatchLimits {
     pub max_batch_size: usize,
     /// Most tokens in a batch, padding included: size x longest sequence.
     pub max_batch_tokens: usize,
-    /// Longest wait for the queue to refill to the previous batch's size.
+    /// Longest wait for the queue to refill to the company expected (see the module
+    /// comment); a quarter of the expected batch's model time bounds it too.
     pub max_wait: Duration,
     /// Token budget of a bulk batch: smaller than the interactive one, because a
     /// request that arrives while a bulk batch runs waits for all of it.
@@ -184,7 +197,7 @@ impl<I: BatchInput> TokenBudgetBatcher<I> {
         let caller_work_ahead = work_ahead.clone();
         let run_if_free = Box::new(move |batch: &[QueuedSequence<I>]| match model.try_lock() {
             Ok(mut model) => {
-                run_batch(&mut *model, batch, &stats, &caller_work_ahead);
+                run_batch(&mut *model, batch, &stats, &caller_work_ahead, &|| ());
                 true
             }
             Err(_) => false,
@@ -208,7 +221,8 @@ impl<I: BatchInput> TokenBudgetBatcher<I> {
     /// return. Meant for a lone caller's small interactive request.
     pub fn submit_or_run_now(&self, sequences: Vec<I>, priority: Priority) -> BatchReply {
         let (receiver, queued) = self.prepare(sequences, priority);
-        if queued.is_empty() || (self.queue.len() == 0 && (self.run_if_free)(&queued)) {
+        let alone = || self.queue.len() == 0 && !self.queue.expects_company();
+        if queued.is_empty() || (alone() && (self.run_if_free)(&queued)) {
             return receiver;
         }
         self.queue.push(priority, queued.into_iter());
@@ -354,18 +368,53 @@ struct QueueState<I> {
     interactive: VecDeque<QueuedSequence<I>>,
     bulk: VecDeque<QueuedSequence<I>>,
     closed: bool,
+    /// Interactive sequences the model thread took and has not run yet (its window).
+    interactive_in_window: usize,
+    /// The most interactive sequences seen queued or in the window at once, when
+    /// one was queued, since a wait for that many last came up short: the company a
+    /// batch can expect (see the module comment).
+    company: usize,
 }
 
 impl<I> Default for QueueState<I> {
     fn default() -> Self {
-        QueueState { interactive: VecDeque::new(), bulk: VecDeque::new(), closed: false }
+        QueueState {
+            interactive: VecDeque::new(),
+            bulk: VecDeque::new(),
+            closed: false,
+            interactive_in_window: 0,
+            company: 0,
+        }
     }
 }
+
+/// A wait for the queue to fill never costs more than this fraction of the model time
+/// of the batch it waits for: at worst, the company does not come and the model idles
+/// for a quarter of a batch.
+const FILL_WAIT_DIVISOR: u32 = 4;
 
 impl<I> QueueState<I> {
     fn waiting(&self) -> usize {
         self.interactive.len() + self.bulk.len()
     }
+
+    /// How many sequences the next window waits for, and for how long at most: the
+    /// previous batch's size or the company interactive work can expect, whichever
+    /// is larger.
+    fn fill_goal(&self, last: LastBatch, limits: BatchLimits) -> (usize, Duration) {
+        let company = if self.interactive.is_empty() { 0 } else { self.company.min(limits.max_batch_size) };
+        let target = last.size.max(company);
+        let per_sequence = last.took / last.size.max(1) as u32;
+        let wait = limits.max_wait.min(per_sequence * target as u32 / FILL_WAIT_DIVISOR);
+        (target, wait)
+    }
+}
+
+/// The batch the model thread ran last: what the next one's wait to fill goes by.
+#[derive(Debug, Clone, Copy)]
+struct LastBatch {
+    size: usize,
+    took: Duration,
 }
 
 impl<I: BatchInput> SequenceQueue<I> {
@@ -382,7 +431,11 @@ impl<I: BatchInput> SequenceQueue<I> {
     fn push(&self, priority: Priority, sequences: impl Iterator<Item = QueuedSequence<I>>) {
         let mut state = self.lock();
         match priority {
-            Priority::Interactive => state.interactive.extend(sequences),
+            Priority::Interactive => {
+                state.interactive.extend(sequences);
+                let together = state.interactive.len() + state.interactive_in_window;
+                state.company = state.company.max(together);
+            }
             Priority::Bulk => state.bulk.extend(sequences),
         }
         drop(state);
@@ -407,12 +460,12 @@ impl<I: BatchInput> SequenceQueue<I> {
 
     /// Blocks until sequences are waiting, then takes up to `max_sequences` of one
     /// lane, oldest first: interactive ones, or bulk ones when none wait or
-    /// `bulk_due`. Waits up to `max_wait` more while fewer than `fill_target` wait.
-    /// None when the queue is closed and empty.
+    /// `bulk_due`. Waits a little more while fewer wait than the goal after `last`
+    /// ([`QueueState::fill_goal`]). None when the queue is closed and empty.
     fn take_window(
         &self,
         max_sequences: usize,
-        fill_target: usize,
+        last: LastBatch,
         bulk_due: bool,
         limits: BatchLimits,
     ) -> Option<Window<I>> {
@@ -423,10 +476,14 @@ impl<I: BatchInput> SequenceQueue<I> {
             }
             state = self.changed.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
         }
-        let deadline = Instant::now() + limits.max_wait;
+        let (fill_target, max_wait) = state.fill_goal(last, limits);
+        let deadline = Instant::now() + max_wait;
         while state.waiting() < fill_target && !state.closed {
             let now = Instant::now();
             if now >= deadline {
+                // The company did not come (callers left, or think between calls):
+                // expect no more than came, until more are seen together again.
+                state.company = state.interactive.len();
                 break;
             }
             state = self.changed.wait_timeout(state, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
@@ -437,7 +494,22 @@ impl<I: BatchInput> SequenceQueue<I> {
             (&mut state.bulk, Priority::Bulk)
         };
         let take = lane.len().min(max_sequences);
-        Some(Window { sequences: lane.drain(..take).collect(), priority })
+        let sequences = lane.drain(..take).collect();
+        if priority == Priority::Interactive {
+            state.interactive_in_window = take;
+        }
+        Some(Window { sequences, priority })
+    }
+
+    /// Counts the interactive sequences of the model thread's window not run yet.
+    fn set_interactive_in_window(&self, count: usize) {
+        self.lock().interactive_in_window = count;
+    }
+
+    /// True when recent traffic had interactive sequences together: a new one then
+    /// queues for company rather than running alone at once.
+    fn expects_company(&self) -> bool {
+        self.lock().company > 1
     }
 
     /// True when interactive work waits: a bulk window stops between its batches
@@ -518,14 +590,14 @@ fn run_model_thread<M: BatchModel>(
     stats: &Stats,
     work_ahead: &WorkAhead,
 ) {
-    let mut previous_batch_size = 1;
+    let mut last = LastBatch { size: 1, took: Duration::ZERO };
     let mut interactive_batches_since_bulk = 0;
     let mut split_choice = SplitChoice::default();
     let window_size = limits.max_batch_size * BATCHES_PER_WINDOW;
     loop {
         release_when_idle(&mut models, queue, stats);
         let bulk_due = interactive_batches_since_bulk >= INTERACTIVE_BATCHES_PER_BULK;
-        let Some(window) = queue.take_window(window_size, previous_batch_size, bulk_due, limits) else { break };
+        let Some(window) = queue.take_window(window_size, last, bulk_due, limits) else { break };
         stats.queue_depth.store(queue.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let mut live = drop_abandoned(window.sequences, stats, work_ahead);
         live.sort_by_key(|s| s.input.token_count());
@@ -535,8 +607,11 @@ fn run_model_thread<M: BatchModel>(
             Priority::Interactive => limits,
             Priority::Bulk => BatchLimits { max_batch_tokens: limits.max_bulk_batch_tokens, ..limits },
         };
-        let mut batches = split_under_budget(live, budget).into_iter();
+        let batches = split_under_budget(live, budget);
+        let mut not_run: usize = batches.iter().map(Vec::len).sum();
+        let mut batches = batches.into_iter();
         while let Some(batch) = batches.next() {
+            not_run -= batch.len();
             // Callers may have left while earlier batches of this window ran.
             let batch = drop_abandoned(batch, stats, work_ahead);
             if batch.is_empty() {
@@ -544,18 +619,27 @@ fn run_model_thread<M: BatchModel>(
             }
             // Held while the parts run too: a lone caller's batch must not join them.
             let mut model = models.whole.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            if batch.len() >= MIN_SPLIT_SEQUENCES && models.loaded_parts().len() >= 2 {
+            // Before any answer goes out (a caller answered may be back at once): the
+            // window then holds only what it has not run.
+            let interactive = window.priority == Priority::Interactive;
+            let ran = || {
+                if interactive {
+                    queue.set_interactive_in_window(not_run);
+                }
+            };
+            let took = if batch.len() >= MIN_SPLIT_SEQUENCES && models.loaded_parts().len() >= 2 {
                 let way = split_choice.next();
                 let took = match way {
-                    Way::Parts => run_split(&mut models.parts, &batch, stats, work_ahead),
-                    Way::Whole => run_batch(&mut *model, &batch, stats, work_ahead),
+                    Way::Parts => run_split(&mut models.parts, &batch, stats, work_ahead, &ran),
+                    Way::Whole => run_batch(&mut *model, &batch, stats, work_ahead, &ran),
                 };
                 split_choice.observe(way, padded_tokens(&batch), took);
+                took
             } else {
-                run_batch(&mut *model, &batch, stats, work_ahead);
-            }
+                run_batch(&mut *model, &batch, stats, work_ahead, &ran)
+            };
             drop(model);
-            previous_batch_size = batch.len();
+            last = LastBatch { size: batch.len(), took };
             match window.priority {
                 Priority::Interactive => interactive_batches_since_bulk += 1,
                 Priority::Bulk => {
@@ -630,31 +714,34 @@ fn split_under_budget<I: BatchInput>(
     batches
 }
 
-/// Runs one batch, takes it off the work ahead, and answers its jobs; returns the
-/// model's time.
+/// Runs one batch, takes it off the work ahead, calls `before_answers`, and answers
+/// its jobs; returns the model's time.
 fn run_batch<M: BatchModel>(
     model: &mut M,
     batch: &[QueuedSequence<M::Input>],
     stats: &Stats,
     work_ahead: &WorkAhead,
+    before_answers: &dyn Fn(),
 ) -> Duration {
     let ran = execute(model, batch, stats);
     // Before any answer goes out, so a caller that got one sees the work gone.
     work_ahead.observe_batch(padded_tokens(batch), ran.took);
     work_ahead.remove(interactive_tokens(batch));
+    before_answers();
     count_time(batch, ran.started, ran.took);
     answer(batch, ran.result, model.dim());
     ran.took
 }
 
 /// Runs a batch as one part per model in `parts`, side by side, each on its own thread
-/// (the first on this one), then answers them all. The work ahead learns the speed of
+/// (the first on this one), calls `before_answers`, then answers them all. The work ahead learns the speed of
 /// the whole: all the parts' tokens in the time they took together, returned.
 fn run_split<M: BatchModel>(
     parts: &mut [M],
     batch: &[QueuedSequence<M::Input>],
     stats: &Stats,
     work_ahead: &WorkAhead,
+    before_answers: &dyn Fn(),
 ) -> Duration {
     let bounds = balanced_parts(batch, parts.len());
     Stats::add(&stats.split_batches, 1);
@@ -683,6 +770,7 @@ fn run_split<M: BatchModel>(
     let took = started.elapsed();
     work_ahead.observe_batch(padded_tokens(batch), took);
     work_ahead.remove(interactive_tokens(batch));
+    before_answers();
     // A request with inputs in several parts waited for them side by side, once.
     count_time(batch, started, took);
     let dim = parts[0].dim();
@@ -855,6 +943,81 @@ mod tests {
             .collect();
         // [2,2,3] pads to 9 tokens; [3,3] next; 10 alone even though it is over budget.
         assert_eq!(sizes, vec![vec![2, 2, 3], vec![3, 3], vec![10]]);
+    }
+
+    fn waiting_limits(max_wait: Duration) -> BatchLimits {
+        BatchLimits { max_wait, ..limits(16, 4096) }
+    }
+
+    #[test]
+    fn the_fill_goal_is_the_larger_of_the_last_batch_and_the_company_seen() {
+        let queue = SequenceQueue::default();
+        queue.push(Priority::Interactive, queued(&[4; 8]).into_iter());
+        let first = queue.take_window(64, LastBatch { size: 1, took: Duration::ZERO }, false, limits(16, 4096));
+        assert_eq!(first.expect("open").sequences.len(), 8);
+        // Eight in the model's window while eight more queue: sixteen came together.
+        queue.push(Priority::Interactive, queued(&[4; 8]).into_iter());
+        let mut state = queue.lock();
+        assert_eq!((state.interactive_in_window, state.company), (8, 16));
+        let last = LastBatch { size: 8, took: Duration::from_millis(16) };
+        // 2 ms a sequence: a quarter of sixteen sequences' time, under max_wait.
+        let goal = state.fill_goal(last, waiting_limits(Duration::from_millis(10)));
+        assert_eq!(goal, (16, Duration::from_millis(8)));
+        // max_wait bounds it too, and the company never exceeds a full batch.
+        state.company = 100;
+        assert_eq!(state.fill_goal(last, waiting_limits(Duration::from_millis(3))), (16, Duration::from_millis(3)));
+        // A lone client (batches of one, nobody else seen) waits for nothing.
+        state.company = 1;
+        let alone = LastBatch { size: 1, took: Duration::from_millis(5) };
+        assert_eq!(state.fill_goal(alone, waiting_limits(Duration::from_millis(10))).0, 1);
+        // Bulk work alone waits only for the last batch's size.
+        state.company = 16;
+        state.interactive.clear();
+        assert_eq!(state.fill_goal(last, waiting_limits(Duration::from_millis(10))).0, 8);
+    }
+
+    #[test]
+    fn company_that_does_not_come_is_forgotten_after_one_wait() {
+        let queue = SequenceQueue::default();
+        queue.lock().company = 16;
+        assert!(queue.expects_company(), "a lone request queues rather than running at once");
+        queue.push(Priority::Interactive, queued(&[4]).into_iter());
+        let last = LastBatch { size: 16, took: Duration::from_millis(32) };
+        let started = Instant::now();
+        let window = queue.take_window(64, last, false, waiting_limits(Duration::from_millis(5))).expect("open");
+        let waited = started.elapsed();
+        assert_eq!(window.sequences.len(), 1);
+        assert!(waited >= Duration::from_millis(5), "waited {waited:?} for the company");
+        assert_eq!(queue.lock().company, 1);
+        assert!(!queue.expects_company());
+        // With the company forgotten, the next lone request waits for nobody.
+        queue.set_interactive_in_window(0);
+        queue.push(Priority::Interactive, queued(&[4]).into_iter());
+        let started = Instant::now();
+        let alone = LastBatch { size: 1, took: Duration::from_millis(4) };
+        queue.take_window(64, alone, false, waiting_limits(Duration::from_secs(5))).expect("open");
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_wait_for_company_ends_when_it_comes() {
+        let queue = Arc::new(SequenceQueue::default());
+        queue.lock().company = 4;
+        queue.push(Priority::Interactive, queued(&[4]).into_iter());
+        let late = queue.clone();
+        let arrivals = std::thread::spawn(move || {
+            for _ in 0..3 {
+                std::thread::sleep(Duration::from_millis(2));
+                late.push(Priority::Interactive, queued(&[4]).into_iter());
+            }
+        });
+        let last = LastBatch { size: 4, took: Duration::from_secs(8) };
+        let started = Instant::now();
+        let window = queue.take_window(64, last, false, waiting_limits(Duration::from_secs(2))).expect("open");
+        arrivals.join().unwrap();
+        assert_eq!(window.sequences.len(), 4, "the batch waited for its company");
+        assert!(started.elapsed() < Duration::from_secs(1), "and no longer: {:?}", started.elapsed());
+        assert_eq!(queue.lock().company, 4);
     }
 
     #[test]

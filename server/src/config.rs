@@ -165,10 +165,12 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_MAX_BULK_BATCH_TOKENS", default_value_t = 1024)]
     pub max_bulk_batch_tokens: usize,
 
-    /// Longest the batcher waits for a batch to fill up as much as the previous one,
-    /// in microseconds. It never waits when the previous batch had a single input, so
-    /// a lone client pays nothing.
-    #[arg(long, env = "EMBEDWIRE_MAX_BATCH_WAIT_US", default_value_t = 2000)]
+    /// Longest the batcher waits for a batch to fill up to the company it expects (as
+    /// large as the previous batch, or as many interactive inputs as were recently
+    /// queued or running together), in microseconds; it never waits more than a quarter
+    /// of the model time of the batch it waits for either. A lone client (batches of
+    /// one) pays nothing; 0 never waits.
+    #[arg(long, env = "EMBEDWIRE_MAX_BATCH_WAIT_US", default_value_t = 10_000)]
     pub max_batch_wait_us: u64,
 
     /// Replaces the default admission rule with a bound on expected queue time, in
