@@ -22,15 +22,15 @@
 //! to find a batch running, so they form the next cohort. Batches stay at N/2 or N/3,
 //! where the model does less per second. Waiting those few ms merges the cohorts into
 //! one batch of N. Measured on 2 cores with 16 callers of `POST /v1/search` on 10,000
-//! documents, alternating servers: 451-493 against 361-385 requests/s, p95 41-45
-//! against 55-65 ms.
+//! documents, alternating servers: 451-525 against 361-414 requests/s, p95 41-45
+//! against 54-65 ms.
 //!
 //! A sequence whose caller has gone (cancelled, deadline passed) is dropped when its
 //! batch is formed, before it costs model time.
 //!
 //! A lone caller skips the queue: when nothing waits, no batch runs and no company is
-//! expected, a one-text request runs on its own thread ([`TokenBudgetBatcher::submit_or_run_now`]). The
-//! queue's two hand-offs (waking the model thread, then waking the caller's) cost
+//! expected, a one-text request runs on its own thread
+//! ([`TokenBudgetBatcher::submit_or_run_now`]). The queue's two hand-offs (waking the model thread, then waking the caller's) cost
 //! about 0.1 ms of a one-sentence call that the model does in 1.3 ms (int8), as
 //! measured by `embedwire-bench latency`.
 
@@ -221,8 +221,7 @@ impl<I: BatchInput> TokenBudgetBatcher<I> {
     /// return. Meant for a lone caller's small interactive request.
     pub fn submit_or_run_now(&self, sequences: Vec<I>, priority: Priority) -> BatchReply {
         let (receiver, queued) = self.prepare(sequences, priority);
-        let alone = || self.queue.len() == 0 && !self.queue.expects_company();
-        if queued.is_empty() || (alone() && (self.run_if_free)(&queued)) {
+        if queued.is_empty() || (self.queue.is_alone() && (self.run_if_free)(&queued)) {
             return receiver;
         }
         self.queue.push(priority, queued.into_iter());
@@ -506,10 +505,11 @@ impl<I: BatchInput> SequenceQueue<I> {
         self.lock().interactive_in_window = count;
     }
 
-    /// True when recent traffic had interactive sequences together: a new one then
-    /// queues for company rather than running alone at once.
-    fn expects_company(&self) -> bool {
-        self.lock().company > 1
+    /// True when nothing waits and recent traffic had no interactive sequences
+    /// together: a new one may run alone at once. Otherwise it queues (for company).
+    fn is_alone(&self) -> bool {
+        let state = self.lock();
+        state.waiting() == 0 && state.company <= 1
     }
 
     /// True when interactive work waits: a bulk window stops between its batches
@@ -614,14 +614,17 @@ fn run_model_thread<M: BatchModel>(
             not_run -= batch.len();
             // Callers may have left while earlier batches of this window ran.
             let batch = drop_abandoned(batch, stats, work_ahead);
+            let interactive = window.priority == Priority::Interactive;
             if batch.is_empty() {
+                if interactive {
+                    queue.set_interactive_in_window(not_run);
+                }
                 continue;
             }
             // Held while the parts run too: a lone caller's batch must not join them.
             let mut model = models.whole.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             // Before any answer goes out (a caller answered may be back at once): the
             // window then holds only what it has not run.
-            let interactive = window.priority == Priority::Interactive;
             let ran = || {
                 if interactive {
                     queue.set_interactive_in_window(not_run);
@@ -980,7 +983,7 @@ mod tests {
     fn company_that_does_not_come_is_forgotten_after_one_wait() {
         let queue = SequenceQueue::default();
         queue.lock().company = 16;
-        assert!(queue.expects_company(), "a lone request queues rather than running at once");
+        assert!(!queue.is_alone(), "a lone request queues rather than running at once");
         queue.push(Priority::Interactive, queued(&[4]).into_iter());
         let last = LastBatch { size: 16, took: Duration::from_millis(32) };
         let started = Instant::now();
@@ -989,7 +992,7 @@ mod tests {
         assert_eq!(window.sequences.len(), 1);
         assert!(waited >= Duration::from_millis(5), "waited {waited:?} for the company");
         assert_eq!(queue.lock().company, 1);
-        assert!(!queue.expects_company());
+        assert!(queue.is_alone(), "the next lone request may run at once");
         // With the company forgotten, the next lone request waits for nobody.
         queue.set_interactive_in_window(0);
         queue.push(Priority::Interactive, queued(&[4]).into_iter());
