@@ -64,7 +64,8 @@ const TOP_K: u32 = 5;
 const CLOSED_COLUMNS: &str = "workload,texts_per_call,callers,server,calls,ok,errors,seconds,texts_per_s,p50_ms,p99_ms";
 const RUNS_COLUMNS: &str = "max_per_s,unloaded_p50_ms,unloaded_p99_ms,offered_per_s,sent,accepted,rejected,errors,\
     rejected_p50_ms,rejected_p99_ms,accepted_p50_ms,accepted_p99_ms,goodput_per_s,full_batch_ms,full_batch_size,burst_batch_ms,burst_batch_size,\
-    recovery_s,lag_p99_ms,held_back,server_cores";
+    recovery_s,lag_p99_ms,held_back,server_cores,bench_cores,max_server_cores,max_bench_cores,full_padded_per_text,\
+    burst_padded_per_text,full_us_per_padded_token,burst_us_per_padded_token";
 
 /// Options of the overload scenario.
 #[derive(Debug, Clone, clap::Args)]
@@ -141,12 +142,32 @@ async fn measure(common: &Common, args: &Args, report: &mut Report) -> anyhow::R
     println!("overload: {} documents indexed on both servers", corpus.documents.len());
     let closed = closed_loop_sweep(common, args, &servers, &texts, report).await;
     let open = match closed {
-        Ok(()) => open_loop_overload(common, args, &servers, &texts, report).await,
+        Ok(()) => on_one_thread(|| open_loop_overload(common, args, &servers, &texts, report)),
         Err(error) => Err(error),
     };
     servers.default.stop().await?;
     servers.unbounded.stop().await?;
     open
+}
+
+/// Runs `work` on a runtime of its own, on one thread of its own: the open-loop load generator shares the 2 cores with
+/// the server, and on one thread it costs a fraction of the CPU (no wake-ups across worker threads, for each of the
+/// ~1,000 calls a second, and its connections' tasks on the same thread), so the server is measured with more of the
+/// machine. What the server sees is the same: the same schedule of calls on the same connections.
+fn on_one_thread<'a, F: std::future::Future<Output = anyhow::Result<()>>>(
+    work: impl FnOnce() -> F + Send + 'a,
+) -> anyhow::Result<()>
+where
+    F: 'a,
+{
+    tokio::task::block_in_place(|| {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(work()))
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the open-loop thread panicked")))
+        })
+    })
 }
 
 /// Every workload at every caller count, on the default server and on the unbounded one, alternating in two rounds
@@ -306,13 +327,15 @@ async fn open_loop_overload(
 ) -> anyhow::Result<()> {
     let reference = connections(&servers.unbounded, CONNECTIONS).await?;
     // A full batch's model time is read at capacity: from the unbounded server's /metrics across the maximum's run.
-    let before = MetricsSnapshot::read(servers.unbounded.address).await?;
+    let (before, max_cpu) = (MetricsSnapshot::read(servers.unbounded.address).await?, CpuWindow::start(servers.unbounded.pid)?);
     let max =
         load::run(&reference, MAX_CLIENTS, texts.clone(), Rpc::Embed, Stop::After(common.duration(10.0, 1.0))).await?;
     let after = MetricsSnapshot::read(servers.unbounded.address).await?;
     let (full_batch, full_batch_size) = mean_batch(&before, &after);
+    let (max_work, max_cpu) = (ModelWork::between(&before, &after), max_cpu.finish()?);
     let max_rate = max.rate();
     println!("max: {max_rate:.0} Embed calls/s ({MAX_CLIENTS} clients on the server without a bound)");
+    println!("  model: {max_work}; {max_cpu}");
     let server = &servers.default;
     let offered = max_rate * FACTOR;
     // Room for every call the server keeps, and the refused ones, without waiting for a stream in the client.
@@ -341,6 +364,7 @@ async fn open_loop_overload(
         tokio::join!(burst, probe_after(channels[0].clone(), texts.clone(), time, common.pick(PROBE_SECS.0, PROBE_SECS.1)), burst_window);
     let (run, probes, (after, cpu)) = (run?, probes?, window?);
     let (burst_batch, batch_size) = mean_batch(&before, &after);
+    let burst_work = ModelWork::between(&before, &after);
     let recovery = recovery_time(&probes, unloaded_p99);
 
     let (accepted, rejections) = (tally.latency(), LatencySummary::from_samples(tally.rejected.clone()));
@@ -352,6 +376,7 @@ async fn open_loop_overload(
         accepted.count,
         tally.failed
     );
+    println!("  model: {burst_work}");
     tally.first_error.iter().for_each(|error| println!("  first error: {error}"));
     let accepted_limit = MAX_ACCEPTED_P99_BATCHES * ms(full_batch);
     let rejection_p99 = if rejected == 0 { 0.0 } else { ms(rejections.p99) };
@@ -382,7 +407,21 @@ async fn open_loop_overload(
             "ms",
             format!("{:.1} ms, {batch_size:.1} texts on average", ms(burst_batch)),
         ),
-        Row::info(label("goodput / max"), goodput / max_rate, "x", format!("{goodput:.0} calls/s"))
+        Row::info(
+            label("goodput / max"),
+            goodput / max_rate,
+            "x",
+            format!(
+                "{goodput:.0} calls/s; server / load generator {:.2} / {:.2} cores (at max {:.2} / {:.2}), model {:.0} µs \
+                 a padded token (at max {:.0})",
+                cpu.server_cores,
+                cpu.bench_cores,
+                max_cpu.server_cores,
+                max_cpu.bench_cores,
+                burst_work.micros_per_padded_token(),
+                max_work.micros_per_padded_token()
+            ),
+        )
             .at_least(MIN_GOODPUT_RATIO, format!(">= {MIN_GOODPUT_RATIO} x")),
         Row::info(
             label("accepted p99"),
@@ -411,7 +450,8 @@ async fn open_loop_overload(
     let lag_p99 = ms(LatencySummary::from_samples(tally.lags).p99);
     let line = format!(
         "{max_rate:.1},{:.3},{:.3},{offered:.1},{},{},{rejected},{},{:.3},{rejection_p99:.3},{:.3},{:.3},{goodput:.1},\
-         {:.3},{full_batch_size:.1},{:.3},{batch_size:.1},{recovery_secs:.3},{lag_p99:.3},{},{:.2}",
+         {:.3},{full_batch_size:.1},{:.3},{batch_size:.1},{recovery_secs:.3},{lag_p99:.3},{},{:.2},{:.2},{:.2},{:.2},\
+         {:.2},{:.2},{:.1},{:.1}",
         ms(unloaded.p50),
         ms(unloaded.p99),
         run.sent,
@@ -423,7 +463,14 @@ async fn open_loop_overload(
         ms(full_batch),
         ms(burst_batch),
         run.held_back,
-        cpu.server_cores
+        cpu.server_cores,
+        cpu.bench_cores,
+        max_cpu.server_cores,
+        max_cpu.bench_cores,
+        max_work.padded_tokens_per_text,
+        burst_work.padded_tokens_per_text,
+        max_work.micros_per_padded_token(),
+        burst_work.micros_per_padded_token(),
     );
     let mut table = Table::new(RUNS_COLUMNS);
     table.row(line.split(','));
@@ -436,6 +483,48 @@ fn mean_batch(before: &MetricsSnapshot, after: &MetricsSnapshot) -> (Duration, f
     let batches = after.since(before, "embedwire_inference_seconds_count").max(1.0);
     let time = Duration::from_secs_f64(after.since(before, "embedwire_inference_seconds_sum") / batches);
     (time, after.since(before, "embedwire_batch_size_sum") / batches)
+}
+
+/// What the model did between two reads of a server's /metrics: where capacity goes besides the batch size (padding,
+/// and model time, which grows when the model threads share the cores with request handling and the load generator).
+struct ModelWork {
+    texts: f64,
+    padded_tokens_per_text: f64,
+    real_tokens_per_text: f64,
+    /// Summed over the batch parts that ran side by side, so up to 2 s a second on 2 cores.
+    model_seconds: f64,
+}
+
+impl ModelWork {
+    fn between(before: &MetricsSnapshot, after: &MetricsSnapshot) -> Self {
+        let since = |name: &str| after.since(before, name);
+        let texts = since("embedwire_model_sequences_total");
+        let per_text = |name: &str| since(name) / texts.max(1.0);
+        ModelWork {
+            texts,
+            padded_tokens_per_text: per_text("embedwire_model_padded_tokens_total"),
+            real_tokens_per_text: per_text("embedwire_model_real_tokens_total"),
+            model_seconds: since("embedwire_inference_seconds_sum"),
+        }
+    }
+
+    /// Model time per padded token, in microseconds.
+    fn micros_per_padded_token(&self) -> f64 {
+        1e6 * self.model_seconds / (self.texts * self.padded_tokens_per_text).max(1.0)
+    }
+}
+
+impl std::fmt::Display for ModelWork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.0} texts, {:.1} padded / {:.1} real tokens each, {:.0} µs of model time a padded token",
+            self.texts,
+            self.padded_tokens_per_text,
+            self.real_tokens_per_text,
+            self.micros_per_padded_token()
+        )
+    }
 }
 
 /// From the moment the burst stops sending, one caller's one-text Embed calls back to back for `probe_secs`: when
