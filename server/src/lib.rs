@@ -45,6 +45,7 @@ pub mod service;
 pub mod split_choice;
 pub mod stats;
 pub mod store;
+pub mod thread_priority;
 pub mod tls;
 pub mod web_dispatch;
 pub mod wire;

@@ -356,9 +356,12 @@ async fn load_and_install(
     let settings = corpus_settings(&config);
     let reranker_config = config.clone();
     let rerank_engine = engine.clone();
-    let reranker = tokio::task::spawn_blocking(move || load_reranker(&reranker_config, rerank_engine))
-        .await
-        .map_err(|e| Error::Config(format!("reranker loader: {e}")))??;
+    let reranker = tokio::task::spawn_blocking(move || {
+        let nice = reranker_config.model_nice;
+        crate::thread_priority::on_lowered_thread(nice, || load_reranker(&reranker_config, rerank_engine))
+    })
+    .await
+    .map_err(|e| Error::Config(format!("reranker loader: {e}")))??;
     let reranker = Arc::new(reranker);
     let _ = cells.rerank.set(reranker.clone());
     let corpus = Corpus::open(settings.clone(), store, engine.clone(), reranker.clone()).await?;
@@ -524,9 +527,12 @@ async fn load_backend(config: &ServerConfig, stats: Arc<Stats>) -> Result<Backen
     match config.backend {
         BackendKind::Onnx => {
             let local = local_model_config(config);
-            let loaded = tokio::task::spawn_blocking(move || LocalBackend::load(&local, stats))
-                .await
-                .map_err(|e| Error::Config(format!("model loader: {e}")))??;
+            let nice = config.model_nice;
+            let loaded = tokio::task::spawn_blocking(move || {
+                crate::thread_priority::on_lowered_thread(nice, || LocalBackend::load(&local, stats))
+            })
+            .await
+            .map_err(|e| Error::Config(format!("model loader: {e}")))??;
             Ok(Backend::Local(loaded))
         }
         BackendKind::Pseudo => {
