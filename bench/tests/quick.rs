@@ -353,7 +353,9 @@ fn overload_accounts_for_every_call() {
     }
     let header = "max_per_s,unloaded_p50_ms,unloaded_p99_ms,offered_per_s,sent,accepted,rejected,errors,\
                   rejected_p50_ms,rejected_p99_ms,accepted_p50_ms,accepted_p99_ms,goodput_per_s,full_batch_ms,\
-                  full_batch_size,burst_batch_ms,burst_batch_size,recovery_s,lag_p99_ms,held_back,server_cores";
+                  full_batch_size,burst_batch_ms,burst_batch_size,recovery_s,lag_p99_ms,held_back,server_cores,\
+                  bench_cores,max_server_cores,max_bench_cores,full_padded_per_text,burst_padded_per_text,\
+                  full_us_per_padded_token,burst_us_per_padded_token";
     let runs = run.csv("overload_bench_runs.csv", header);
     let number = |i: usize| runs[0][i].parse::<f64>().unwrap_or_else(|_| panic!("field {i} of {:?}", runs[0]));
     // Every call sent is accounted for: accepted, rejected or failed; offered at 3 x the maximum.
@@ -361,6 +363,12 @@ fn overload_accounts_for_every_call() {
     assert!(number(0) > 0.0 && (number(3) - 3.0 * number(0)).abs() <= 0.25, "{runs:?}");
     assert!(number(13) > 0.0 && number(14) >= 1.0, "the full batch was read from /metrics: {runs:?}");
     assert!(number(15) > 0.0 && number(16) >= 1.0, "the burst's batches were read from /metrics: {runs:?}");
+    // Where capacity went: both processes' CPU in both phases, and the model's work read from /metrics (a padded
+    // text holds at least its real tokens, and the model took some time for them).
+    assert!(number(20) > 0.0 && number(22) > 0.0, "the server's CPU in both phases: {runs:?}");
+    assert!((21..=23).all(|i| number(i) >= 0.0), "the load generator's CPU: {runs:?}");
+    assert!(number(24) >= 1.0 && number(25) >= 1.0, "padded tokens a text: {runs:?}");
+    assert!(number(26) > 0.0 && number(27) > 0.0, "model time a padded token: {runs:?}");
 }
 
 /// `chaos --cycles 2` on one store: every judged figure (lost, doubled, stuck, failed jobs) 0, a CSV row per cycle
