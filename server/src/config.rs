@@ -194,6 +194,14 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_MAX_QUEUE_MS")]
     pub max_queue_ms: Option<u64>,
 
+    /// The default admission bound, set by hand: interactive calls (Embed of at most 8
+    /// texts, search queries) queued or running at once; past it, RESOURCE_EXHAUSTED.
+    /// A closed-loop client of up to this many callers is never refused; under an open
+    /// loop past capacity, an accepted call waits for about this many calls ahead.
+    /// Unset: 2 x --max-batch-size. --max-queue-ms, when given, replaces this rule.
+    #[arg(long, env = "EMBEDWIRE_MAX_INTERACTIVE_CALLS")]
+    pub max_interactive_calls: Option<usize>,
+
     /// Inputs admitted (queued or running) at once; past it, RESOURCE_EXHAUSTED. A
     /// memory bound, not a latency one: 64 closed-loop callers of 256 texts fit (a few
     /// tens of MB of token ids and vectors).
@@ -584,6 +592,7 @@ impl ServerConfig {
             ("--hnsw-m", self.hnsw_m),
             ("--hnsw-ef-construction", self.hnsw_ef_construction),
             ("--hnsw-ef-search", self.hnsw_ef_search.unwrap_or(1)),
+            ("--max-interactive-calls", self.max_interactive_calls.unwrap_or(1)),
         ];
         if let Some((flag, _)) = positive.iter().find(|(_, value)| *value == 0) {
             return Err(format!("{flag} must be at least 1"));
@@ -717,5 +726,12 @@ mod tests {
         assert_eq!(config(&["--intra-op-threads=4", "--batch-parts=1"]).batch_parts(), 1);
         let none = config(&["--batch-parts=0"]).validate().unwrap_err();
         assert!(none.contains("--batch-parts"), "{none}");
+    }
+
+    #[test]
+    fn the_interactive_call_bound_is_never_zero() {
+        assert!(config(&["--max-interactive-calls=128"]).validate().is_ok());
+        let zero = config(&["--max-interactive-calls=0"]).validate().unwrap_err();
+        assert!(zero.contains("--max-interactive-calls"), "{zero}");
     }
 }

@@ -17,15 +17,15 @@
 //! waiting for its answer, never has more than N calls in flight, so any such client
 //! of up to that many callers is queued and batched, never refused, whatever its calls
 //! cost; only offered work that keeps coming while answers slow down (an open loop
-//! beyond capacity) fills the bound. There, an accepted one-text call waits behind
-//! the 127 calls ahead of it: measured at 3 x capacity on 2 cores (`embedwire-bench
-//! overload`, README "Overload"), where a batch holds ~50 of the bench's queries,
-//! accepted p50 is ~2.7 full batches and p99 5-6, because the model takes a few
-//! batches' worth of queued calls at a time and runs them sorted by length (a long
-//! text admitted early can wait for that window and then for the shorter texts of
-//! the next). A bound of two batches' worth of calls would keep p99 near 4 batches
-//! but refuse closed-loop clients of 90-128 callers; taking one batch at a time in
-//! arrival order cost a third of the throughput on mixed-length queries.
+//! beyond capacity) fills the bound. There an accepted call waits about bound /
+//! goodput: 128 calls at the ~300-340 calls/s served at 3 x capacity on 2 cores is
+//! 370-430 ms at p50, 650-770 at p99 (`embedwire-bench overload`, README "Overload"),
+//! about 5 full batches. A smaller bound does not shorten that in batches: at 96 the
+//! burst served less (229-239 against 286-358 calls/s in alternating pairs), and a
+//! bound near the 64 callers that must never be refused would refuse them on the race
+//! between an answer and the caller's next call. `--max-interactive-calls` sets the
+//! count by hand; taking one batch at a time in arrival order cost a third of the
+//! throughput on mixed-length queries.
 //!
 //! The old default, a bound on expected queue time of 2 x one short text's model
 //! time (4-5 ms here), refused closed-loop clients of 16-32 callers on their first
@@ -68,6 +68,8 @@ pub const INTERACTIVE_MAX_INPUTS: usize = 8;
 pub enum QueueBound {
     /// The default: a bound on interactive calls in flight (see the module doc).
     Auto,
+    /// The same bound at a count set by hand (`--max-interactive-calls`).
+    Calls(usize),
     /// No bound: nothing is refused for queue time, and every call is interactive.
     Off,
     /// `--max-queue-ms`.
@@ -77,6 +79,20 @@ pub enum QueueBound {
 impl QueueBound {
     /// From `--max-queue-ms`: absent is auto, 0 is off.
     pub fn from_flag(max_queue_ms: Option<u64>) -> Self {
+        Self::from_flags(max_queue_ms, None)
+    }
+
+    /// From `--max-queue-ms` and `--max-interactive-calls`: neither is auto, and a
+    /// given `--max-queue-ms` replaces the count (so a server started with
+    /// `--max-queue-ms 0` has no bound whatever its environment sets).
+    pub fn from_flags(max_queue_ms: Option<u64>, max_interactive_calls: Option<usize>) -> Self {
+        match (max_queue_ms, max_interactive_calls) {
+            (None, Some(calls)) => QueueBound::Calls(calls),
+            _ => Self::from_queue_ms(max_queue_ms),
+        }
+    }
+
+    fn from_queue_ms(max_queue_ms: Option<u64>) -> Self {
         match max_queue_ms {
             None => QueueBound::Auto,
             Some(0) => QueueBound::Off,
@@ -89,6 +105,7 @@ impl QueueBound {
     pub fn resolve(self, max_batch_size: usize) -> Admission {
         match self {
             QueueBound::Auto => Admission::Calls(AUTO_BATCHES_OF_CALLS * max_batch_size.max(1)),
+            QueueBound::Calls(calls) => Admission::Calls(calls),
             QueueBound::Off => Admission::Off,
             QueueBound::Fixed(bound) => Admission::QueueTime(bound),
         }
@@ -112,7 +129,7 @@ impl Admission {
         match self {
             Admission::Off => "no load bound (--max-queue-ms 0)".into(),
             Admission::Calls(calls) => {
-                format!("at most {calls} interactive calls queued or running (the default bound)")
+                format!("at most {calls} interactive calls queued or running")
             }
             Admission::QueueTime(bound) => {
                 format!("at most {} ms of model work queued ahead (--max-queue-ms)", bound.as_millis())
@@ -179,6 +196,10 @@ impl InteractiveAdmission {
     /// Admits or refuses a call already known to be interactive (a unary rerank call
     /// is one, whatever its size: its caller waits for it).
     pub fn admit_interactive(&self, work_ahead: &WorkAhead) -> Result<InteractiveCall> {
+        self.admit_by_rule(work_ahead).inspect_err(|_| Stats::add(&self.stats.interactive_refusals, 1))
+    }
+
+    fn admit_by_rule(&self, work_ahead: &WorkAhead) -> Result<InteractiveCall> {
         match self.rule {
             Admission::Off => Ok(InteractiveCall::default()),
             Admission::QueueTime(bound) => {
@@ -194,8 +215,8 @@ impl InteractiveAdmission {
                     Ok(_) => Ok(InteractiveCall { counted_in: Some(self.stats.clone()) }),
                     Err(_) => Err(Error::Overloaded {
                         reason: format!(
-                            "server overloaded: {limit} interactive calls are already queued or running, the \
-                             default bound (--max-queue-ms replaces it); retry after the hinted delay"
+                            "server overloaded: {limit} interactive calls are already queued or running; retry \
+                             after the hinted delay"
                         ),
                         retry_after: retry_after(work_ahead.expected_wait()),
                     }),
@@ -268,6 +289,11 @@ mod tests {
         let ahead = queued(1_000_000);
         let held = [admission.admit_interactive(&ahead).unwrap(), admission.admit_interactive(&ahead).unwrap()];
         assert!(matches!(admission.admit_interactive(&ahead), Err(Error::Overloaded { .. })));
+        assert_eq!(
+            admission.stats.interactive_refusals.load(Ordering::Relaxed),
+            1,
+            "the model thread's sign of overload"
+        );
         drop(held);
         assert!(admission.admit_interactive(&ahead).is_ok(), "answered calls leave the count");
         let timed = InteractiveAdmission::new(Admission::QueueTime(Duration::from_millis(10)), Arc::default());
@@ -296,6 +322,13 @@ mod tests {
         let unmeasured = WorkAhead::default();
         unmeasured.add(100_000);
         assert_eq!(lane(&admission, &unmeasured, 1).unwrap(), Priority::Interactive, "no speed measured yet");
+    }
+
+    #[test]
+    fn a_count_set_by_hand_replaces_the_default_one() {
+        assert_eq!(QueueBound::from_flags(None, Some(128)).resolve(64), Admission::Calls(128));
+        assert_eq!(QueueBound::from_flags(None, None).resolve(64), QueueBound::Auto.resolve(64));
+        assert_eq!(QueueBound::from_flags(Some(0), Some(128)).resolve(64), Admission::Off);
     }
 
     #[test]

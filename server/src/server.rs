@@ -584,7 +584,7 @@ fn local_model_config(config: &ServerConfig) -> LocalModelConfig {
             max_wait: config.max_batch_wait(),
             max_bulk_batch_tokens: config.max_bulk_batch_tokens,
         },
-        queue_bound: QueueBound::from_flag(config.max_queue_ms),
+        queue_bound: QueueBound::from_flags(config.max_queue_ms, config.max_interactive_calls),
         precision: config.precision,
     }
 }

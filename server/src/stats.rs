@@ -41,6 +41,9 @@ pub struct Stats {
     pub admission_max_interactive_calls: AtomicU64,
     /// The queue-time bound in force (`--max-queue-ms`), in ms; 0 when not in force.
     pub admission_max_queue_ms: AtomicU64,
+    /// Interactive calls the admission bound refused: the model thread's sign of
+    /// overload (it stops waiting for company then, see `batcher`).
+    pub interactive_refusals: AtomicU64,
     /// Sequences per model batch.
     pub batch_size: Histogram,
     /// Tokens per model batch, padding included.
@@ -70,6 +73,7 @@ impl Default for Stats {
             interactive_calls: AtomicU64::default(),
             admission_max_interactive_calls: AtomicU64::default(),
             admission_max_queue_ms: AtomicU64::default(),
+            interactive_refusals: AtomicU64::default(),
             batch_size: Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
             batch_tokens: Histogram::new([64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0]),
             inference_seconds: Histogram::new(seconds),

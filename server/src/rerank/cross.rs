@@ -59,6 +59,7 @@ impl CrossEncoderScorer {
         let typical_call = warm_up(&mut model, &tokenizer)?;
         let rule = match queue_bound {
             QueueBound::Auto => Admission::Calls(AUTO_CALLS),
+            QueueBound::Calls(calls) => Admission::Calls(calls),
             QueueBound::Off => Admission::Off,
             QueueBound::Fixed(bound) => Admission::QueueTime(bound),
         };

@@ -266,6 +266,52 @@ async fn an_open_loop_burst_past_the_default_bound_is_refused_fast_with_a_retry_
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_count_of_interactive_calls_set_by_hand_is_the_bound_in_force() {
+    // --max-interactive-calls replaces 2 x --max-batch-size (128 here); a given
+    // --max-queue-ms would replace both, so a server told 0 has no bound.
+    let server = InProcessServer::start(&[ONNX, &["--max-interactive-calls", "6"]].concat()).await;
+    let limits = server.client().await.info(InfoRequest {}).await.unwrap().into_inner().limits.expect("limits");
+    assert_eq!((limits.max_interactive_calls, limits.max_queue_ms), (6, 0), "{}", limits.admission);
+    let stats = server.engine.stats().clone();
+    let most_in_flight = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (stats, most, done) = (stats.clone(), most_in_flight.clone(), done.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::SeqCst) {
+                most.fetch_max(stats.interactive_calls.load(Ordering::SeqCst), Ordering::SeqCst);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(server.client().await);
+    }
+    let calls = common::sentences(200, 12).into_iter().enumerate().map(|(i, text)| {
+        let mut client = clients[i % clients.len()].clone();
+        async move { client.embed(EmbedRequest { inputs: vec![text], ..Default::default() }).await }
+    });
+    let results = futures::future::join_all(calls).await;
+    done.store(true, Ordering::SeqCst);
+    watcher.await.unwrap();
+    let refusals: Vec<_> = results.iter().filter_map(|result| result.as_ref().err()).collect();
+    assert!(!refusals.is_empty() && refusals.len() < 200, "{} of 200 refused", refusals.len());
+    for status in &refusals {
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(status.message().contains("6 interactive calls"), "{}", status.message());
+    }
+    assert!(most_in_flight.load(Ordering::SeqCst) <= 6, "the bound held");
+    server.stop().await.unwrap();
+
+    let unbounded =
+        InProcessServer::start(&[ONNX, &["--max-interactive-calls", "6", "--max-queue-ms", "0"]].concat()).await;
+    let limits = unbounded.client().await.info(InfoRequest {}).await.unwrap().into_inner().limits.expect("limits");
+    assert_eq!((limits.max_interactive_calls, limits.max_queue_ms), (0, 0), "{}", limits.admission);
+    unbounded.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn small_calls_past_the_queue_bound_are_refused_at_once_and_the_accepted_ones_answered() {
     // The in-flight bound is far away: only the expected wait can refuse. Each call
     // is one long text, a few ms of model work: under the 20 ms bound, so every
