@@ -204,6 +204,35 @@ async fn closed_loop_clients_of_64_callers_are_never_refused_at_default_flags() 
     server.stop().await.unwrap();
 }
 
+/// The most interactive calls in flight at once while it runs.
+struct InFlightWatch {
+    most: Arc<AtomicU64>,
+    done: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl InFlightWatch {
+    fn start(stats: &Arc<embedwire_server::stats::Stats>) -> Self {
+        let (most, done) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+        let task = {
+            let (stats, most, done) = (stats.clone(), most.clone(), done.clone());
+            tokio::spawn(async move {
+                while !done.load(Ordering::SeqCst) {
+                    most.fetch_max(stats.interactive_calls.load(Ordering::SeqCst), Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        InFlightWatch { most, done, task }
+    }
+
+    async fn most(self) -> u64 {
+        self.done.store(true, Ordering::SeqCst);
+        self.task.await.unwrap();
+        self.most.load(Ordering::SeqCst)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_open_loop_burst_past_the_default_bound_is_refused_fast_with_a_retry_hint() {
     // The default bound is 2 x --max-batch-size interactive calls: 16 here. 400 one-text
@@ -220,25 +249,14 @@ async fn an_open_loop_burst_past_the_default_bound_is_refused_fast_with_a_retry_
     // Watches the calls in flight while the burst runs: the queue, and so an accepted
     // call's wait, stays bounded by the bound, whatever was offered.
     let stats = server.engine.stats().clone();
-    let most_in_flight = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let (stats, most, done) = (stats.clone(), most_in_flight.clone(), done.clone());
-        tokio::spawn(async move {
-            while !done.load(Ordering::SeqCst) {
-                most.fetch_max(stats.interactive_calls.load(Ordering::SeqCst), Ordering::SeqCst);
-                tokio::task::yield_now().await;
-            }
-        })
-    };
+    let watch = InFlightWatch::start(&stats);
     let texts = common::sentences(400, 12);
     let calls = texts.into_iter().enumerate().map(|(i, text)| {
         let mut client = clients[i % clients.len()].clone();
         async move { client.embed(EmbedRequest { inputs: vec![text], ..Default::default() }).await }
     });
     let results = futures::future::join_all(calls).await;
-    done.store(true, Ordering::SeqCst);
-    watcher.await.unwrap();
+    let most_in_flight = watch.most().await;
     let (mut answered, mut refused) = (0, 0);
     for result in results {
         match result {
@@ -256,9 +274,9 @@ async fn an_open_loop_burst_past_the_default_bound_is_refused_fast_with_a_retry_
             }
         }
     }
-    eprintln!("answered {answered}, refused {refused}, most in flight {}", most_in_flight.load(Ordering::SeqCst));
+    eprintln!("answered {answered}, refused {refused}, most in flight {}", most_in_flight);
     assert!(refused > 0 && answered >= 16, "answered {answered}, refused {refused}");
-    assert!(most_in_flight.load(Ordering::SeqCst) <= 16, "the bound held");
+    assert!(most_in_flight <= 16, "the bound held");
     assert_eq!(stats.rejected_overload.load(Ordering::SeqCst), refused);
     assert_eq!(stats.interactive_calls.load(Ordering::SeqCst), 0, "every answered call left the count");
     server.client().await.embed(embed_request(&["room again"])).await.expect("the queue drained");
@@ -273,17 +291,7 @@ async fn a_count_of_interactive_calls_set_by_hand_is_the_bound_in_force() {
     let limits = server.client().await.info(InfoRequest {}).await.unwrap().into_inner().limits.expect("limits");
     assert_eq!((limits.max_interactive_calls, limits.max_queue_ms), (6, 0), "{}", limits.admission);
     let stats = server.engine.stats().clone();
-    let most_in_flight = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let (stats, most, done) = (stats.clone(), most_in_flight.clone(), done.clone());
-        tokio::spawn(async move {
-            while !done.load(Ordering::SeqCst) {
-                most.fetch_max(stats.interactive_calls.load(Ordering::SeqCst), Ordering::SeqCst);
-                tokio::task::yield_now().await;
-            }
-        })
-    };
+    let watch = InFlightWatch::start(&stats);
     let mut clients = Vec::new();
     for _ in 0..4 {
         clients.push(server.client().await);
@@ -293,15 +301,14 @@ async fn a_count_of_interactive_calls_set_by_hand_is_the_bound_in_force() {
         async move { client.embed(EmbedRequest { inputs: vec![text], ..Default::default() }).await }
     });
     let results = futures::future::join_all(calls).await;
-    done.store(true, Ordering::SeqCst);
-    watcher.await.unwrap();
+    let most_in_flight = watch.most().await;
     let refusals: Vec<_> = results.iter().filter_map(|result| result.as_ref().err()).collect();
     assert!(!refusals.is_empty() && refusals.len() < 200, "{} of 200 refused", refusals.len());
     for status in &refusals {
         assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
         assert!(status.message().contains("6 interactive calls"), "{}", status.message());
     }
-    assert!(most_in_flight.load(Ordering::SeqCst) <= 6, "the bound held");
+    assert!(most_in_flight <= 6, "the bound held");
     server.stop().await.unwrap();
 
     let unbounded =
