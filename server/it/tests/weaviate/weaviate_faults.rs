@@ -136,6 +136,31 @@ async fn sigkilled_server_job_finishes_on_another_server() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_started_while_a_node_is_down_serves_and_ingests() {
+    // `embedwire-bench chaos --store weaviate` restarts a killed server while the node it
+    // killed is still down: the server must start on the collections' layout
+    // (replication factor 3 with 3 addresses configured). Once Weaviate has dropped the
+    // node from /v1/nodes, as it had in a chaos run that failed so, the list has only
+    // 2 nodes; here the node may still be listed as down, which must work too.
+    const KILLED: usize = 1;
+    let (_serial, cluster) = exclusive_cluster().await;
+    let first = start_server(cluster, "FaultStartNodeDown", &[]).await;
+    let (_, mut ids) = ingest_completed(&mut search_client(&first.address).await, "before", 5).await;
+    drop(first);
+    blocking(move || {
+        cluster.kill_node(KILLED);
+        cluster.wait_node_unhealthy(KILLED, 0);
+    })
+    .await;
+    let server = start_server(cluster, "FaultStartNodeDown", &[]).await;
+    let mut client = search_client(&server.address).await;
+    let (_, during) = ingest_completed(&mut client, "during", 5).await;
+    ids.extend(during);
+    assert_exactly_once(&mut client, &ids, "with a node down").await;
+    blocking(move || cluster.restart_node(KILLED)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_weaviate_node_during_ingest_and_search() {
     const SEED: usize = 200;
     // Enough that the node dies with most of the job still to write (batches of 64).

@@ -238,7 +238,10 @@ impl WeaviateStore {
         let nodes = read_nodes(&connection).await.map_err(|e| {
             Error::Config(format!("--weaviate-http {}: cannot reach the cluster: {e}", settings.http_urls.join(",")))
         })?;
-        let node_count = nodes.len().max(1);
+        // The cluster is at least as big as it says and as the addresses configured: a
+        // node that is down (killed, restarting) drops out of /v1/nodes, and a server
+        // restarted meanwhile must start on the collections' layout, not refuse it.
+        let node_count = nodes.len().max(connection.node_count()).max(1);
         let layout = Layout {
             shards: settings.shards.unwrap_or(node_count),
             replication_factor: settings.replication_factor.unwrap_or(node_count.min(3)),
