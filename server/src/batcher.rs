@@ -662,8 +662,6 @@ fn run_model_thread<M: BatchModel>(
     }
 }
 
-/// Gives the models' idle memory back, if they hold some, once no work came for
-/// [`IDLE_RELEASE`].
 /// `limits`, without the wait for company while calls are being refused (any since
 /// the last window): the admission bound, not the callers, then decides how full the
 /// queue gets, so company the batcher would wait for is being turned away and the
@@ -677,6 +675,8 @@ fn limits_under_load(limits: BatchLimits, stats: &Stats, refusals_seen: &mut u64
     if overloaded { BatchLimits { max_wait: Duration::ZERO, ..limits } } else { limits }
 }
 
+/// Gives the models' idle memory back, if they hold some, once no work came for
+/// [`IDLE_RELEASE`].
 fn release_when_idle<M: BatchModel>(models: &mut Models<'_, M>, queue: &SequenceQueue<M::Input>, stats: &Stats) {
     let lock = || models.whole.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let holding = lock().holds_idle_memory() || models.parts.iter().any(|part| part.holds_idle_memory());

@@ -87,16 +87,10 @@ impl QueueBound {
     /// `--max-queue-ms 0` has no bound whatever its environment sets).
     pub fn from_flags(max_queue_ms: Option<u64>, max_interactive_calls: Option<usize>) -> Self {
         match (max_queue_ms, max_interactive_calls) {
+            (None, None) => QueueBound::Auto,
             (None, Some(calls)) => QueueBound::Calls(calls),
-            _ => Self::from_queue_ms(max_queue_ms),
-        }
-    }
-
-    fn from_queue_ms(max_queue_ms: Option<u64>) -> Self {
-        match max_queue_ms {
-            None => QueueBound::Auto,
-            Some(0) => QueueBound::Off,
-            Some(ms) => QueueBound::Fixed(Duration::from_millis(ms)),
+            (Some(0), _) => QueueBound::Off,
+            (Some(ms), _) => QueueBound::Fixed(Duration::from_millis(ms)),
         }
     }
 
