@@ -157,3 +157,41 @@ pub fn measure<M: BatchModel>(
     in_process.warm_up(plan.warmup)?;
     in_process.pass(plan, plan.time_per_size, MIN_BATCHES, on_run)
 }
+
+/// A batch run the way the server runs a split batch (`--batch-parts`): each model takes a consecutive share of the
+/// batch on a thread of its own, and the batch ends when its last share does. Measured with [`measure`] like a whole
+/// model, it is the ceiling of the server's other way of running a batch, which on cores shared with request handling
+/// can beat the whole one.
+pub struct SplitModel<M: BatchModel> {
+    parts: Vec<M>,
+}
+
+impl<M: BatchModel> SplitModel<M> {
+    pub fn new(parts: Vec<M>) -> anyhow::Result<Self> {
+        anyhow::ensure!(parts.len() >= 2, "a split batch needs two part models or more");
+        Ok(SplitModel { parts })
+    }
+}
+
+impl<M: BatchModel> BatchModel for SplitModel<M> {
+    type Input = M::Input;
+
+    fn dim(&self) -> usize {
+        self.parts[0].dim()
+    }
+
+    fn run_batch(&mut self, batch: &[&Self::Input]) -> embedwire_server::error::Result<Vec<f32>> {
+        let share = batch.len().div_ceil(self.parts.len()).max(1);
+        let shares: Vec<_> = batch.chunks(share).zip(&mut self.parts).collect();
+        let outputs = std::thread::scope(|scope| {
+            let running: Vec<_> =
+                shares.into_iter().map(|(inputs, part)| scope.spawn(|| part.run_batch(inputs))).collect();
+            running.into_iter().map(|thread| thread.join().expect("a batch part panicked")).collect::<Vec<_>>()
+        });
+        let mut values = Vec::with_capacity(batch.len() * self.dim());
+        for output in outputs {
+            values.extend(output?);
+        }
+        Ok(values)
+    }
+}
