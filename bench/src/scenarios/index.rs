@@ -22,7 +22,7 @@ use embedwire_bench::{
 };
 use anyhow::Context;
 use embedwire_server::index::recall::{PROBE_QUERIES, pick_ef};
-use embedwire_server::index::{ChunkId, IndexKind, IndexParams, VectorIndex, synthetic::Clustered};
+use embedwire_server::index::{ChunkId, IndexKind, IndexParams, ScanQuery, VectorIndex, synthetic::Clustered};
 
 /// Exact search p50 (search step alone), judged up to this many stored vectors.
 const EXACT_P50_MS: f64 = 5.0;
@@ -45,6 +45,9 @@ const WARMUP_QUERIES: usize = 5;
 const QUERIES: (usize, usize) = (200, 50);
 /// Searchers sharing the index in the throughput runs (of --duration-secs each).
 const SEARCHERS: usize = 2;
+/// Queries of one [`VectorIndex::search_many`]: the concurrent searches of a full batch of the gateway benchmark's
+/// 16 callers, whose queries the model embeds together and the server scans together.
+const TOGETHER: usize = 16;
 /// The vectors: the default model's dimension, around this many cluster centers, with noise of this norm added to a
 /// center (0.9: cosine ~0.75 to the center), mostly along this many directions per cluster (its intrinsic dimension;
 /// 0 would be isotropic noise in all dimensions, the worst case for HNSW).
@@ -94,9 +97,13 @@ pub fn run(common: &Common, args: Args) -> anyhow::Result<()> {
         for scan_threads in [1, 2] {
             let (index, load_secs) = load(IndexKind::Exact, IndexParams { scan_threads, ..defaults })?;
             let (latency, hits) = one_at_a_time(&index, &queries)?;
+            let grouped = ms(scanned_together(&index, &queries)?);
             let qps = throughput(index, &queries, run_time)?;
             let (p50, scan) = (ms(latency.p50), format!("scan x{scan_threads}"));
             println!("size {size}: exact, {scan}: loaded in {load_secs:.2} s, p50 {p50:.2} ms, {qps:.0} q/s");
+            println!("size {size}: exact, {scan}: {TOGETHER} queries scanned together: {grouped:.3} ms a query");
+            add(figure(format!("exact ms a query, {TOGETHER} scanned together ({scan})"), grouped, "ms", 3, None));
+            add(figure(format!("exact together / one at a time, p50 ({scan})"), grouped / p50, "x", 2, None));
             truth = hits;
             let p50_target = (size <= EXACT_TARGET_MAX_SIZE).then_some(Bound::AtMost(EXACT_P50_MS));
             add(figure(format!("exact p50 ({scan})"), p50, "ms", 2, p50_target));
@@ -219,6 +226,23 @@ fn one_at_a_time(index: &VectorIndex, queries: &[Vec<f32>]) -> anyhow::Result<(L
         hits.push(found.into_iter().map(|(id, _)| id).collect());
     }
     Ok((LatencySummary::from_samples(samples), hits))
+}
+
+/// The median time a query of [`TOGETHER`] unfiltered searches scanned in one [`VectorIndex::search_many`], each
+/// answer checked against the same search alone.
+fn scanned_together(index: &VectorIndex, queries: &[Vec<f32>]) -> anyhow::Result<Duration> {
+    let mut per_query = Vec::new();
+    for group in queries.chunks_exact(TOGETHER) {
+        let asked: Vec<ScanQuery<'_>> = group.iter().map(|q| ScanQuery { vector: q, k: K, min_score: None }).collect();
+        let started = Instant::now();
+        let answers = index.search_many(&asked);
+        per_query.push(started.elapsed() / TOGETHER as u32);
+        for (query, answer) in group.iter().zip(answers) {
+            anyhow::ensure!(answer? == index.search(query, K, None, None)?, "a search scanned together answered otherwise");
+        }
+    }
+    per_query.sort();
+    per_query.get(per_query.len() / 2).copied().context("fewer queries than one group")
 }
 
 /// Queries per second of [`SEARCHERS`] threads searching for `run`, each cycling through the queries from its own

@@ -18,6 +18,12 @@
 //!
 //! Filters are evaluated lazily, only for rows whose approximate score would enter
 //! the candidates, so an expensive metadata filter costs little.
+//!
+//! Several unfiltered queries can be searched in one scan ([`ExactIndex::search_many`]):
+//! each block of codes is read from memory once and from cache for the other queries,
+//! and the kernel runs four queries' sums side by side. On the 2-core dev VM (AVX-512),
+//! 16 queries at once cost 1.4 ms each at 100k rows against 5.6 ms one by one, and
+//! 0.25 against 0.34 ms at 11k rows (`embedwire-bench index --sizes 11000,100000`).
 
 use std::thread;
 
@@ -37,6 +43,20 @@ const MIN_CANDIDATES: usize = 128;
 /// Below this many rows per thread a split scan loses more to thread start-up than
 /// it gains.
 const MIN_ROWS_PER_SCAN_THREAD: usize = 16_384;
+
+/// Codes scanned for every query of a [`ExactIndex::search_many`] before the next
+/// block: well inside any core's L2 (512 KiB on the smallest here), 341 rows of 384
+/// dimensions.
+const SCAN_BLOCK_BYTES: usize = 128 << 10;
+
+/// One query of [`ExactIndex::search_many`]: the `k` best hits scoring at least
+/// `min_score`.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanQuery<'a> {
+    pub vector: &'a [f32],
+    pub k: usize,
+    pub min_score: Option<f32>,
+}
 
 /// Vectors in f32 for results and in int8 for the scan, in the same row order.
 #[derive(Clone)]
@@ -136,14 +156,46 @@ impl ExactIndex {
         let code = QueryCode::new(query, self.lines);
         let mut dots = vec![0i32; n];
         self.scan(&code.codes, &mut dots);
+        self.select(&ScanQuery { vector: query, k, min_score }, filter, &code, &dots)
+    }
 
+    /// [`ExactIndex::search`] for several unfiltered queries at once, in their order.
+    /// The scan reads the codes once for all of them, a block that stays in cache at a
+    /// time, where one search after the other would stream every code from memory
+    /// again for each query: the scan is bound by memory bandwidth, not arithmetic.
+    pub fn search_many(&self, queries: &[ScanQuery<'_>]) -> Vec<Vec<(ChunkId, f32)>> {
+        let n = self.rows.len();
+        if n == 0 {
+            return queries.iter().map(|_| Vec::new()).collect();
+        }
+        let codes: Vec<QueryCode> = queries.iter().map(|q| QueryCode::new(q.vector, self.lines)).collect();
+        let mut dots: Vec<Vec<i32>> = queries.iter().map(|_| vec![0i32; n]).collect();
+        let query_codes: Vec<&[i16]> = codes.iter().map(|code| code.codes.as_slice()).collect();
+        self.scan_many(&query_codes, &mut dots);
+        queries
+            .iter()
+            .zip(&codes)
+            .zip(&dots)
+            .map(|((query, code), dots)| if query.k == 0 { Vec::new() } else { self.select(query, None, code, dots) })
+            .collect()
+    }
+
+    /// Steps 1 and 2 (see the module doc) on the scan's integer dot products `dots`.
+    fn select(
+        &self,
+        query: &ScanQuery<'_>,
+        filter: Option<&Filter>,
+        code: &QueryCode,
+        dots: &[i32],
+    ) -> Vec<(ChunkId, f32)> {
+        let (k, n) = (query.k, self.rows.len());
         let slack = quantize::rounding_slack(self.rows.dim());
         let approx = |row: usize| dots[row] as f32 * self.row_codes[row].scale * code.scale;
         // The most a row's exact score can be.
-        let upper = |row: usize| approx(row) + quantize::error_bound(&self.row_codes[row], &code, slack);
+        let upper = |row: usize| approx(row) + quantize::error_bound(&self.row_codes[row], code, slack);
         let accepts = |row: usize| filter.is_none_or(|filter| filter(self.rows.id(row)));
-        let exact = |row: usize| self.kernels.dot_f32(self.rows.vector(row), query);
-        let floor = min_score.unwrap_or(f32::NEG_INFINITY);
+        let exact = |row: usize| self.kernels.dot_f32(self.rows.vector(row), query.vector);
+        let floor = query.min_score.unwrap_or(f32::NEG_INFINITY);
 
         // Step 1: the best candidates by approximate score, then their exact scores.
         let mut candidates = TopK::<u32>::new(k.saturating_mul(CANDIDATES_PER_HIT).max(MIN_CANDIDATES));
@@ -176,7 +228,7 @@ impl ExactIndex {
         // Step 2, only when step 1 cannot vouch for its answer: could a row left out
         // reach the k-th exact score (or, short of k hits, the floor)?
         let cutoff = top.worst_score().unwrap_or(f32::NEG_INFINITY).max(floor);
-        let bound = self.largest_error_bound(&code, slack);
+        let bound = self.largest_error_bound(code, slack);
         if left_out.is_some_and(|estimate| estimate + bound >= cutoff) {
             top = TopK::new(k);
             for row in 0..n {
@@ -216,5 +268,41 @@ impl ExactIndex {
             // The searching thread scans a share too rather than wait idle.
             self.kernels.scan_i8(own_codes, query, own_dots);
         });
+    }
+
+    /// [`ExactIndex::scan`] for several queries: `dots[q]` gets query `q`'s products.
+    /// Split across threads by rows like one query's scan.
+    fn scan_many(&self, queries: &[&[i16]], dots: &mut [Vec<i32>]) {
+        let n = self.rows.len();
+        let threads = self.scan_threads.min(n / MIN_ROWS_PER_SCAN_THREAD).max(1);
+        let rows_per_thread = n.div_ceil(threads);
+        // Each thread's share of every query's products.
+        let mut shares: Vec<Vec<&mut [i32]>> = (0..threads).map(|_| Vec::with_capacity(queries.len())).collect();
+        for query_dots in dots.iter_mut() {
+            for (share, part) in shares.iter_mut().zip(query_dots.chunks_mut(rows_per_thread)) {
+                share.push(part);
+            }
+        }
+        let mut parts = self.codes.chunks(rows_per_thread * self.lines).zip(shares);
+        let (own_codes, mut own_dots) = parts.next().expect("at least one row");
+        thread::scope(|scope| {
+            for (codes, mut dots) in parts {
+                scope.spawn(move || self.scan_blocks(codes, queries, &mut dots));
+            }
+            self.scan_blocks(own_codes, queries, &mut own_dots);
+        });
+    }
+
+    /// Every query over `codes`, one block of rows at a time: the block is read from
+    /// memory for the first query and from cache for the others.
+    fn scan_blocks(&self, codes: &[Line], queries: &[&[i16]], dots: &mut [&mut [i32]]) {
+        let rows = codes.len() / self.lines;
+        let block_rows = (SCAN_BLOCK_BYTES / (self.lines * std::mem::size_of::<Line>())).max(1);
+        for start in (0..rows).step_by(block_rows) {
+            let end = (start + block_rows).min(rows);
+            let block = &codes[start * self.lines..end * self.lines];
+            let mut outs: Vec<&mut [i32]> = dots.iter_mut().map(|query_dots| &mut query_dots[start..end]).collect();
+            self.kernels.scan_i8_group(block, queries, &mut outs);
+        }
     }
 }

@@ -129,6 +129,50 @@ impl Kernels {
     }
 }
 
+impl Kernels {
+    /// [`Kernels::scan_i8`] for several queries over the same rows: `outs[q]` gets
+    /// query `q`'s products. With AVX-512, up to [`GROUP`] queries share each row's
+    /// loads and widening, and their sums run side by side (one query's sums form a
+    /// chain the core waits on; four are independent).
+    pub fn scan_i8_group(self, rows: &[Line], queries: &[&[i16]], outs: &mut [&mut [i32]]) {
+        assert_eq!(queries.len(), outs.len(), "one output a query");
+        for (query, out) in queries.iter().zip(outs.iter()) {
+            check_scan(rows, query, out);
+        }
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                for (queries, outs) in queries.chunks(GROUP).zip(outs.chunks_mut(GROUP)) {
+                    // SAFETY: as in `dot_f32`; every length was checked above.
+                    unsafe {
+                        match (queries, outs) {
+                            ([a, b, c, d], [oa, ob, oc, od]) => x86::scan_i8_group_avx512(
+                                rows,
+                                [*a, *b, *c, *d],
+                                [&mut **oa, &mut **ob, &mut **oc, &mut **od],
+                            ),
+                            ([a, b], [oa, ob]) => x86::scan_i8_group_avx512(rows, [*a, *b], [&mut **oa, &mut **ob]),
+                            (queries, outs) => {
+                                for (query, out) in queries.iter().zip(outs.iter_mut()) {
+                                    x86::scan_i8_avx512(rows, query, out);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {
+                for (query, out) in queries.iter().zip(outs.iter_mut()) {
+                    self.scan_i8(rows, query, out);
+                }
+            }
+        }
+    }
+}
+
+/// Queries [`Kernels::scan_i8_group`] scans together at most.
+pub const GROUP: usize = 4;
+
 fn check_scan(rows: &[Line], query: &[i16], out: &[i32]) {
     assert!(!query.is_empty() && query.len().is_multiple_of(LINE), "query not padded to whole lines");
     assert_eq!(rows.len() * LINE, out.len() * query.len(), "rows and outputs disagree");
@@ -290,6 +334,34 @@ mod x86 {
         }
     }
 
+    /// [`scan_i8_avx512`] for `Q` queries at once: each line of a row is loaded and
+    /// widened once for all of them, and their sums are independent chains.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub fn scan_i8_group_avx512<const Q: usize>(rows: &[Line], queries: [&[i16]; Q], mut outs: [&mut [i32]; Q]) {
+        let lines_per_row = queries[0].len() / LINE;
+        let q = queries.map(|query| query.as_ptr());
+        for (r, row) in rows.chunks_exact(lines_per_row).enumerate() {
+            let mut sums = [_mm512_setzero_si512(); Q];
+            for (l, line) in row.iter().enumerate() {
+                let codes = line.0.as_ptr();
+                // SAFETY: a line is 64 codes and every query has 64 i16 per line.
+                unsafe {
+                    let c0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(codes.cast()));
+                    let c1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(codes.add(32).cast()));
+                    for (sum, q) in sums.iter_mut().zip(q) {
+                        let q0 = _mm512_loadu_si512(q.add(l * LINE).cast());
+                        let q1 = _mm512_loadu_si512(q.add(l * LINE + 32).cast());
+                        let line_sum = _mm512_add_epi32(_mm512_madd_epi16(c0, q0), _mm512_madd_epi16(c1, q1));
+                        *sum = _mm512_add_epi32(*sum, line_sum);
+                    }
+                }
+            }
+            for (out, sum) in outs.iter_mut().zip(sums) {
+                out[r] = _mm512_reduce_add_epi32(sum);
+            }
+        }
+    }
+
     #[target_feature(enable = "avx2")]
     pub fn scan_i8_avx2(rows: &[Line], query: &[i16], out: &mut [i32]) {
         let lines_per_row = query.len() / LINE;
@@ -358,6 +430,34 @@ mod tests {
         let extremes = vec![-127i8; 6144];
         for kernels in simd_levels() {
             assert_eq!(kernels.dot_i8_fn()(&extremes, &extremes), 127 * 127 * 6144, "{:?}", kernels.isa());
+        }
+    }
+
+    #[test]
+    fn group_scan_matches_one_query_scans_exactly_for_any_count() {
+        let mut rng = Rng::new(17);
+        let (lines_per_row, rows_count) = (6, 41);
+        let rows: Vec<Line> = (0..rows_count * lines_per_row)
+            .map(|_| Line(std::array::from_fn(|_| (rng.below(255) as i32 - 127) as i8)))
+            .collect();
+        for count in 1..=2 * GROUP + 1 {
+            let queries: Vec<Vec<i16>> =
+                (0..count).map(|_| (0..lines_per_row * LINE).map(|_| rng.below(511) as i16 - 255).collect()).collect();
+            let query_refs: Vec<&[i16]> = queries.iter().map(Vec::as_slice).collect();
+            let expected: Vec<Vec<i32>> = queries
+                .iter()
+                .map(|query| {
+                    let mut out = vec![0; rows_count];
+                    scan_i8_scalar(&rows, query, &mut out);
+                    out
+                })
+                .collect();
+            for kernels in simd_levels().into_iter().chain([Kernels { isa: Isa::Scalar }]) {
+                let mut got = vec![vec![0; rows_count]; count];
+                let mut outs: Vec<&mut [i32]> = got.iter_mut().map(Vec::as_mut_slice).collect();
+                kernels.scan_i8_group(&rows, &query_refs, &mut outs);
+                assert_eq!(got, expected, "{:?}, {count} queries", kernels.isa());
+            }
         }
     }
 

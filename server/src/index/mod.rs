@@ -33,6 +33,7 @@ mod top_k;
 use crate::error::{Error, Result};
 
 use exact::ExactIndex;
+pub use exact::ScanQuery;
 use hnsw::HnswIndex;
 
 /// A chunk's id, assigned by the store.
@@ -248,14 +249,45 @@ impl VectorIndex {
         min_score: Option<f32>,
         filter: Option<&Filter>,
     ) -> Result<Vec<(ChunkId, f32)>> {
-        self.check("query", query)?;
-        if min_score.is_some_and(f32::is_nan) {
-            return Err(Error::invalid("min_score", "is NaN"));
-        }
+        self.check_query(query, min_score)?;
         Ok(match &self.kind {
             Kind::Exact(index) => index.search(query, k, min_score, filter),
             Kind::Hnsw(index) => index.search(query, k, min_score, filter)?,
         })
+    }
+
+    /// True for [`IndexKind::Exact`], whose searches gain from being scanned together
+    /// ([`VectorIndex::search_many`]).
+    pub fn is_exact(&self) -> bool {
+        matches!(self.kind, Kind::Exact(_))
+    }
+
+    /// [`VectorIndex::search`] without a filter for several queries, answered in their
+    /// order, each on its own (a bad query fails alone). The exact index scans them
+    /// together; HNSW searches them one by one.
+    pub fn search_many(&self, queries: &[ScanQuery<'_>]) -> Vec<Result<Vec<(ChunkId, f32)>>> {
+        let checked: Vec<Result<()>> = queries.iter().map(|q| self.check_query(q.vector, q.min_score)).collect();
+        match &self.kind {
+            Kind::Exact(index) => {
+                let valid: Vec<ScanQuery<'_>> =
+                    queries.iter().zip(&checked).filter(|(_, check)| check.is_ok()).map(|(query, _)| *query).collect();
+                let mut found = index.search_many(&valid).into_iter();
+                checked.into_iter().map(|check| check.map(|()| found.next().expect("one answer a query"))).collect()
+            }
+            Kind::Hnsw(index) => queries
+                .iter()
+                .zip(checked)
+                .map(|(query, check)| check.and_then(|()| index.search(query.vector, query.k, query.min_score, None)))
+                .collect(),
+        }
+    }
+
+    fn check_query(&self, query: &[f32], min_score: Option<f32>) -> Result<()> {
+        self.check("query", query)?;
+        if min_score.is_some_and(f32::is_nan) {
+            return Err(Error::invalid("min_score", "is NaN"));
+        }
+        Ok(())
     }
 
     /// A vector must have the index's dimension and finite values; a NaN would

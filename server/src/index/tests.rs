@@ -328,3 +328,36 @@ fn more_concurrent_hnsw_searches_than_contexts_all_succeed() {
     });
     assert_eq!(inside.load(Ordering::SeqCst), 48);
 }
+
+#[test]
+fn searches_scanned_together_equal_each_alone() {
+    let dim = 384;
+    let mut rng = Rng::new(23);
+    // Two threads' worth of rows for the split scan, and a near-duplicate pair that
+    // needs step 2.
+    for rows in [0usize, 3, 700, 40_000] {
+        let mut index =
+            VectorIndex::new(IndexKind::Exact, dim, IndexParams { scan_threads: 2, ..IndexParams::default() }).unwrap();
+        for id in 0..rows as u64 {
+            index.insert(id, &unit_vector(&mut rng, dim)).unwrap();
+        }
+        let queries: Vec<Vec<f32>> = (0..7).map(|_| unit_vector(&mut rng, dim)).collect();
+        let mut asked: Vec<ScanQuery<'_>> = queries
+            .iter()
+            .enumerate()
+            .map(|(i, q)| ScanQuery { vector: q, k: [5, 1, 0, 50][i % 4], min_score: (i == 3).then_some(0.1) })
+            .collect();
+        let short = vec![0.5f32; dim - 1];
+        asked.insert(2, ScanQuery { vector: &short, k: 5, min_score: None });
+        let together = index.search_many(&asked);
+        assert_eq!(together.len(), asked.len());
+        for (query, found) in asked.iter().zip(together) {
+            let alone = index.search(query.vector, query.k, query.min_score, None);
+            match (alone, found) {
+                (Ok(alone), Ok(found)) => assert_eq!(found, alone, "{rows} rows, k {}", query.k),
+                (Err(_), Err(error)) => assert!(error.to_string().contains("dimensions"), "{error}"),
+                (alone, found) => panic!("alone {alone:?}, together {found:?}"),
+            }
+        }
+    }
+}

@@ -12,6 +12,7 @@
 mod ef_tuning;
 pub mod keyword;
 pub mod redb_file;
+mod scan_together;
 pub mod view;
 
 use std::path::PathBuf;
@@ -22,6 +23,7 @@ use async_trait::async_trait;
 use self::ef_tuning::EfTuner;
 use self::keyword::{KeywordChanges, KeywordChunk, KeywordIndex};
 use self::redb_file::{IndexChanges, Store};
+use self::scan_together::ScanTogether;
 use self::view::IndexView;
 use super::HitContent;
 use super::{
@@ -55,6 +57,8 @@ const KEYWORD_DIR: &str = "keyword";
 pub struct EmbeddedStore {
     file: Arc<Store>,
     view: Arc<RwLock<IndexView>>,
+    /// Unfiltered exact searches, scanned together when they arrive together.
+    scans: Arc<ScanTogether>,
     /// None with `--keyword-index false`.
     keywords: Option<Arc<KeywordIndex>>,
     /// Serializes file commits with the view updates that follow them, so the view
@@ -119,6 +123,7 @@ impl EmbeddedStore {
             file: Arc::new(file),
             view,
             keywords: keywords.map(Arc::new),
+            scans: Arc::default(),
             write_gate: tokio::sync::Mutex::new(()),
             description,
             ef_tuner,
@@ -357,6 +362,10 @@ impl CorpusStore for EmbeddedStore {
     }
 
     async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>> {
+        if query.filter.is_empty() && self.read_view().index.is_exact() {
+            let scored = self.scans.search(&self.view, query.vector, query.count, query.score_threshold).await?;
+            return self.hits(scored, query.content()).await;
+        }
         let scored = {
             let view = self.read_view();
             let filter = query.filter;
