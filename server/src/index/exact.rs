@@ -155,14 +155,15 @@ impl ExactIndex {
         }
         let code = QueryCode::new(query, self.lines);
         let mut dots = vec![0i32; n];
-        self.scan(&code.codes, &mut dots);
+        self.scan(&[&code.codes], &mut [&mut dots]);
         self.select(&ScanQuery { vector: query, k, min_score }, filter, &code, &dots)
     }
 
     /// [`ExactIndex::search`] for several unfiltered queries at once, in their order.
     /// The scan reads the codes once for all of them, a block that stays in cache at a
     /// time, where one search after the other would stream every code from memory
-    /// again for each query: the scan is bound by memory bandwidth, not arithmetic.
+    /// again for each query (what bounds a large index's scan), and the kernel sums
+    /// four queries side by side.
     pub fn search_many(&self, queries: &[ScanQuery<'_>]) -> Vec<Vec<(ChunkId, f32)>> {
         let n = self.rows.len();
         if n == 0 {
@@ -171,7 +172,8 @@ impl ExactIndex {
         let codes: Vec<QueryCode> = queries.iter().map(|q| QueryCode::new(q.vector, self.lines)).collect();
         let mut dots: Vec<Vec<i32>> = queries.iter().map(|_| vec![0i32; n]).collect();
         let query_codes: Vec<&[i16]> = codes.iter().map(|code| code.codes.as_slice()).collect();
-        self.scan_many(&query_codes, &mut dots);
+        let mut outs: Vec<&mut [i32]> = dots.iter_mut().map(Vec::as_mut_slice).collect();
+        self.scan(&query_codes, &mut outs);
         queries
             .iter()
             .zip(&codes)
@@ -250,29 +252,10 @@ impl ExactIndex {
         quantize::error_bound(&worst, code, slack)
     }
 
-    /// Integer dot products of every row's codes with the query's, split across
-    /// `scan_threads` threads when there are enough rows to pay for them.
-    fn scan(&self, query: &[i16], dots: &mut [i32]) {
-        let threads = self.scan_threads.min(dots.len() / MIN_ROWS_PER_SCAN_THREAD).max(1);
-        if threads == 1 {
-            self.kernels.scan_i8(&self.codes, query, dots);
-            return;
-        }
-        let rows_per_thread = dots.len().div_ceil(threads);
-        let mut parts = self.codes.chunks(rows_per_thread * self.lines).zip(dots.chunks_mut(rows_per_thread));
-        let (own_codes, own_dots) = parts.next().expect("at least one row");
-        thread::scope(|scope| {
-            for (codes, dots) in parts {
-                scope.spawn(move || self.kernels.scan_i8(codes, query, dots));
-            }
-            // The searching thread scans a share too rather than wait idle.
-            self.kernels.scan_i8(own_codes, query, own_dots);
-        });
-    }
-
-    /// [`ExactIndex::scan`] for several queries: `dots[q]` gets query `q`'s products.
-    /// Split across threads by rows like one query's scan.
-    fn scan_many(&self, queries: &[&[i16]], dots: &mut [Vec<i32>]) {
+    /// Integer dot products of every row's codes with each query's: `dots[q]` gets
+    /// query `q`'s. Split across `scan_threads` threads by rows when there are enough
+    /// rows to pay for them.
+    fn scan(&self, queries: &[&[i16]], dots: &mut [&mut [i32]]) {
         let n = self.rows.len();
         let threads = self.scan_threads.min(n / MIN_ROWS_PER_SCAN_THREAD).max(1);
         let rows_per_thread = n.div_ceil(threads);
@@ -285,10 +268,14 @@ impl ExactIndex {
         }
         let mut parts = self.codes.chunks(rows_per_thread * self.lines).zip(shares);
         let (own_codes, mut own_dots) = parts.next().expect("at least one row");
+        if threads == 1 {
+            return self.scan_blocks(own_codes, queries, &mut own_dots);
+        }
         thread::scope(|scope| {
             for (codes, mut dots) in parts {
                 scope.spawn(move || self.scan_blocks(codes, queries, &mut dots));
             }
+            // The searching thread scans a share too rather than wait idle.
             self.scan_blocks(own_codes, queries, &mut own_dots);
         });
     }

@@ -151,6 +151,9 @@ impl Kernels {
                                 [*a, *b, *c, *d],
                                 [&mut **oa, &mut **ob, &mut **oc, &mut **od],
                             ),
+                            ([a, b, c], [oa, ob, oc]) => {
+                                x86::scan_i8_group_avx512(rows, [*a, *b, *c], [&mut **oa, &mut **ob, &mut **oc])
+                            }
                             ([a, b], [oa, ob]) => x86::scan_i8_group_avx512(rows, [*a, *b], [&mut **oa, &mut **ob]),
                             (queries, outs) => {
                                 for (query, out) in queries.iter().zip(outs.iter_mut()) {

@@ -256,12 +256,6 @@ impl VectorIndex {
         })
     }
 
-    /// True for [`IndexKind::Exact`], whose searches gain from being scanned together
-    /// ([`VectorIndex::search_many`]).
-    pub fn is_exact(&self) -> bool {
-        matches!(self.kind, Kind::Exact(_))
-    }
-
     /// [`VectorIndex::search`] without a filter for several queries, answered in their
     /// order, each on its own (a bad query fails alone). The exact index scans them
     /// together; HNSW searches them one by one.

@@ -57,8 +57,9 @@ const KEYWORD_DIR: &str = "keyword";
 pub struct EmbeddedStore {
     file: Arc<Store>,
     view: Arc<RwLock<IndexView>>,
-    /// Unfiltered exact searches, scanned together when they arrive together.
-    scans: Arc<ScanTogether>,
+    /// Unfiltered searches, scanned together when they arrive together (the exact
+    /// index only: HNSW walks a graph per query, with nothing to share).
+    scans: Option<Arc<ScanTogether>>,
     /// None with `--keyword-index false`.
     keywords: Option<Arc<KeywordIndex>>,
     /// Serializes file commits with the view updates that follow them, so the view
@@ -123,7 +124,7 @@ impl EmbeddedStore {
             file: Arc::new(file),
             view,
             keywords: keywords.map(Arc::new),
-            scans: Arc::default(),
+            scans: (settings.index_kind == IndexKind::Exact).then(Arc::default),
             write_gate: tokio::sync::Mutex::new(()),
             description,
             ef_tuner,
@@ -362,8 +363,8 @@ impl CorpusStore for EmbeddedStore {
     }
 
     async fn search(&self, query: StoreQuery<'_>) -> Result<Vec<StoredHit>> {
-        if query.filter.is_empty() && self.read_view().index.is_exact() {
-            let scored = self.scans.search(&self.view, query.vector, query.count, query.score_threshold).await?;
+        if let Some(scans) = self.scans.as_ref().filter(|_| query.filter.is_empty()) {
+            let scored = scans.search(&self.view, query.vector, query.count, query.score_threshold).await?;
             return self.hits(scored, query.content()).await;
         }
         let scored = {

@@ -1,9 +1,9 @@
 //! Searches that arrive together are scanned together.
 //!
 //! The queries of concurrent searches are embedded in one model batch, so they reach
-//! the index at the same moment. The exact scan is bound by memory bandwidth (every
-//! query streams all the codes), so one pass for all of them costs little more than
-//! one for a single query ([`crate::index::VectorIndex::search_many`]).
+//! the index at the same moment. One pass for all of them reads the codes once and
+//! sums four queries side by side ([`crate::index::VectorIndex::search_many`]): at
+//! 100k rows 16 queries cost a quarter of their time one by one.
 //!
 //! No search waits for company: the first to arrive scans at once, on its own thread,
 //! as it would alone. Searches arriving while a scan runs queue, and when it ends the
