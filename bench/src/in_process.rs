@@ -5,7 +5,7 @@
 
 use std::{collections::HashSet, time::Duration, time::Instant};
 
-use embedwire_server::batcher::BatchModel;
+use embedwire_server::batcher::{self, BatchInput, BatchModel};
 
 use crate::latency::LatencySummary;
 
@@ -158,10 +158,10 @@ pub fn measure<M: BatchModel>(
     in_process.pass(plan, plan.time_per_size, MIN_BATCHES, on_run)
 }
 
-/// A batch run the way the server runs a split batch (`--batch-parts`): each model takes a consecutive share of the
-/// batch on a thread of its own, and the batch ends when its last share does. Measured with [`measure`] like a whole
-/// model, it is the ceiling of the server's other way of running a batch, which on cores shared with request handling
-/// can beat the whole one.
+/// A batch run the way the server runs a split batch (`--batch-parts`): cut into the server's chunks, which the models
+/// take on threads of their own as they finish one (`embedwire_server::batcher::run_shared_chunks`), and the batch ends
+/// when its last chunk does. Measured with [`measure`] like a whole model, it is the ceiling of the server's other way
+/// of running a batch, which on cores shared with request handling can beat the whole one.
 pub struct SplitModel<M: BatchModel> {
     parts: Vec<M>,
 }
@@ -181,16 +181,14 @@ impl<M: BatchModel> BatchModel for SplitModel<M> {
     }
 
     fn run_batch(&mut self, batch: &[&Self::Input]) -> embedwire_server::error::Result<Vec<f32>> {
-        let share = batch.len().div_ceil(self.parts.len()).max(1);
-        let shares: Vec<_> = batch.chunks(share).zip(&mut self.parts).collect();
-        let outputs = std::thread::scope(|scope| {
-            let running: Vec<_> =
-                shares.into_iter().map(|(inputs, part)| scope.spawn(|| part.run_batch(inputs))).collect();
-            running.into_iter().map(|thread| thread.join().expect("a batch part panicked")).collect::<Vec<_>>()
+        let lengths: Vec<usize> = batch.iter().map(|input| input.token_count()).collect();
+        let chunks = batcher::chunk_ranges(&lengths, self.parts.len());
+        let outputs = batcher::run_shared_chunks(&mut self.parts, chunks.len(), |part, chunk| {
+            part.run_batch(&batch[chunks[chunk].clone()])
         });
         let mut values = Vec::with_capacity(batch.len() * self.dim());
         for output in outputs {
-            values.extend(output?);
+            values.extend(output.expect("a batch chunk panicked")?);
         }
         Ok(values)
     }

@@ -782,45 +782,11 @@ fn run_split<M: BatchModel>(
     work_ahead: &WorkAhead,
     before_answers: &dyn Fn(),
 ) -> Duration {
-    let chunks = balanced_parts(batch, chunk_count(batch.len(), parts.len()));
+    let lengths: Vec<usize> = batch.iter().map(|s| s.input.token_count()).collect();
+    let chunks = chunk_ranges(&lengths, parts.len());
     Stats::add(&stats.split_batches, 1);
     let started = Instant::now();
-    let taken = AtomicUsize::new(0);
-    // Chunks are consecutive in length order, so from the last is longest first.
-    let next_chunk = || {
-        let taken = taken.fetch_add(1, Ordering::Relaxed);
-        (taken < chunks.len()).then(|| chunks.len() - 1 - taken)
-    };
-    let run_chunks = |model: &mut M| {
-        let mut ran = Vec::new();
-        while let Some(chunk) = next_chunk() {
-            ran.push((chunk, execute(model, &batch[chunks[chunk].clone()])));
-        }
-        ran
-    };
-    let mut ran: Vec<Option<Ran>> = (0..chunks.len()).map(|_| None).collect();
-    std::thread::scope(|scope| {
-        let (first_model, other_models) = parts.split_first_mut().expect("at least two part models");
-        // A thread that cannot start takes no chunk: the others run them all.
-        let others: Vec<_> = other_models
-            .iter_mut()
-            .filter_map(|model| {
-                std::thread::Builder::new()
-                    .name(format!("{}-part", M::THREAD_NAME))
-                    .spawn_scoped(scope, || run_chunks(model))
-                    .inspect_err(|error| tracing::warn!(%error, "starting a thread for batch chunks"))
-                    .ok()
-            })
-            .collect();
-        let mut done = run_chunks(first_model);
-        for other in others {
-            // A panicked thread's chunks stay unrun: answered with an error below.
-            done.extend(other.join().unwrap_or_default());
-        }
-        for (chunk, result) in done {
-            ran[chunk] = Some(result);
-        }
-    });
+    let ran = run_shared_chunks(parts, chunks.len(), |model, chunk| execute(model, &batch[chunks[chunk].clone()]));
     let took = started.elapsed();
     let padded = chunks.iter().map(|chunk| padded_tokens(&batch[chunk.clone()])).sum();
     record_batch(batch, padded, started, took, stats);
@@ -838,6 +804,61 @@ fn run_split<M: BatchModel>(
     took
 }
 
+/// How a split batch of sequences of these token `lengths` (sorted ascending) is cut
+/// for `models` part models: consecutive chunks, as many as [`chunk_count`] says, of
+/// balanced padded size. Public for the bench's in-process ceiling of the split way.
+pub fn chunk_ranges(lengths: &[usize], models: usize) -> Vec<std::ops::Range<usize>> {
+    balanced_parts(lengths, chunk_count(lengths.len(), models))
+}
+
+/// Runs chunks `0..chunks` on `models`, one thread each (the first on this one, the
+/// others on threads of their own); each thread takes the next chunk, the last first,
+/// when it finishes one. Returns each chunk's result in chunk order: None for a chunk
+/// whose thread panicked. A thread that cannot start takes no chunk: the others run
+/// them all. Public for the bench's in-process ceiling of the split way.
+pub fn run_shared_chunks<M: BatchModel, R: Send>(
+    models: &mut [M],
+    chunks: usize,
+    run: impl Fn(&mut M, usize) -> R + Sync,
+) -> Vec<Option<R>> {
+    let taken = AtomicUsize::new(0);
+    // Chunks are cut consecutive in length order, so from the last is longest first.
+    let next_chunk = || {
+        let taken = taken.fetch_add(1, Ordering::Relaxed);
+        (taken < chunks).then(|| chunks - 1 - taken)
+    };
+    let run_chunks = |model: &mut M| {
+        let mut ran = Vec::new();
+        while let Some(chunk) = next_chunk() {
+            ran.push((chunk, run(model, chunk)));
+        }
+        ran
+    };
+    let mut results: Vec<Option<R>> = (0..chunks).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let Some((first_model, other_models)) = models.split_first_mut() else { return };
+        let others: Vec<_> = other_models
+            .iter_mut()
+            .filter_map(|model| {
+                std::thread::Builder::new()
+                    .name(format!("{}-part", M::THREAD_NAME))
+                    .spawn_scoped(scope, || run_chunks(model))
+                    .inspect_err(|error| tracing::warn!(%error, "starting a thread for batch chunks"))
+                    .ok()
+            })
+            .collect();
+        let mut done = run_chunks(first_model);
+        for other in others {
+            // A panicked thread's chunks stay None.
+            done.extend(other.join().unwrap_or_default());
+        }
+        for (chunk, result) in done {
+            results[chunk] = Some(result);
+        }
+    });
+    results
+}
+
 /// The chunks a split batch of `sequences` is cut into for `models` models:
 /// [`CHUNKS_PER_MODEL`] each when each still holds [`MIN_CHUNK_SEQUENCES`], fewer when
 /// not, and one per model at least.
@@ -845,10 +866,10 @@ fn chunk_count(sequences: usize, models: usize) -> usize {
     (sequences / MIN_CHUNK_SEQUENCES).clamp(models, models * CHUNKS_PER_MODEL)
 }
 
-/// Cuts a batch sorted by length into `count` consecutive parts (fewer if it is
-/// shorter) whose largest padded size is as small as it can be: the parts end together.
-fn balanced_parts<I: BatchInput>(batch: &[QueuedSequence<I>], count: usize) -> Vec<std::ops::Range<usize>> {
-    let lengths: Vec<usize> = batch.iter().map(|s| s.input.token_count()).collect();
+/// Cuts sequences of these token `lengths`, sorted ascending, into `count` consecutive
+/// parts (fewer if there are fewer sequences) whose largest padded size is as small as
+/// it can be: the parts take about as long.
+fn balanced_parts(lengths: &[usize], count: usize) -> Vec<std::ops::Range<usize>> {
     // Greedy cuts under a bound on each part's padded tokens; the least bound that
     // needs at most `count` parts, found by bisection.
     let cuts = |bound: usize| {
@@ -988,6 +1009,10 @@ mod tests {
         ids
     }
 
+    fn lengths(batch: &[QueuedSequence<Vec<u32>>]) -> Vec<usize> {
+        batch.iter().map(|s| s.input.token_count()).collect()
+    }
+
     fn queued(lengths: &[usize]) -> Vec<QueuedSequence<Vec<u32>>> {
         let job = Arc::new(Job {
             state: Mutex::new(JobState {
@@ -1107,12 +1132,12 @@ mod tests {
         // Eight of 4 tokens and two of 16: halves by count would be 4 x 4 = 16 and
         // 6 x 16 = 96 padded tokens; the balanced cut gives the long ones a part.
         let batch = queued(&[4, 4, 4, 4, 4, 4, 4, 4, 16, 16]);
-        assert_eq!(balanced_parts(&batch, 2), vec![0..8, 8..10]);
+        assert_eq!(balanced_parts(&lengths(&batch), 2), vec![0..8, 8..10]);
         let even = queued(&[5; 9]);
-        let parts = balanced_parts(&even, 2);
+        let parts = balanced_parts(&lengths(&even), 2);
         assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), vec![5, 4]);
-        assert_eq!(balanced_parts(&even, 3).len(), 3);
-        assert_eq!(balanced_parts(&queued(&[3]), 2), vec![0..1], "never an empty part");
+        assert_eq!(balanced_parts(&lengths(&even), 3).len(), 3);
+        assert_eq!(balanced_parts(&lengths(&queued(&[3])), 2), vec![0..1], "never an empty part");
     }
 
     /// Records the batches it ran, tagged with which instance ran them.

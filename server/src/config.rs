@@ -118,9 +118,9 @@ pub struct ServerConfig {
     #[arg(long, env = "EMBEDWIRE_INTRA_OP_THREADS")]
     pub intra_op_threads: Option<usize>,
 
-    /// Batches of 8 inputs or more may run as this many parts side by side, each on its
-    /// own single-threaded ONNX Runtime session (sharing the graph's weights, a few MiB
-    /// each), instead of whole on --intra-op-threads threads: on cores that other
+    /// Batches of 8 inputs or more may run on this many single-threaded ONNX Runtime
+    /// sessions side by side, each taking the batch's next chunk as it finishes one
+    /// (sharing the graph's weights, a few MiB each), instead of whole on --intra-op-threads threads: on cores that other
     /// work also uses, the parts do not wait for one another's preempted threads
     /// (measured: 1.3 x the texts/s with one busy process beside the model on 2 cores),
     /// while on cores the model has to itself whole batches are ~10% faster. Which way

@@ -97,7 +97,7 @@ impl Collector for ServerMetrics {
             ),
             (
                 "embedwire_split_batches",
-                "Batches run as parts side by side, one thread each (each part counts in embedwire_batches too)",
+                "Batches run as chunks side by side, one thread per part session (each counts once in embedwire_model_batches)",
                 &counter(&stats.split_batches),
             ),
             (

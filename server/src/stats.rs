@@ -27,7 +27,7 @@ pub struct Stats {
     pub queue_depth: AtomicU64,
     /// Times the idle model gave its memory back (ONNX Runtime's arena, after a large batch).
     pub idle_memory_releases: AtomicU64,
-    /// Batches run as parts side by side (each part also counts as a batch).
+    /// Batches run as chunks side by side (each counts once in `batches`).
     pub split_batches: AtomicU64,
     /// Sessions loaded to run the parts of a split batch (they load after the server
     /// serves; 0 until then, and when batches always run whole).
