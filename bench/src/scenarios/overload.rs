@@ -382,6 +382,8 @@ async fn open_loop_overload(
     let rejection_p99 = if rejected == 0 { 0.0 } else { ms(rejections.p99) };
     let recovery_secs = recovery.map_or(f64::INFINITY, |r| r.as_secs_f64());
     let label = |figure: &str| format!("open loop {FACTOR} x max: {figure}");
+    let (burst_per_core, max_per_core) =
+        (per_server_core(goodput, cpu.server_cores), per_server_core(max_rate, max_cpu.server_cores));
     report.figures([
         Row::info(
             "max Embed throughput (no bound, 256 callers)",
@@ -425,13 +427,11 @@ async fn open_loop_overload(
             .at_least(MIN_GOODPUT_RATIO, format!(">= {MIN_GOODPUT_RATIO} x")),
         Row::info(
             label("goodput a server core / max's"),
-            per_server_core(goodput, cpu.server_cores) / per_server_core(max_rate, max_cpu.server_cores),
+            burst_per_core / max_per_core,
             "x",
             format!(
-                "{:.0} against {:.0} calls a server core-second: the server's own work under overload, apart from the \
-                 cores the load generator and the kernel's loopback take on this shared box",
-                per_server_core(goodput, cpu.server_cores),
-                per_server_core(max_rate, max_cpu.server_cores)
+                "{burst_per_core:.0} against {max_per_core:.0} calls a server core-second: the server's own work under \
+                 overload, apart from the cores the load generator and the kernel's loopback take on this shared box"
             ),
         ),
         Row::info(
