@@ -332,3 +332,22 @@ fn pick_output(session: &Session) -> Option<GraphOutput> {
         .map(GraphOutput::TokenVectors)
         .or_else(|| present(&["sentence_embedding"]).map(GraphOutput::Pooled))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The level ONNX Runtime is set to under the tracing filter `directives`.
+    fn level_under(directives: &str) -> LogLevel {
+        let subscriber = tracing_subscriber::fmt().with_env_filter(directives).finish();
+        tracing::subscriber::with_default(subscriber, onnx_log_level)
+    }
+
+    #[test]
+    fn onnx_runtime_formats_only_the_messages_the_tracing_filter_lets_through() {
+        assert_eq!(level_under("info,ort=warn"), LogLevel::Warning);
+        assert_eq!(level_under("info"), LogLevel::Info);
+        assert_eq!(level_under("warn,ort=trace"), LogLevel::Verbose);
+        assert_eq!(level_under("error"), LogLevel::Warning);
+    }
+}
